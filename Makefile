@@ -1,0 +1,50 @@
+# outbox-canary: `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+PKG := github.com/outbox-canary/outbox-canary
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X $(PKG)/internal/version.Version=$(VERSION) -X $(PKG)/internal/version.Revision=$(REVISION)
+BIN := bin
+
+.DEFAULT_GOAL := help
+
+-include deploy/local/stack.mk
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## build bin/outbox-canary and bin/outbox-relay
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/outbox-canary ./cmd/outbox-canary
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/outbox-relay ./cmd/outbox-relay
+
+.PHONY: test
+test: stack-up ## start the local stack (installing what it needs) and run every test on it
+	$(GO) vet ./...
+	CI=$${CI:-} $(GO) test -count=1 -timeout 20m ./...
+
+.PHONY: test-unit
+test-unit: ## run the tests that need no servers (integration tests skip)
+	OUTBOX_CANARY_STACK_ENV=/nonexistent $(GO) test -count=1 ./...
+
+.PHONY: bench
+bench: ## run the benchmarks and write the figures to docs/benchmarks.txt
+	$(GO) test -run '^$$' -bench . -benchmem ./... | tee docs/benchmarks.txt
+
+.PHONY: generate
+generate: ## rewrite the generated files (example rules, dashboards, docs/metrics.md)
+	$(GO) run ./cmd/outbox-canary rules --config examples/outbox-canary.yml --format rules --out examples/rules/outbox-canary.rules.yml
+	$(GO) run ./cmd/outbox-canary rules --config examples/outbox-canary.yml --format prometheusrule --out examples/rules/outbox-canary.prometheusrule.yml
+	$(GO) run ./cmd/outbox-canary dashboards --config examples/outbox-canary.yml --out examples/dashboards
+	$(GO) test ./prober/ -run TestMetricsDoc -update
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: demo
+demo: stack-up build ## start the local stack, the reference relay and the prober; live canaries until Ctrl-C
+	deploy/local/demo.sh

@@ -1,0 +1,36 @@
+// Package prober sends canaries through an outbox pipeline and measures
+// them: the sender inserts canary rows on a schedule, the consumer reads
+// them back from the canary topic, and the tracker turns each canary into
+// per-segment latencies and SLI events, exactly once, across restarts.
+package prober
+
+import "time"
+
+// Canary is one sent canary as the tracker knows it: what the sender learnt
+// while inserting it. All times are on the prober's clock.
+type Canary struct {
+	ID       string // random UUID, also in the signed payload
+	Seq      uint64 // per instance and pipeline, increasing
+	Pipeline string
+	Key      string // the message key (aggregate id) the relay will use
+	RowID    string // primary key of the outbox row, as text (for reading published_at back)
+
+	InsertStarted time.Time // before BEGIN
+	Committed     time.Time // when COMMIT returned
+}
+
+// Arrival is a canary's message as consumed: its identity, where it was
+// read, and every stamp known for it, already converted to the prober's
+// clock (the consumer applies the measured DB clock offset to published_at).
+type Arrival struct {
+	CanaryID  string
+	Seq       uint64
+	Key       string
+	Partition int
+	Offset    int64
+	Consumed  time.Time
+	// Stamps holds the stamps between commit and consume by name: "publish"
+	// and any configured extra stamp such as "read". A missing stamp is
+	// simply absent.
+	Stamps map[string]time.Time
+}

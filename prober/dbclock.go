@@ -1,0 +1,62 @@
+package prober
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ClockOffset is the database clock minus the prober clock, estimated from
+// the sample with the lowest round trip. The true offset lies within
+// Offset ± Error.
+type ClockOffset struct {
+	Offset     time.Duration
+	Error      time.Duration
+	MeasuredAt time.Time
+}
+
+// ToLocal converts a database timestamp to the prober's clock.
+func (o ClockOffset) ToLocal(dbTime time.Time) time.Time { return dbTime.Add(-o.Offset) }
+
+// RowQuerier is what EstimateDBOffset needs of a pgx pool or connection.
+type RowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// EstimateDBOffset brackets `SELECT clock_timestamp()` with local reads of
+// the clock, samples times. The database read happened somewhere inside the
+// bracket; assuming the middle errs by at most half the round trip, so the
+// fastest sample gives the tightest bound (NTP's reasoning, without its
+// filtering: one short burst is enough for a millisecond budget).
+func EstimateDBOffset(ctx context.Context, q RowQuerier, now func() time.Time, samples int) (ClockOffset, error) {
+	if samples < 1 {
+		samples = 1
+	}
+	var best ClockOffset
+	bestRTT := time.Duration(-1)
+	for i := 0; i < samples; i++ {
+		before := now()
+		var dbTime time.Time
+		if err := q.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&dbTime); err != nil {
+			return ClockOffset{}, fmt.Errorf("read database clock: %w", err)
+		}
+		after := now()
+		rtt := after.Sub(before)
+		if rtt < 0 {
+			// The local clock stepped backwards during the sample; it says nothing.
+			continue
+		}
+		if bestRTT < 0 || rtt < bestRTT {
+			bestRTT = rtt
+			mid := before.Add(rtt / 2)
+			best = ClockOffset{Offset: dbTime.Sub(mid), Error: rtt / 2, MeasuredAt: after}
+		}
+	}
+	if bestRTT < 0 {
+		return ClockOffset{}, errors.New("read database clock: the local clock went backwards in every sample")
+	}
+	return best, nil
+}

@@ -1,0 +1,84 @@
+package prober
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Errors of Decode. Both mean "skip and count", never "crash".
+var (
+	// ErrNotCanary: the message is not a canary payload (foreign or malformed).
+	ErrNotCanary = errors.New("not a canary payload")
+	// ErrBadSignature: it looks like a canary but its signature does not
+	// match, so it may be forged and must not count as health.
+	ErrBadSignature = errors.New("canary signature does not match")
+)
+
+// Payload is the body of a canary row, written to the outbox payload column
+// and read back from the canary topic.
+type Payload struct {
+	CanaryID string `json:"outbox_canary_id"`
+	Instance string `json:"instance"`
+	Pipeline string `json:"pipeline"`
+	Seq      uint64 `json:"seq"`
+	Sig      string `json:"sig"`
+}
+
+// Signer signs and verifies canary payloads with HMAC-SHA256.
+type Signer struct{ key []byte }
+
+// NewSigner returns a Signer for the key; an empty key is refused because
+// anyone could then forge a healthy canary.
+func NewSigner(key []byte) (*Signer, error) {
+	if len(key) == 0 {
+		return nil, errors.New("signing key is empty")
+	}
+	return &Signer{key: append([]byte(nil), key...)}, nil
+}
+
+func (s *Signer) mac(p Payload) []byte {
+	m := hmac.New(sha256.New, s.key)
+	// Length-prefixed fields, so no two payloads share a signed string.
+	for _, f := range []string{p.CanaryID, p.Instance, p.Pipeline, strconv.FormatUint(p.Seq, 10)} {
+		fmt.Fprintf(m, "%d:%s;", len(f), f)
+	}
+	return m.Sum(nil)
+}
+
+// Encode signs p and marshals it to JSON.
+func (s *Signer) Encode(p Payload) ([]byte, error) {
+	p.Sig = hex.EncodeToString(s.mac(p))
+	return json.Marshal(p)
+}
+
+// Decode parses and verifies a message value. A value that is a JSON
+// string holding the payload is unwrapped first: Debezium's JSON converter
+// writes a text or jsonb payload column that way.
+func (s *Signer) Decode(value []byte) (Payload, error) {
+	value = bytes.TrimSpace(value)
+	if len(value) > 0 && value[0] == '"' {
+		var inner string
+		if err := json.Unmarshal(value, &inner); err != nil {
+			return Payload{}, fmt.Errorf("%w: %v", ErrNotCanary, err)
+		}
+		value = []byte(inner)
+	}
+	var p Payload
+	if err := json.Unmarshal(value, &p); err != nil {
+		return Payload{}, fmt.Errorf("%w: %v", ErrNotCanary, err)
+	}
+	if p.CanaryID == "" || p.Instance == "" || p.Pipeline == "" {
+		return Payload{}, fmt.Errorf("%w: missing canary id, instance or pipeline", ErrNotCanary)
+	}
+	got, err := hex.DecodeString(p.Sig)
+	if err != nil || !hmac.Equal(got, s.mac(p)) {
+		return Payload{}, ErrBadSignature
+	}
+	return p, nil
+}

@@ -1,0 +1,86 @@
+package prober
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+)
+
+func TestSignerRoundTripAndRejections(t *testing.T) {
+	signer, err := NewSigner([]byte("k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := NewSigner([]byte("k2"))
+	good := Payload{CanaryID: "c-1", Instance: "i-1", Pipeline: "orders", Seq: 7}
+	encoded, err := signer.Encode(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, _ := other.Encode(good)
+	tampered, _ := signer.Encode(good)
+	tampered = []byte(string(tampered[:len(tampered)-3]) + `0"}`)
+	seqChanged := []byte(`{"outbox_canary_id":"c-1","instance":"i-1","pipeline":"orders","seq":8,"sig":"` + mustSig(t, signer, good) + `"}`)
+
+	cases := []struct {
+		name    string
+		value   []byte
+		wantErr error
+	}{
+		{"a payload signed with our key decodes to what was sent", encoded, nil},
+		{"a payload wrapped in a JSON string, as Debezium writes it, decodes", []byte(strconv.Quote(string(encoded))), nil},
+		{"a payload signed with another key is a bad signature", forged, ErrBadSignature},
+		{"a payload whose signature was altered is a bad signature", tampered, ErrBadSignature},
+		{"a payload whose sequence was altered is a bad signature", seqChanged, ErrBadSignature},
+		{"a business event is not a canary", []byte(`{"type":"OrderPaid","orderId":"ord-1042"}`), ErrNotCanary},
+		{"garbage bytes are not a canary", []byte{0xff, 0x00, 0x13}, ErrNotCanary},
+		{"an empty value is not a canary", nil, ErrNotCanary},
+		{"a JSON array is not a canary", []byte(`[1,2]`), ErrNotCanary},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := signer.Decode(tc.value)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Decode error = %v, want %v", err, tc.wantErr)
+			}
+			if tc.wantErr == nil {
+				got.Sig = ""
+				if got != good {
+					t.Fatalf("Decode = %+v, want %+v", got, good)
+				}
+			}
+		})
+	}
+}
+
+func TestNewSignerRefusesAnEmptyKey(t *testing.T) {
+	if _, err := NewSigner(nil); err == nil {
+		t.Fatal("NewSigner(nil) succeeded; an empty key would let anyone forge canaries")
+	}
+}
+
+func mustSig(t *testing.T, s *Signer, p Payload) string {
+	t.Helper()
+	b, err := s.Encode(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoded, err := s.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decoded.Sig
+}
+
+func FuzzSignerDecode(f *testing.F) {
+	signer, _ := NewSigner([]byte("fuzz"))
+	seed, _ := signer.Encode(Payload{CanaryID: "a", Instance: "b", Pipeline: "c", Seq: 1})
+	f.Add(seed)
+	f.Add([]byte(`"{\"x\":1}"`))
+	f.Fuzz(func(t *testing.T, value []byte) {
+		p, err := signer.Decode(value)
+		if err == nil && p.CanaryID == "" {
+			t.Fatalf("accepted a payload without a canary id: %q", value)
+		}
+	})
+}

@@ -1,0 +1,63 @@
+// Package slo holds budgets, objectives and burn-rate math for outbox-canary.
+// It knows nothing of Kafka or SQL: the prober exports the metrics named
+// here, and alerts and dashboards read the same names, so the contract
+// between what is measured and what is alerted on lives in one place.
+package slo
+
+// Metric names exported by the prober. Labels: pipeline always; segment on
+// per-segment series; outcome on SLI events.
+const (
+	MetricBuildInfo = "outbox_canary_build_info"
+
+	// Canary lifecycle, per pipeline.
+	MetricCanariesSent          = "outbox_canary_canaries_sent_total"          // committed canary inserts
+	MetricCanaryInsertFailures  = "outbox_canary_canary_insert_failures_total" // inserts that failed (not SLI events)
+	MetricCanariesReceived      = "outbox_canary_canaries_received_total"      // first arrivals of our canaries
+	MetricCanariesLost          = "outbox_canary_canaries_lost_total"          // never arrived within lost_after
+	MetricCanariesDuplicate     = "outbox_canary_canaries_duplicate_total"     // second and later arrivals
+	MetricCanariesOutOfOrder    = "outbox_canary_canaries_out_of_order_total"  // arrived after a later canary of the same key
+	MetricMessagesSkipped       = "outbox_canary_messages_skipped_total"       // label reason: foreign_instance, malformed, bad_signature, unknown_canary
+	MetricCanariesInFlight      = "outbox_canary_canaries_in_flight"           // sent, not yet arrived nor lost
+	MetricLastSentTimestamp     = "outbox_canary_last_sent_timestamp_seconds"
+	MetricLastReceivedTimestamp = "outbox_canary_last_received_timestamp_seconds"
+	MetricLastSuccessTimestamp  = "outbox_canary_last_success_timestamp_seconds" // last canary good end to end
+
+	// Per segment.
+	MetricSegmentLatency = "outbox_canary_segment_latency_seconds" // histogram, label segment
+	MetricSLIEvents      = "outbox_canary_sli_events_total"        // labels segment, outcome=good|bad
+	MetricClockSkew      = "outbox_canary_clock_skew_suspected_total"
+	MetricSegmentBudget  = "outbox_canary_segment_budget_seconds" // gauge: the configured budget, for dashboards
+
+	// Clocks.
+	MetricDBClockOffset      = "outbox_canary_db_clock_offset_seconds"       // DB clock minus prober clock
+	MetricDBClockOffsetError = "outbox_canary_db_clock_offset_error_seconds" // half the best sample's RTT
+
+	// Watchers (database, relay, consumers).
+	MetricBacklogRows           = "outbox_canary_outbox_backlog_rows"
+	MetricOldestUnpublishedAge  = "outbox_canary_outbox_oldest_unpublished_age_seconds"
+	MetricWatchErrors           = "outbox_canary_watch_errors_total" // label watcher
+	MetricSlotRetainedWAL       = "outbox_canary_replication_slot_retained_wal_bytes"
+	MetricSlotUnconfirmedWAL    = "outbox_canary_replication_slot_unconfirmed_wal_bytes"
+	MetricSlotActive            = "outbox_canary_replication_slot_active"
+	MetricSlotWALStatus         = "outbox_canary_replication_slot_wal_status" // 1 for the current wal_status label
+	MetricSlotSafeWALSize       = "outbox_canary_replication_slot_safe_wal_size_bytes"
+	MetricOldestTransactionAge  = "outbox_canary_oldest_transaction_age_seconds"
+	MetricLongTransactions      = "outbox_canary_long_transactions"
+	MetricConsumerLagMessages   = "outbox_canary_consumer_group_lag_messages" // labels group, topic
+	MetricConsumerLagSeconds    = "outbox_canary_consumer_group_lag_seconds"
+	MetricConnectorRunning      = "outbox_canary_connector_running"        // label connector
+	MetricConnectorTaskFailures = "outbox_canary_connector_task_failed"    // label connector
+	MetricConnectorRestarts     = "outbox_canary_connector_restarts_total" // label connector
+)
+
+// Label names and values.
+const (
+	LabelPipeline = "pipeline"
+	LabelSegment  = "segment"
+	LabelOutcome  = "outcome"
+	LabelReason   = "reason"
+	LabelOwner    = "owner"
+
+	OutcomeGood = "good"
+	OutcomeBad  = "bad"
+)

@@ -1,0 +1,107 @@
+package slo
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+)
+
+// Model is the internal SLO model of a configuration: what rules and
+// dashboards are generated from. It is built once from the config.
+type Model struct {
+	Pipelines []Pipeline
+	Alerting  config.Alerting
+}
+
+// Pipeline is one pipeline's SLOs and the facts about its canaries that
+// rules need.
+type Pipeline struct {
+	Name string
+	// CanaryInterval is the (longest) interval between two canaries.
+	CanaryInterval time.Duration
+	// LostAfter is when an undelivered canary is declared lost.
+	LostAfter time.Duration
+	RelayKind string
+	// Segments lists every measured segment in pipeline order, budgeted
+	// or not.
+	Segments []string
+	SLOs     []SLO
+	Owners   map[string]string
+}
+
+// SLO is one objective: a pipeline's segment judged against its budget.
+type SLO struct {
+	// ID is unique per configuration: "<pipeline>-<segment>".
+	ID       string
+	Pipeline string
+	Segment  string
+	// Objective in percent, e.g. 99.9.
+	Objective float64
+	Window    time.Duration
+	// Budget is the latency a canary must beat on this segment to be good.
+	Budget time.Duration
+	Owner  string
+}
+
+// FromConfig builds the model of a validated configuration.
+func FromConfig(cfg *config.Config) (*Model, error) {
+	m := &Model{Alerting: cfg.Alerting}
+	for i := range cfg.Pipelines {
+		p := &cfg.Pipelines[i]
+		interval, err := canaryInterval(p.Canary.Schedule)
+		if err != nil {
+			return nil, fmt.Errorf("pipeline %q: canary.schedule: %w", p.Name, err)
+		}
+		mp := Pipeline{
+			Name:           p.Name,
+			CanaryInterval: interval,
+			LostAfter:      time.Duration(p.Canary.LostAfter),
+			RelayKind:      p.Relay.Kind,
+			Segments:       append([]string{config.SegmentInsertToCommit}, p.Segments()...),
+			Owners:         map[string]string{},
+		}
+		for _, seg := range p.BudgetedSegments() {
+			budget, _ := p.Budget(seg)
+			owner := p.Owner(seg)
+			mp.Owners[seg] = owner
+			mp.SLOs = append(mp.SLOs, SLO{
+				ID:        p.Name + "-" + seg,
+				Pipeline:  p.Name,
+				Segment:   seg,
+				Objective: p.SLO.Objective,
+				Window:    time.Duration(p.SLO.Window),
+				Budget:    budget,
+				Owner:     owner,
+			})
+		}
+		m.Pipelines = append(m.Pipelines, mp)
+	}
+	return m, nil
+}
+
+// canaryInterval is the longest gap between two consecutive firings of the
+// schedule over the next week: the pessimistic canary period.
+func canaryInterval(spec string) (time.Duration, error) {
+	sched, err := config.ParseSchedule(spec)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	prev := sched.Next(start)
+	var longest time.Duration
+	for i := 0; i < 10000 && prev.Sub(start) < 7*24*time.Hour; i++ {
+		next := sched.Next(prev)
+		if next.IsZero() {
+			break
+		}
+		if d := next.Sub(prev); d > longest {
+			longest = d
+		}
+		prev = next
+	}
+	if longest <= 0 {
+		return 0, fmt.Errorf("%q never fires twice", spec)
+	}
+	return longest, nil
+}
