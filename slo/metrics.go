@@ -27,6 +27,7 @@ const (
 	MetricSLIEvents      = "outbox_canary_sli_events_total"        // labels segment, outcome=good|bad
 	MetricClockSkew      = "outbox_canary_clock_skew_suspected_total"
 	MetricSegmentBudget  = "outbox_canary_segment_budget_seconds" // gauge: the configured budget, for dashboards
+	MetricStampsMissing  = "outbox_canary_stamps_missing_total"   // label stamp: arrivals without a configured stamp (their segments are not judged)
 
 	// Clocks.
 	MetricDBClockOffset      = "outbox_canary_db_clock_offset_seconds"       // DB clock minus prober clock

@@ -348,7 +348,9 @@ func (p *Pipeline) setDefaults() {
 		p.Relay.Kind = RelayPolling
 	}
 	if p.Relay.Kind == RelayPolling {
+		// Both seed schemas have these; the backlog watcher needs them.
 		setIfEmpty(&c.PublishedAt, "published_at")
+		setIfEmpty(&c.CreatedAt, "created_at")
 	}
 	if p.Relay.PublishedStamp == "" {
 		switch {

@@ -73,7 +73,7 @@ func TestAMinimalConfigGetsWorkingDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"the table is outbox", p.Outbox.Table, "outbox"},
-		{"the columns are seed schema A's", p.Outbox.Columns, Columns{ID: "id", Route: "aggregate_type", Key: "aggregate_id", Payload: "payload", PublishedAt: "published_at"}},
+		{"the columns are seed schema A's", p.Outbox.Columns, Columns{ID: "id", Route: "aggregate_type", Key: "aggregate_id", Payload: "payload", CreatedAt: "created_at", PublishedAt: "published_at"}},
 		{"the relay polls", p.Relay.Kind, RelayPolling},
 		{"the publish stamp is published_at", p.Relay.PublishedStamp, PublishedFromColumn},
 		{"the canary topic follows Debezium's routing", p.Kafka.Topic, "outbox.event.outbox-canary"},

@@ -1,0 +1,363 @@
+package prober
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/version"
+	"github.com/outbox-canary/outbox-canary/slo"
+)
+
+// Reasons a message read from the canary topic is skipped, the values of the
+// "reason" label of outbox_canary_messages_skipped_total. Every one is created
+// at zero per pipeline so a rate() over it never starts from absent.
+const (
+	ReasonForeignInstance = "foreign_instance" // a canary of another prober instance sharing the topic
+	ReasonMalformed       = "malformed"        // not a canary payload at all
+	ReasonBadSignature    = "bad_signature"    // a canary whose HMAC does not verify: a forgery or a key mismatch
+	ReasonUnknownCanary   = "unknown_canary"   // ours, but not in the tracker's state (see Tracker for when)
+	ReasonUnknownPipeline = "unknown_pipeline" // signed by us for a pipeline this instance does not run
+)
+
+// SkipReasons lists every skip reason, in the order the docs show them.
+var SkipReasons = []string{ReasonForeignInstance, ReasonMalformed, ReasonBadSignature, ReasonUnknownCanary, ReasonUnknownPipeline}
+
+// Label names used only by the prober's metrics; the shared ones (pipeline,
+// segment, outcome, reason) live in package slo.
+const (
+	labelVersion   = "version"
+	labelRevision  = "revision"
+	labelGoVersion = "goversion"
+	labelWatcher   = "watcher"
+	labelSlot      = "slot"
+	labelWALStatus = "wal_status"
+	labelGroup     = "group"
+	labelTopic     = "topic"
+	labelConnector = "connector"
+	labelStamp     = "stamp"
+)
+
+// Native histogram settings of the segment latency histogram: a 10% bucket
+// growth keeps the error of any quantile under 5%, and the cap plus the reset
+// bound the memory a long-running prober spends on a wide latency spread.
+const (
+	nativeBucketFactor    = 1.1
+	nativeMaxBuckets      = 160
+	nativeMinResetSeconds = time.Hour
+)
+
+// Metrics holds every metric the prober exports (names from package slo,
+// which alerts and dashboards read too). Fields are exported so the sender,
+// the consumer and the watchers set them directly; the tracker owns the SLI
+// and latency series. Every vector has the pipeline label first.
+type Metrics struct {
+	BuildInfo *prometheus.GaugeVec // version, revision, goversion; always 1
+
+	// Canary lifecycle, label pipeline.
+	CanariesSent         *prometheus.CounterVec
+	CanaryInsertFailures *prometheus.CounterVec
+	CanariesReceived     *prometheus.CounterVec
+	CanariesLost         *prometheus.CounterVec
+	CanariesDuplicate    *prometheus.CounterVec
+	CanariesOutOfOrder   *prometheus.CounterVec
+	MessagesSkipped      *prometheus.CounterVec // pipeline, reason (one of SkipReasons)
+	InFlight             *prometheus.GaugeVec
+	LastSent             *prometheus.GaugeVec // unix seconds
+	LastReceived         *prometheus.GaugeVec // unix seconds
+	LastSuccess          *prometheus.GaugeVec // unix seconds of the last canary good end to end
+
+	// Per segment, labels pipeline, segment (and outcome). SegmentLatency is
+	// keyed by pipeline because each pipeline has classic buckets derived
+	// from its own budgets; use ObserveLatency.
+	SegmentLatency map[string]*prometheus.HistogramVec
+	SLIEvents      *prometheus.CounterVec
+	ClockSkew      *prometheus.CounterVec
+	SegmentBudget  *prometheus.GaugeVec
+	StampsMissing  *prometheus.CounterVec // pipeline, stamp
+
+	// Clocks, label pipeline.
+	DBClockOffset      *prometheus.GaugeVec
+	DBClockOffsetError *prometheus.GaugeVec
+
+	// Watchers. Created empty: a series appears once its watcher has
+	// measured something, so a watcher that is not configured does not
+	// report a reassuring zero.
+	BacklogRows           *prometheus.GaugeVec   // pipeline
+	OldestUnpublishedAge  *prometheus.GaugeVec   // pipeline
+	WatchErrors           *prometheus.CounterVec // pipeline, watcher
+	SlotRetainedWAL       *prometheus.GaugeVec   // pipeline, slot
+	SlotUnconfirmedWAL    *prometheus.GaugeVec   // pipeline, slot
+	SlotActive            *prometheus.GaugeVec   // pipeline, slot
+	SlotWALStatus         *prometheus.GaugeVec   // pipeline, slot, wal_status
+	SlotSafeWALSize       *prometheus.GaugeVec   // pipeline, slot
+	OldestTransactionAge  *prometheus.GaugeVec   // pipeline
+	LongTransactions      *prometheus.GaugeVec   // pipeline
+	ConsumerLagMessages   *prometheus.GaugeVec   // pipeline, group, topic
+	ConsumerLagSeconds    *prometheus.GaugeVec   // pipeline, group, topic
+	ConnectorRunning      *prometheus.GaugeVec   // pipeline, connector
+	ConnectorTaskFailures *prometheus.GaugeVec   // pipeline, connector
+	ConnectorRestarts     *prometheus.CounterVec // pipeline, connector
+}
+
+// MetricInfo describes one exported metric family; docs/metrics.md is
+// generated from Catalogue, which is also what NewMetrics registers.
+type MetricInfo struct {
+	Name   string
+	Type   string // counter, gauge or histogram
+	Help   string
+	Labels []string
+}
+
+const (
+	typeCounter   = "counter"
+	typeGauge     = "gauge"
+	typeHistogram = "histogram"
+)
+
+var (
+	lp   = []string{slo.LabelPipeline}
+	lps  = []string{slo.LabelPipeline, slo.LabelSegment}
+	lpso = []string{slo.LabelPipeline, slo.LabelSegment, slo.LabelOutcome}
+)
+
+// catalogue is the single list of what the prober exports. Order is the
+// order of docs/metrics.md.
+var catalogue = []MetricInfo{
+	{slo.MetricBuildInfo, typeGauge, "Always 1; the labels say which build of outbox-canary is running.", []string{labelVersion, labelRevision, labelGoVersion}},
+
+	{slo.MetricCanariesSent, typeCounter, "Canary rows whose insert transaction committed.", lp},
+	{slo.MetricCanaryInsertFailures, typeCounter, "Canary inserts that failed; not SLI events (the pipeline was not exercised), watch them separately.", lp},
+	{slo.MetricCanariesReceived, typeCounter, "First arrivals of this instance's canaries on the canary topic, late ones included.", lp},
+	{slo.MetricCanariesLost, typeCounter, "Canaries that did not arrive within canary.lost_after of their commit.", lp},
+	{slo.MetricCanariesDuplicate, typeCounter, "Second and later arrivals of a canary (at-least-once delivery); never SLI events.", lp},
+	{slo.MetricCanariesOutOfOrder, typeCounter, "Canaries that arrived after a later canary of the same message key.", lp},
+	{slo.MetricMessagesSkipped, typeCounter, "Messages on the canary topic that were not counted as canaries, by reason.", []string{slo.LabelPipeline, slo.LabelReason}},
+	{slo.MetricCanariesInFlight, typeGauge, "Canaries sent that have neither arrived nor been declared lost.", lp},
+	{slo.MetricLastSentTimestamp, typeGauge, "Unix time of the last committed canary insert; 0 until the first.", lp},
+	{slo.MetricLastReceivedTimestamp, typeGauge, "Unix time of the last first arrival of a canary; 0 until the first.", lp},
+	{slo.MetricLastSuccessTimestamp, typeGauge, "Unix time of the last canary good end to end; 0 until the first.", lp},
+
+	{slo.MetricSegmentLatency, typeHistogram, "Latency of each segment of each arrived canary (late ones included); negative segments are not observed but counted as suspected clock skew. Classic buckets are fractions and multiples of the pipeline's budgets; native buckets too.", lps},
+	{slo.MetricSLIEvents, typeCounter, "One event per canary and budgeted segment, good if the segment ended within its budget, bad once its deadline passed without it.", lpso},
+	{slo.MetricClockSkew, typeCounter, "Segments measured negative: their stamps come from clocks that disagree by more than the segment lasted.", lps},
+	{slo.MetricSegmentBudget, typeGauge, "The configured latency budget of each budgeted segment.", lps},
+	{slo.MetricStampsMissing, typeCounter, "Canaries that arrived without a configured stamp (a relay header, the publish time); the segments next to it are not judged.", []string{slo.LabelPipeline, labelStamp}},
+
+	{slo.MetricDBClockOffset, typeGauge, "Estimated database clock minus prober clock, from the lowest round-trip sample.", lp},
+	{slo.MetricDBClockOffsetError, typeGauge, "Error bound of the database clock offset: half the round trip of the sample used.", lp},
+
+	{slo.MetricBacklogRows, typeGauge, "Outbox rows not yet published.", lp},
+	{slo.MetricOldestUnpublishedAge, typeGauge, "Age of the oldest unpublished outbox row; 0 when there is none.", lp},
+	{slo.MetricWatchErrors, typeCounter, "Failed watcher runs, by watcher.", []string{slo.LabelPipeline, labelWatcher}},
+	{slo.MetricSlotRetainedWAL, typeGauge, "WAL retained by the replication slot (current LSN minus restart_lsn).", []string{slo.LabelPipeline, labelSlot}},
+	{slo.MetricSlotUnconfirmedWAL, typeGauge, "WAL not yet confirmed by the slot's consumer (current LSN minus confirmed_flush_lsn).", []string{slo.LabelPipeline, labelSlot}},
+	{slo.MetricSlotActive, typeGauge, "1 if a consumer is attached to the replication slot, else 0.", []string{slo.LabelPipeline, labelSlot}},
+	{slo.MetricSlotWALStatus, typeGauge, "1 for the slot's current wal_status (reserved, extended, unreserved, lost), 0 for the others.", []string{slo.LabelPipeline, labelSlot, labelWALStatus}},
+	{slo.MetricSlotSafeWALSize, typeGauge, "WAL that can still be written before the slot is in danger of losing required WAL; absent when unlimited.", []string{slo.LabelPipeline, labelSlot}},
+	{slo.MetricOldestTransactionAge, typeGauge, "Age of the oldest open transaction in the database; its outbox rows stay invisible until it commits.", lp},
+	{slo.MetricLongTransactions, typeGauge, "Open transactions older than watch.long_transaction_threshold.", lp},
+	{slo.MetricConsumerLagMessages, typeGauge, "Messages a watched business consumer group has yet to consume, by group and topic.", []string{slo.LabelPipeline, labelGroup, labelTopic}},
+	{slo.MetricConsumerLagSeconds, typeGauge, "Age of the oldest message a watched consumer group has yet to consume, by group and topic.", []string{slo.LabelPipeline, labelGroup, labelTopic}},
+	{slo.MetricConnectorRunning, typeGauge, "1 if the Kafka Connect connector and all its tasks are RUNNING, else 0.", []string{slo.LabelPipeline, labelConnector}},
+	{slo.MetricConnectorTaskFailures, typeGauge, "Tasks of the Kafka Connect connector in state FAILED.", []string{slo.LabelPipeline, labelConnector}},
+	{slo.MetricConnectorRestarts, typeCounter, "Restarts of the connector or its tasks requested by outbox-canary.", []string{slo.LabelPipeline, labelConnector}},
+}
+
+// Catalogue returns a copy of the list of metric families the prober
+// exports, with their type, help and labels.
+func Catalogue() []MetricInfo {
+	out := make([]MetricInfo, len(catalogue))
+	for i, m := range catalogue {
+		m.Labels = slices.Clone(m.Labels)
+		out[i] = m
+	}
+	return out
+}
+
+func info(name string) MetricInfo {
+	for _, m := range catalogue {
+		if m.Name == name {
+			return m
+		}
+	}
+	// Unreachable: every name passed here is in the catalogue, which
+	// TestMetricsDoc checks against the registry.
+	return MetricInfo{Name: name, Help: name}
+}
+
+func counterVec(name string) *prometheus.CounterVec {
+	i := info(name)
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: i.Name, Help: i.Help}, i.Labels)
+}
+
+func gaugeVec(name string) *prometheus.GaugeVec {
+	i := info(name)
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: i.Name, Help: i.Help}, i.Labels)
+}
+
+// NewMetrics creates and registers the prober's metrics for the given
+// pipelines, creates the per-pipeline series at zero (every skip reason,
+// every budgeted segment and outcome) and sets the budget gauges.
+func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metrics, error) {
+	m := &Metrics{
+		BuildInfo:             gaugeVec(slo.MetricBuildInfo),
+		CanariesSent:          counterVec(slo.MetricCanariesSent),
+		CanaryInsertFailures:  counterVec(slo.MetricCanaryInsertFailures),
+		CanariesReceived:      counterVec(slo.MetricCanariesReceived),
+		CanariesLost:          counterVec(slo.MetricCanariesLost),
+		CanariesDuplicate:     counterVec(slo.MetricCanariesDuplicate),
+		CanariesOutOfOrder:    counterVec(slo.MetricCanariesOutOfOrder),
+		MessagesSkipped:       counterVec(slo.MetricMessagesSkipped),
+		InFlight:              gaugeVec(slo.MetricCanariesInFlight),
+		LastSent:              gaugeVec(slo.MetricLastSentTimestamp),
+		LastReceived:          gaugeVec(slo.MetricLastReceivedTimestamp),
+		LastSuccess:           gaugeVec(slo.MetricLastSuccessTimestamp),
+		SegmentLatency:        make(map[string]*prometheus.HistogramVec, len(pipelines)),
+		SLIEvents:             counterVec(slo.MetricSLIEvents),
+		ClockSkew:             counterVec(slo.MetricClockSkew),
+		SegmentBudget:         gaugeVec(slo.MetricSegmentBudget),
+		StampsMissing:         counterVec(slo.MetricStampsMissing),
+		DBClockOffset:         gaugeVec(slo.MetricDBClockOffset),
+		DBClockOffsetError:    gaugeVec(slo.MetricDBClockOffsetError),
+		BacklogRows:           gaugeVec(slo.MetricBacklogRows),
+		OldestUnpublishedAge:  gaugeVec(slo.MetricOldestUnpublishedAge),
+		WatchErrors:           counterVec(slo.MetricWatchErrors),
+		SlotRetainedWAL:       gaugeVec(slo.MetricSlotRetainedWAL),
+		SlotUnconfirmedWAL:    gaugeVec(slo.MetricSlotUnconfirmedWAL),
+		SlotActive:            gaugeVec(slo.MetricSlotActive),
+		SlotWALStatus:         gaugeVec(slo.MetricSlotWALStatus),
+		SlotSafeWALSize:       gaugeVec(slo.MetricSlotSafeWALSize),
+		OldestTransactionAge:  gaugeVec(slo.MetricOldestTransactionAge),
+		LongTransactions:      gaugeVec(slo.MetricLongTransactions),
+		ConsumerLagMessages:   gaugeVec(slo.MetricConsumerLagMessages),
+		ConsumerLagSeconds:    gaugeVec(slo.MetricConsumerLagSeconds),
+		ConnectorRunning:      gaugeVec(slo.MetricConnectorRunning),
+		ConnectorTaskFailures: gaugeVec(slo.MetricConnectorTaskFailures),
+		ConnectorRestarts:     counterVec(slo.MetricConnectorRestarts),
+	}
+	m.BuildInfo.WithLabelValues(version.Version, version.Revision, version.GoVersion()).Set(1)
+
+	collectors := []prometheus.Collector{
+		m.BuildInfo, m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived, m.CanariesLost,
+		m.CanariesDuplicate, m.CanariesOutOfOrder, m.MessagesSkipped, m.InFlight, m.LastSent,
+		m.LastReceived, m.LastSuccess, m.SLIEvents, m.ClockSkew, m.SegmentBudget, m.StampsMissing,
+		m.DBClockOffset, m.DBClockOffsetError, m.BacklogRows, m.OldestUnpublishedAge, m.WatchErrors,
+		m.SlotRetainedWAL, m.SlotUnconfirmedWAL, m.SlotActive, m.SlotWALStatus, m.SlotSafeWALSize,
+		m.OldestTransactionAge, m.LongTransactions, m.ConsumerLagMessages, m.ConsumerLagSeconds,
+		m.ConnectorRunning, m.ConnectorTaskFailures, m.ConnectorRestarts,
+	}
+
+	latency := info(slo.MetricSegmentLatency)
+	for i := range pipelines {
+		p := &pipelines[i]
+		if _, dup := m.SegmentLatency[p.Name]; dup {
+			return nil, fmt.Errorf("metrics: pipeline %q listed twice", p.Name)
+		}
+		// One histogram vector per pipeline, the pipeline as a constant
+		// label: the registry accepts several collectors of one family
+		// that differ in constant label values, and that is what lets
+		// each pipeline have buckets around its own budgets.
+		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:                            latency.Name,
+			Help:                            latency.Help,
+			ConstLabels:                     prometheus.Labels{slo.LabelPipeline: p.Name},
+			Buckets:                         LatencyBuckets(p),
+			NativeHistogramBucketFactor:     nativeBucketFactor,
+			NativeHistogramMaxBucketNumber:  nativeMaxBuckets,
+			NativeHistogramMinResetDuration: nativeMinResetSeconds,
+		}, []string{slo.LabelSegment})
+		m.SegmentLatency[p.Name] = h
+		collectors = append(collectors, h)
+	}
+
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+
+	for i := range pipelines {
+		m.initPipeline(&pipelines[i])
+	}
+	return m, nil
+}
+
+// initPipeline creates a pipeline's series at zero, so that rates and
+// ratios have a starting point and absent() means "not running", not
+// "nothing happened yet".
+func (m *Metrics) initPipeline(p *config.Pipeline) {
+	n := p.Name
+	for _, c := range []*prometheus.CounterVec{m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived,
+		m.CanariesLost, m.CanariesDuplicate, m.CanariesOutOfOrder} {
+		c.WithLabelValues(n)
+	}
+	for _, g := range []*prometheus.GaugeVec{m.InFlight, m.LastSent, m.LastReceived, m.LastSuccess} {
+		g.WithLabelValues(n)
+	}
+	for _, r := range SkipReasons {
+		m.MessagesSkipped.WithLabelValues(n, r)
+	}
+	for _, s := range p.Segments() {
+		m.SegmentLatency[n].WithLabelValues(s)
+		m.ClockSkew.WithLabelValues(n, s)
+	}
+	for _, s := range p.StampOrder() {
+		if s != config.StampCommit && s != config.StampConsume {
+			m.StampsMissing.WithLabelValues(n, s)
+		}
+	}
+	for _, s := range p.BudgetedSegments() {
+		b, _ := p.Budget(s)
+		m.SegmentBudget.WithLabelValues(n, s).Set(b.Seconds())
+		m.SLIEvents.WithLabelValues(n, s, slo.OutcomeGood)
+		m.SLIEvents.WithLabelValues(n, s, slo.OutcomeBad)
+	}
+	// insert_to_commit is observed at Sent even without a budget.
+	m.SegmentLatency[n].WithLabelValues(config.SegmentInsertToCommit)
+	m.ClockSkew.WithLabelValues(n, config.SegmentInsertToCommit)
+}
+
+// ObserveLatency records a segment's duration in the pipeline's histogram.
+// Unknown pipelines are ignored: the tracker only exists for configured ones.
+func (m *Metrics) ObserveLatency(pipeline, segment string, d time.Duration) {
+	if h, ok := m.SegmentLatency[pipeline]; ok {
+		h.WithLabelValues(segment).Observe(d.Seconds())
+	}
+}
+
+// latencyMultipliers are the fractions and multiples of each budget that
+// become classic bucket bounds, as num/den so the bounds are computed in
+// integer nanoseconds (3s * 0.1 would print as 0.30000000000000004).
+var latencyMultipliers = [][2]int64{
+	{1, 10}, {1, 4}, {1, 2}, {3, 4}, {1, 1}, {3, 2}, {2, 1}, {5, 1}, {10, 1},
+}
+
+// LatencyBuckets returns the classic histogram bounds of a pipeline: 0.1x to
+// 10x of every budget, merged, sorted and deduplicated. Every budget is
+// itself a bound, so the fraction of canaries within budget can be read
+// from the histogram exactly.
+func LatencyBuckets(p *config.Pipeline) []float64 {
+	var ns []int64
+	for _, s := range p.BudgetedSegments() {
+		b, _ := p.Budget(s)
+		for _, f := range latencyMultipliers {
+			ns = append(ns, int64(b)*f[0]/f[1])
+		}
+	}
+	if len(ns) == 0 {
+		return prometheus.DefBuckets
+	}
+	slices.Sort(ns)
+	ns = slices.Compact(ns)
+	out := make([]float64, 0, len(ns))
+	for _, v := range ns {
+		if v > 0 {
+			out = append(out, time.Duration(v).Seconds())
+		}
+	}
+	return out
+}
