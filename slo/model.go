@@ -2,6 +2,7 @@ package slo
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
@@ -27,7 +28,37 @@ type Pipeline struct {
 	// or not.
 	Segments []string
 	SLOs     []SLO
-	Owners   map[string]string
+	// Owners maps every segment of Segments to its owner (the segment's
+	// own, or the pipeline's default).
+	Owners map[string]string
+	// DefaultOwner owns what cannot be blamed on one segment.
+	DefaultOwner string
+}
+
+// Owner returns the owner of a segment, or the default owner.
+func (p Pipeline) Owner(segment string) string {
+	if o, ok := p.Owners[segment]; ok {
+		return o
+	}
+	return p.DefaultOwner
+}
+
+// RelaySegments lists the segments between commit and publish (one, or
+// more when extra stamps split it): the relay's part of the pipeline.
+func (p Pipeline) RelaySegments() []string {
+	var out []string
+	in := false
+	for _, s := range p.Segments {
+		in = in || strings.HasPrefix(s, config.StampCommit+"_to_")
+		if !in {
+			continue
+		}
+		out = append(out, s)
+		if strings.HasSuffix(s, "_to_"+config.StampPublish) {
+			break
+		}
+	}
+	return out
 }
 
 // SLO is one objective: a pipeline's segment judged against its budget.
@@ -42,11 +73,22 @@ type SLO struct {
 	// Budget is the latency a canary must beat on this segment to be good.
 	Budget time.Duration
 	Owner  string
+	// Burn lists the multiwindow burn-rate alerts, factors already derived
+	// for Window.
+	Burn []BurnAlert
 }
 
-// FromConfig builds the model of a validated configuration.
+// FromConfig builds the model of a validated configuration. The burn
+// windows are alerting.burn_windows when set, the SRE Workbook's otherwise.
 func FromConfig(cfg *config.Config) (*Model, error) {
 	m := &Model{Alerting: cfg.Alerting}
+	windows := cfg.Alerting.BurnWindows
+	if len(windows) == 0 {
+		var err error
+		if windows, err = DefaultBurnWindows(); err != nil {
+			return nil, err
+		}
+	}
 	for i := range cfg.Pipelines {
 		p := &cfg.Pipelines[i]
 		interval, err := canaryInterval(p.Canary.Schedule)
@@ -60,11 +102,18 @@ func FromConfig(cfg *config.Config) (*Model, error) {
 			RelayKind:      p.Relay.Kind,
 			Segments:       append([]string{config.SegmentInsertToCommit}, p.Segments()...),
 			Owners:         map[string]string{},
+			DefaultOwner:   p.Owner("default"),
+		}
+		for _, seg := range mp.Segments {
+			mp.Owners[seg] = p.Owner(seg)
+		}
+		burn, err := burnAlerts(windows, time.Duration(p.SLO.Window))
+		if err != nil {
+			return nil, fmt.Errorf("pipeline %q: slo.window: %w", p.Name, err)
 		}
 		for _, seg := range p.BudgetedSegments() {
 			budget, _ := p.Budget(seg)
 			owner := p.Owner(seg)
-			mp.Owners[seg] = owner
 			mp.SLOs = append(mp.SLOs, SLO{
 				ID:        p.Name + "-" + seg,
 				Pipeline:  p.Name,
@@ -73,6 +122,7 @@ func FromConfig(cfg *config.Config) (*Model, error) {
 				Window:    time.Duration(p.SLO.Window),
 				Budget:    budget,
 				Owner:     owner,
+				Burn:      burn,
 			})
 		}
 		m.Pipelines = append(m.Pipelines, mp)

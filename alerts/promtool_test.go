@@ -1,0 +1,266 @@
+package alerts_test
+
+// These tests prove the generated rules with promtool: `promtool check
+// rules` on every generated file, and `promtool test rules` on the
+// scenarios in testdata/scenarios (each a subtest named after its file;
+// run with -v to see promtool's own output). They need promtool (Debian's
+// prometheus package, installed by deploy/local/stack.sh): without it they
+// skip, except in CI (CI set), where they fail.
+
+import (
+	"bytes"
+	"math/big"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/outbox-canary/outbox-canary/alerts"
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/slo"
+)
+
+const (
+	exampleConfig = "../examples/outbox-canary.yml"
+	testConfig    = "testdata/test-config.yml"
+	scenarioDir   = "testdata/scenarios"
+	// labelsOnlyRules is the rule file most scenarios load: the generated
+	// rules without annotations, because promtool compares annotations
+	// exactly and the scenarios are about which alert fires for whom.
+	// testdata/scenarios/g-annotations.yml loads the full file.
+	labelsOnlyRules = "labels-only.rules.yml"
+	fullRules       = "rules.yml"
+)
+
+// promtool finds the promtool binary or skips (fails in CI).
+func promtool(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("PROMTOOL"); p != "" {
+		return p
+	}
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("promtool not found in CI: %v (deploy/local/stack.sh installs it)", err)
+		}
+		t.Skipf("promtool not found (%v): install Debian's prometheus package or run deploy/local/stack.sh up", err)
+	}
+	return p
+}
+
+func loadModel(t *testing.T, path string) (*config.Config, *slo.Model) {
+	t.Helper()
+	cfg, err := config.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := slo.FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, m
+}
+
+// writeRules generates the rules of a model into dir: the full rule file,
+// the labels-only one, and the PrometheusRule. It returns their paths.
+func writeRules(t *testing.T, dir string, cfg *config.Config, m *slo.Model) []string {
+	t.Helper()
+	rf, err := alerts.Generate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stripped := alerts.RuleFile{}
+	for _, g := range rf.Groups {
+		g2 := alerts.Group{Name: g.Name}
+		for _, r := range g.Rules {
+			r.Annotations = nil
+			g2.Rules = append(g2.Rules, r)
+		}
+		stripped.Groups = append(stripped.Groups, g2)
+	}
+	var paths []string
+	for _, f := range []struct {
+		name, format string
+		rf           *alerts.RuleFile
+	}{
+		{fullRules, alerts.FormatRules, rf},
+		{labelsOnlyRules, alerts.FormatRules, &stripped},
+		{"prometheusrule.yml", alerts.FormatPrometheusRule, rf},
+	} {
+		data, err := alerts.Marshal(f.rf, f.format, cfg.Alerting.Labels)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	return paths
+}
+
+// extractSpec writes the spec of a generated PrometheusRule as a plain
+// rule file, for promtool.
+func extractSpec(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pr alerts.PrometheusRule
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&pr); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if pr.APIVersion != "monitoring.coreos.com/v1" || pr.Kind != "PrometheusRule" || len(pr.Spec.Groups) == 0 {
+		t.Fatalf("%s: not a PrometheusRule with groups: %s %s, %d groups", path, pr.APIVersion, pr.Kind, len(pr.Spec.Groups))
+	}
+	out, err := yaml.Marshal(pr.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := strings.TrimSuffix(path, ".yml") + ".spec.yml"
+	if err := os.WriteFile(spec, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+func runPromtool(t *testing.T, bin string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func TestGeneratedRulesPassPromtoolCheck(t *testing.T) {
+	bin := promtool(t)
+	for _, tc := range []struct{ name, config string }{
+		{"the example configuration's rules are valid", exampleConfig},
+		{"the test configuration's rules, with a log-capture pipeline, are valid", testConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, m := loadModel(t, tc.config)
+			paths := writeRules(t, t.TempDir(), cfg, m)
+			files := []string{paths[0], paths[1], extractSpec(t, paths[2])}
+			for _, f := range files {
+				out, err := runPromtool(t, bin, "check", "rules", f)
+				t.Logf("promtool check rules %s:\n%s", filepath.Base(f), out)
+				if err != nil {
+					t.Errorf("promtool check rules %s: %v", filepath.Base(f), err)
+				}
+			}
+		})
+	}
+}
+
+// scenarios lists the promtool test files; the file name is the scenario.
+func scenarios(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(scenarioDir, "*.yml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios in %s: %v", scenarioDir, err)
+	}
+	return files
+}
+
+// runScenario copies a scenario next to the generated rules (promtool
+// resolves rule_files relative to the test file) and runs it.
+func runScenario(t *testing.T, bin, rulesDir, scenario string) (string, error) {
+	t.Helper()
+	data, err := os.ReadFile(scenario)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(rulesDir, filepath.Base(scenario))
+	if err := os.WriteFile(dst, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return runPromtool(t, bin, "test", "rules", dst)
+}
+
+func TestScenariosWithPromtool(t *testing.T) {
+	bin := promtool(t)
+	cfg, m := loadModel(t, testConfig)
+	dir := t.TempDir()
+	writeRules(t, dir, cfg, m)
+	for _, sc := range scenarios(t) {
+		name := strings.TrimSuffix(filepath.Base(sc), ".yml")
+		t.Run(name, func(t *testing.T) {
+			out, err := runScenario(t, bin, dir, sc)
+			t.Logf("promtool test rules %s:\n%s", filepath.Base(sc), out)
+			if err != nil {
+				t.Errorf("scenario %s failed: %v", name, err)
+			}
+		})
+	}
+}
+
+// TestScenariosCatchWrongThresholds mutates the generated thresholds and
+// windows and requires the scenarios to fail: they would not notice a
+// broken generator otherwise.
+func TestScenariosCatchWrongThresholds(t *testing.T) {
+	bin := promtool(t)
+	for _, tc := range []struct {
+		name string
+		// mutate changes every burn alert of the model.
+		mutate func(a *slo.BurnAlert)
+		// mustFail are scenarios that must catch the mutation.
+		mustFail []string
+	}{
+		{
+			name:     "burn factors ten times too high miss the stall page and the slow-burn ticket",
+			mutate:   func(a *slo.BurnAlert) { a.Factor = new(big.Rat).Mul(a.Factor, big.NewRat(10, 1)) },
+			mustFail: []string{"b-relay-stalls", "d-slow-burn-ticket"},
+		},
+		{
+			name:     "burn factors ten times too low page on a slow burn",
+			mutate:   func(a *slo.BurnAlert) { a.Factor = new(big.Rat).Quo(a.Factor, big.NewRat(10, 1)) },
+			mustFail: []string{"d-slow-burn-ticket"},
+		},
+		{
+			name:     "long windows ten times too long page late",
+			mutate:   func(a *slo.BurnAlert) { a.Long *= 10 },
+			mustFail: []string{"b-relay-stalls"},
+		},
+		{
+			name:     "short windows swapped for the long ones resolve late",
+			mutate:   func(a *slo.BurnAlert) { a.Short = a.Long },
+			mustFail: []string{"f-recovery"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, m := loadModel(t, testConfig)
+			for i := range m.Pipelines {
+				for j := range m.Pipelines[i].SLOs {
+					burn := m.Pipelines[i].SLOs[j].Burn
+					mutated := make([]slo.BurnAlert, len(burn))
+					for k, a := range burn {
+						tc.mutate(&a)
+						mutated[k] = a
+					}
+					m.Pipelines[i].SLOs[j].Burn = mutated
+				}
+			}
+			dir := t.TempDir()
+			writeRules(t, dir, cfg, m)
+			for _, name := range tc.mustFail {
+				out, err := runScenario(t, bin, dir, filepath.Join(scenarioDir, name+".yml"))
+				if err == nil {
+					t.Errorf("scenario %s passed with mutated rules; it must fail:\n%s", name, out)
+					continue
+				}
+				if !strings.Contains(out, "FAILED") {
+					t.Errorf("scenario %s did not fail on an expectation (%v):\n%s", name, err, out)
+				}
+			}
+		})
+	}
+}

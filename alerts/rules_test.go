@@ -1,0 +1,78 @@
+package alerts_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/outbox-canary/outbox-canary/alerts"
+)
+
+func TestGeneratedRules(t *testing.T) {
+	cfg, m := loadModel(t, exampleConfig)
+	rf, err := alerts.Generate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := alerts.Marshal(rf, alerts.FormatRules, cfg.Alerting.Labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	t.Run("thresholds are PromQL expressions, never floats with noise", func(t *testing.T) {
+		if noise := regexp.MustCompile(`\d\.\d{7,}`).FindString(text); noise != "" {
+			t.Errorf("float noise in the rules: %s", noise)
+		}
+		for _, want := range []string{"> (14.4 * (1 - 0.999))", "> (13.44 * (1 - 0.995))", "> ((14 / 15) * (1 - 0.995))"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("rules lack %q", want)
+			}
+		}
+	})
+	t.Run("the 28d pipeline records its period under Sloth's name for 28d", func(t *testing.T) {
+		if !strings.Contains(text, "record: slo:sli_error:ratio_rate4w") || !strings.Contains(text, "expr: vector(28)") {
+			t.Error("no slo:sli_error:ratio_rate4w or slo:time_period:days of 28 for the 28d pipeline")
+		}
+	})
+	t.Run("every rule carries the configured labels", func(t *testing.T) {
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				if r.Labels["team"] != "platform" {
+					t.Errorf("group %s rule %s%s: no team=platform label", g.Name, r.Record, r.Alert)
+				}
+			}
+		}
+	})
+	t.Run("burn alerts route by severity, pipeline, segment and owner", func(t *testing.T) {
+		found := false
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				if r.Alert != alerts.AlertErrorBudgetBurn || r.Labels["segment"] != "publish_to_consume" || r.Labels["pipeline"] != "payments" {
+					continue
+				}
+				found = true
+				if r.Labels["owner"] != "team-kafka" || (r.Labels["severity"] != "page" && r.Labels["severity"] != "ticket") {
+					t.Errorf("payments publish_to_consume burn alert labels: %v", r.Labels)
+				}
+			}
+		}
+		if !found {
+			t.Error("no burn alert for payments publish_to_consume")
+		}
+	})
+	t.Run("a polling pipeline gets backlog alerts and no slot alerts", func(t *testing.T) {
+		if strings.Contains(text, alerts.AlertSlotInactive) {
+			t.Error("slot alerts generated for polling pipelines")
+		}
+		if !strings.Contains(text, alerts.AlertBacklogGrowing) {
+			t.Error("no backlog alert")
+		}
+	})
+}
+
+func TestMarshalRejectsAnUnknownFormat(t *testing.T) {
+	_, err := alerts.Marshal(&alerts.RuleFile{}, "jsonnet", nil)
+	if err == nil || !strings.Contains(err.Error(), `format "jsonnet"`) {
+		t.Fatalf("error = %v, want one naming the format", err)
+	}
+}

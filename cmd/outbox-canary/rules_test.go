@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRulesCommand(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		golden  string // file the output must equal
+		wantErr string
+	}{
+		{
+			name:   "the plain format written to --out equals the checked-in example",
+			args:   []string{"--format", "rules"},
+			golden: "../../examples/rules/outbox-canary.rules.yml",
+		},
+		{
+			name:   "the prometheusrule format equals the checked-in example",
+			args:   []string{"--format", "prometheusrule"},
+			golden: "../../examples/rules/outbox-canary.prometheusrule.yml",
+		},
+		{
+			name:    "an unknown format is an error naming the formats",
+			args:    []string{"--format", "json"},
+			wantErr: `format "json": must be "rules" or "prometheusrule"`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "sub", "rules.yml")
+			args := append([]string{"rules", "--config", "../../examples/outbox-canary.yml", "--out", out}, tc.args...)
+			var stdout, stderr bytes.Buffer
+			err := Run(context.Background(), args, &stdout, &stderr)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("rules: %v\n%s", err, stderr.String())
+			}
+			got, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := os.ReadFile(tc.golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("output differs from %s: run make generate", tc.golden)
+			}
+			if !strings.Contains(stderr.String(), "warning: pipeline \"orders\"") {
+				t.Errorf("stderr lacks the canary rate warning for orders:\n%s", stderr.String())
+			}
+		})
+	}
+}
+
+func TestRulesCommandRequiresConfig(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := Run(context.Background(), []string{"rules"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "--config is required") {
+		t.Fatalf("error = %v, want --config is required", err)
+	}
+}
