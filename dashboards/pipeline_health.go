@@ -1,0 +1,157 @@
+package dashboards
+
+import (
+	"time"
+
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/slo"
+)
+
+// Label names of the watcher metrics that only this dashboard reads.
+const (
+	labelSlot      = "slot"
+	labelWALStatus = "wal_status"
+	labelGroup     = "group"
+	labelTopic     = "topic"
+	labelConnector = "connector"
+	labelWatcher   = "watcher"
+)
+
+// pipelineHealth follows the runbook's order, database to consumer: is
+// the outbox draining, is a transaction hiding rows, is the replication
+// slot keeping up (CDC), is the connector running (CDC), are the business
+// consumers keeping up, and can the database's clock be trusted.
+// Sections that only CDC relays feed start collapsed when no pipeline of
+// the configuration uses one.
+func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
+	b := newDashboard(m, UIDPipelineHealth, "outbox-canary / pipeline health",
+		"Backlog, transactions, replication slot, Kafka Connect, consumer lag and clocks of a pipeline, in runbook order.",
+		"now-6h")
+
+	cdc := false
+	for _, p := range m.Pipelines {
+		cdc = cdc || p.RelayKind == config.RelayCDC
+	}
+	a := m.Alerting
+
+	sections := []section{
+		{title: "Outbox backlog", cells: []cell{
+			{timeSeries("Unpublished rows",
+				"Outbox rows the relay has not published yet. A quiet pipeline stays near zero; a stalled relay makes it grow.",
+				"short",
+				query(sumBy(sel(slo.MetricBacklogRows)), "rows")).
+				Min(0), 8, 8},
+			{alertLine(timeSeries("Oldest unpublished row",
+				"Age of the oldest unpublished row (a partial index keeps this cheap). The dashed line is where the backlog age alert fires.",
+				"s",
+				query(sumBy(sel(slo.MetricOldestUnpublishedAge)), "age")), time.Duration(a.OldestUnpublishedAge)), 8, 8},
+			{timeSeries("Backlog growth",
+				"Rows per second the backlog grows by; sustained growth over "+slo.PromDuration(time.Duration(a.BacklogGrowthFor))+" alerts.",
+				"short",
+				query("deriv("+sumBy(sel(slo.MetricBacklogRows))+"[$__rate_interval:])", "rows/s")), 8, 8},
+		}},
+		{title: "Open transactions", cells: []cell{
+			{alertLine(timeSeries("Oldest open transaction",
+				"Age of the oldest open transaction in the database: the outbox rows it wrote stay invisible to the relay until it commits. The dashed line is where the long transaction alert fires.",
+				"s",
+				query(sumBy(sel(slo.MetricOldestTransactionAge)), "age")), time.Duration(a.LongTransactionAge)), 12, 8},
+			{timeSeries("Long transactions",
+				"Open transactions older than watch.long_transaction_threshold.",
+				"short",
+				query(sumBy(sel(slo.MetricLongTransactions)), "transactions")).
+				Min(0).Decimals(0), 12, 8},
+		}},
+		{title: "Replication slot (CDC relays)", collapsed: !cdc, cells: []cell{
+			{statPanel("Slot active",
+				"Whether a consumer (the connector) is attached to the replication slot. An inactive slot retains WAL until the disk fills.",
+				"short",
+				instant(sumBy(sel(slo.MetricSlotActive), labelSlot), "{{slot}}")).
+				ColorMode(common.BigValueColorModeBackground).
+				Mappings(stateMapping("inactive", "active", "red", "green")), 4, 8},
+			{statPanel("WAL status",
+				"The slot's wal_status: reserved and extended are fine, unreserved means WAL is about to be removed, lost means the slot is broken and the connector must be re-snapshotted.",
+				"short",
+				instant(sumBy(sel(slo.MetricSlotWALStatus)+" == 1", labelSlot, labelWALStatus), "{{slot}}: {{wal_status}}")).
+				TextMode(common.BigValueTextModeName).
+				ColorMode(common.BigValueColorModeBackground).
+				OverrideByRegexp(".*: reserved", []dashboard.DynamicConfigValue{fixedColor("green")}).
+				OverrideByRegexp(".*: extended", []dashboard.DynamicConfigValue{fixedColor("yellow")}).
+				OverrideByRegexp(".*: unreserved", []dashboard.DynamicConfigValue{fixedColor("orange")}).
+				OverrideByRegexp(".*: lost", []dashboard.DynamicConfigValue{fixedColor("red")}), 4, 8},
+			{timeSeries("Slot WAL",
+				"WAL the slot retains (from restart_lsn), WAL its consumer has not confirmed (from confirmed_flush_lsn), and WAL that can still be written before the slot is in danger (absent when max_slot_wal_keep_size is unlimited).",
+				"bytes",
+				query(sumBy(sel(slo.MetricSlotRetainedWAL), labelSlot), "{{slot}} retained"),
+				query(sumBy(sel(slo.MetricSlotUnconfirmedWAL), labelSlot), "{{slot}} unconfirmed"),
+				query(sumBy(sel(slo.MetricSlotSafeWALSize), labelSlot), "{{slot}} safe size")).
+				Min(0), 16, 8},
+		}},
+		{title: "Kafka Connect (CDC relays)", collapsed: !cdc, cells: []cell{
+			{statPanel("Connector",
+				"Whether the connector and all its tasks are RUNNING.",
+				"short",
+				instant(sumBy(sel(slo.MetricConnectorRunning), labelConnector), "{{connector}}")).
+				ColorMode(common.BigValueColorModeBackground).
+				Mappings(stateMapping("not running", "running", "red", "green")), 6, 8},
+			{timeSeries("Failed tasks",
+				"Tasks of the connector in state FAILED.",
+				"short",
+				query(sumBy(sel(slo.MetricConnectorTaskFailures), labelConnector), "{{connector}}")).
+				Min(0).Decimals(0), 9, 8},
+			{timeSeries("Restarts requested",
+				"Restarts of the connector or its tasks that outbox-canary requested.",
+				"short",
+				query(sumBy("increase("+sel(slo.MetricConnectorRestarts)+"[$__rate_interval])", labelConnector), "{{connector}}")).
+				Min(0), 9, 8},
+		}},
+		{title: "Business consumers", cells: []cell{
+			{timeSeries("Consumer lag (messages)",
+				"Messages each watched consumer group (watch.consumer_groups) has yet to consume.",
+				"short",
+				query(sumBy(sel(slo.MetricConsumerLagMessages), labelGroup, labelTopic), "{{group}} on {{topic}}")).
+				Min(0), 12, 8},
+			{timeSeries("Consumer lag (time)",
+				"Age of the oldest message each watched consumer group has yet to consume.",
+				"s",
+				query(sumBy(sel(slo.MetricConsumerLagSeconds), labelGroup, labelTopic), "{{group}} on {{topic}}")).
+				Min(0), 12, 8},
+		}},
+		{title: "Clocks and watchers", cells: []cell{
+			{timeSeries("Database clock offset",
+				"Database clock minus prober clock, with its error bound (half the round trip of the best sample). Stamps taken by the database are corrected by it.",
+				"s",
+				query(sumBy(sel(slo.MetricDBClockOffset)), "offset"),
+				query(sumBy(sel(slo.MetricDBClockOffset))+" - "+sumBy(sel(slo.MetricDBClockOffsetError)), "lower bound"),
+				query(sumBy(sel(slo.MetricDBClockOffset))+" + "+sumBy(sel(slo.MetricDBClockOffsetError)), "upper bound")).
+				OverrideByQuery("B", dottedGrey()).
+				OverrideByQuery("C", dottedGrey()), 12, 8},
+			{timeSeries("Watcher errors",
+				"Failed runs of each watcher: its panels above may be stale or empty while it fails.",
+				"cps",
+				query(sumBy(rate(sel(slo.MetricWatchErrors)), labelWatcher), "{{watcher}}")), 12, 8},
+		}},
+	}
+	return finish(b, sections)
+}
+
+// alertLine draws a dashed red line where an alert fires on the panel's
+// series, a duration converted to the panel's seconds.
+func alertLine(p *timeseries.PanelBuilder, threshold time.Duration) *timeseries.PanelBuilder {
+	return p.
+		Min(0).
+		Thresholds(thresholds(step{nil, "green"}, step{at(threshold.Seconds()), "red"})).
+		ThresholdsStyle(common.NewGraphThresholdsStyleConfigBuilder().Mode(common.GraphThresholdsStyleModeDashed))
+}
+
+// dottedGrey draws a bound, not a measurement.
+func dottedGrey() []dashboard.DynamicConfigValue {
+	return []dashboard.DynamicConfigValue{
+		fixedColor("text"),
+		{Id: "custom.lineStyle", Value: map[string]any{"fill": "dot", "dash": []int{0, 10}}},
+		{Id: "custom.fillOpacity", Value: 0},
+	}
+}
