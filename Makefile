@@ -21,9 +21,12 @@ build: ## build bin/outbox-canary and bin/outbox-relay
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/outbox-relay ./cmd/outbox-relay
 
 .PHONY: test
+# Tests named TestDisruptive* stop or restart the shared servers, so they run
+# after the others, one package at a time.
 test: stack-up ## start the local stack (installing what it needs) and run every test on it
 	$(GO) vet ./...
-	CI=$${CI:-} $(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 15m -skip 'TestDisruptive' ./...
+	$(GO) test -count=1 -timeout 10m -p 1 -run 'TestDisruptive' ./...
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no servers (integration tests skip)

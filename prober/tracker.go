@@ -42,7 +42,11 @@ import (
 //   - Latencies are observed once per segment, when both stamps are known,
 //     late arrivals included; a segment already judged is not counted again.
 //   - A negative segment (stamps from disagreeing clocks) is counted as
-//     suspected skew, not observed in the histogram and not clamped. Its SLI
+//     suspected skew, not observed in the histogram and not clamped. A
+//     negative within relay.skew_tolerance is measurement noise, not skew:
+//     it is observed as measured (negative) and not flagged. A polling relay
+//     writes published_at after the broker's ack, so its consumer often
+//     reads the record a millisecond before published_at. Its SLI
 //     outcome is good: whatever the skew, the stamps do not show the budget
 //     being exceeded, and end_to_end (one clock, exact) still catches delay.
 //
@@ -157,6 +161,10 @@ type TrackerOptions struct {
 	Metrics  *Metrics
 	Now      func() time.Time
 	Logger   *slog.Logger
+	// OnDone, optional, is called once per canary when it is final (arrived
+	// and judged, or lost), outside the tracker's lock: the demo prints a
+	// line per canary from it.
+	OnDone func(Report)
 	// StatePath is the file for the persisted state; "" keeps it in memory
 	// only (tests, and `check`, which must not disturb the service's file).
 	StatePath string
@@ -189,6 +197,7 @@ type Tracker struct {
 	path     string
 	lookup   func(ctx context.Context, c Canary) (map[string]time.Time, error)
 	lost     time.Duration
+	skewTol  time.Duration // negatives within it are noise, not skew
 	forget   time.Duration // how long resolved canaries are kept for duplicates
 
 	mu       sync.Mutex
@@ -197,6 +206,7 @@ type Tracker struct {
 	next     map[int]int64
 	dirty    bool // state changed since the last write (offsets from Skipped)
 	waiters  map[string][]chan Report
+	onDone   func(Report)
 }
 
 // NewTracker creates the tracker of one pipeline and loads its state file
@@ -217,6 +227,8 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 	}
 	t := &Tracker{
 		p:        opts.Pipeline,
+		onDone:   opts.OnDone,
+		skewTol:  time.Duration(opts.Pipeline.Relay.SkewTolerance),
 		plan:     planSegments(opts.Pipeline),
 		instance: opts.Instance,
 		m:        opts.Metrics,
@@ -465,7 +477,7 @@ func (t *Tracker) finalize(r *canaryState, fx *effects) {
 		t.log.Warn("canary arrived without a configured stamp; its segments are not judged", "canary", r.ID, "stamp", s)
 		fx.add(func() { t.m.StampsMissing.WithLabelValues(name, s).Inc() })
 	}
-	t.notify(r)
+	t.notify(r, fx)
 }
 
 // resolve observes a segment whose stamps are both known and, if count and
@@ -517,13 +529,16 @@ func (t *Tracker) observe(r *canaryState, s segment, d time.Duration, fx *effect
 	}
 	st.Observed = true
 	name := t.p.Name
-	if d < 0 {
+	if t.isSkew(d) {
 		t.log.Warn("negative segment: clock skew suspected", "canary", r.ID, "segment", s.name, "duration", d)
 		fx.add(func() { t.m.ClockSkew.WithLabelValues(name, s.name).Inc() })
 		return
 	}
 	fx.add(func() { t.m.ObserveLatency(name, s.name, d) })
 }
+
+// isSkew reports whether a segment is negative beyond the tolerance.
+func (t *Tracker) isSkew(d time.Duration) bool { return d < -t.skewTol }
 
 func (t *Tracker) result(r *canaryState, s segment) SegmentResult {
 	res := SegmentResult{Segment: s.name, Budget: s.budget, Budgeted: s.budgeted}
@@ -533,7 +548,8 @@ func (t *Tracker) result(r *canaryState, s segment) SegmentResult {
 	}
 	to, okT := r.Stamps[s.to]
 	if okF && okT {
-		res.Measured, res.Duration, res.Skew = true, to.Sub(from), to.Before(from)
+		res.Measured, res.Duration = true, to.Sub(from)
+		res.Skew = t.isSkew(res.Duration)
 	}
 	res.Outcome = r.segment(s.name).Outcome
 	return res
@@ -695,7 +711,7 @@ func (t *Tracker) Sweep(ctx context.Context) {
 			changed = true
 			t.log.Warn("canary lost", "canary", r.ID, "seq", r.Seq, "lost_after", t.lost)
 			fx.add(func() { t.m.CanariesLost.WithLabelValues(name).Inc() })
-			t.notify(r)
+			t.notify(r, &fx)
 		}
 	}
 	if !changed {
@@ -810,7 +826,11 @@ func (t *Tracker) Await(ctx context.Context, canaryID string) (Report, error) {
 	}
 }
 
-func (t *Tracker) notify(r *canaryState) {
+func (t *Tracker) notify(r *canaryState, fx *effects) {
+	if t.onDone != nil {
+		rep, done := t.report(r), t.onDone
+		fx.add(func() { done(rep) })
+	}
 	ws := t.waiters[r.ID]
 	if len(ws) == 0 {
 		return

@@ -391,6 +391,24 @@ func TestTrackerSegments(t *testing.T) {
 			observed: map[string]uint64{segInsert: 1, segRead: 1, segBroker: 1, segE2E: 1},
 		},
 		{
+			name: "A segment negative within the skew tolerance is observed as measured and not flagged as skew.",
+			run: func(t *testing.T, h *harness) {
+				h.p.Relay.SkewTolerance = config.Duration(50 * time.Millisecond)
+				h.restart()
+				c := h.send("a", 1)
+				h.at(800 * time.Millisecond)
+				out := h.arrive(c, map[string]time.Duration{"read": 600 * time.Millisecond, config.StampPublish: 598 * time.Millisecond})
+				if s := out.Segments[slices.IndexFunc(out.Segments, func(s SegmentResult) bool { return s.Segment == segRelay })]; s.Skew || s.Duration != -2*time.Millisecond {
+					t.Errorf("read_to_publish = %+v, want -2ms measured, not flagged", s)
+				}
+				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.ClockSkew }, segRelay); got != 0 {
+					t.Errorf("skew suspected = %v, want 0 within the tolerance", got)
+				}
+			},
+			want:     want{segInsert: {1, 0}, segRead: {1, 0}, segRelay: {1, 0}, segBroker: {1, 0}, segE2E: {1, 0}},
+			observed: map[string]uint64{segInsert: 1, segRead: 1, segRelay: 1, segBroker: 1, segE2E: 1},
+		},
+		{
 			name: "A looked-up publish stamp moves the blame of a broker stall to publish_to_consume, and nothing else is counted if it is lost.",
 			run: func(t *testing.T, h *harness) {
 				var calls []time.Time

@@ -2,11 +2,207 @@ package main
 
 import (
 	"context"
-	"errors"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"io"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/prober"
+	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-// PLACEHOLDER: replaced by the engineer who owns this subcommand.
-func checkCommand(_ context.Context, _ []string, _, _ io.Writer) error {
-	return errors.New("check: not built yet")
+const checkDescription = `
+Send one canary through each pipeline (or only --pipeline) now, wait for it
+on the canary topic, and print where its time went: every segment against its
+budget, then a verdict.
+
+It does not disturb a running 'outbox-canary run' on the same topic: its
+canaries carry the instance id "<instance_id>-check-<random>", which the
+service counts as foreign and skips, and it keeps no state on disk.
+
+Exit status: 0 when every canary arrived within every budget; 1 when one was
+over a budget, or did not arrive before --timeout; 2 on a usage error.
+
+Example:
+  outbox-canary check --config /etc/outbox-canary.yml --pipeline orders --timeout 30s
+`
+
+func checkCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("check", "--config FILE [--pipeline NAME] [--timeout 30s]", checkDescription, stderr)
+	configPath := fs.String("config", "", "configuration file (required)")
+	pipeline := fs.String("pipeline", "", "check only this pipeline (default: all)")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the servers and for the canaries")
+	logLevel := fs.String("log.level", "warn", "log level of the prober's messages on stderr")
+	if helped, err := parseFlags(fs, args); helped || err != nil {
+		return err
+	}
+	if *configPath == "" {
+		fs.Usage()
+		return fmt.Errorf("check: --config is required: %w", errUsage)
+	}
+	if *timeout <= 0 {
+		return fmt.Errorf("check: --timeout %s: must be positive", *timeout)
+	}
+	logger, err := newLogger(stderr, *logLevel, "logfmt")
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	cfg, err := config.LoadFile(*configPath)
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	var only []string
+	if *pipeline != "" {
+		if _, ok := cfg.Pipeline(*pipeline); !ok {
+			return fmt.Errorf("check: --pipeline %q: not in %s", *pipeline, *configPath)
+		}
+		only = []string{*pipeline}
+	}
+	var suffix [4]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return fmt.Errorf("check: instance id: %w", err)
+	}
+	svc, err := prober.New(prober.Options{
+		Config: cfg, Registerer: prometheus.NewRegistry(), Now: time.Now, Logger: logger,
+		InstanceID: cfg.InstanceID + "-check-" + hex.EncodeToString(suffix[:]),
+		Pipelines:  only, NoSchedule: true, StateDir: "-",
+	})
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { defer close(done); _ = svc.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	if err := waitReady(ctx, svc); err != nil {
+		return &exitError{code: 1, err: fmt.Errorf("check: %w", err)}
+	}
+
+	pipes := svc.Pipelines()
+	results := make([]checkResult, len(pipes))
+	var wg sync.WaitGroup
+	for i, p := range pipes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = checkPipeline(ctx, svc, p)
+		}()
+	}
+	wg.Wait()
+
+	failed := 0
+	for i, r := range results {
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		if !printCheck(stdout, pipes[i], r) {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("check: %d of %d pipelines failed", failed, len(pipes))}
+	}
+	return nil
+}
+
+// waitReady waits until every pipeline's database and Kafka answer, so
+// that a dead server is reported as such rather than as a lost canary.
+func waitReady(ctx context.Context, svc *prober.Service) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		ready, reasons := svc.Ready()
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready before --timeout: %s", strings.Join(reasons, "; "))
+		case <-t.C:
+		}
+	}
+}
+
+type checkResult struct {
+	report prober.Report
+	err    error
+}
+
+func checkPipeline(ctx context.Context, svc *prober.Service, p *config.Pipeline) checkResult {
+	c, err := svc.Send(ctx, p.Name)
+	if err != nil {
+		return checkResult{err: err}
+	}
+	tr, err := svc.Tracker(p.Name)
+	if err != nil {
+		return checkResult{err: err}
+	}
+	rep, err := tr.Await(ctx, c.ID)
+	if err != nil {
+		return checkResult{err: fmt.Errorf("canary %s did not arrive before --timeout: %w", c.ID, err)}
+	}
+	return checkResult{report: rep}
+}
+
+// printCheck prints one pipeline's canary and reports whether it passed.
+func printCheck(w io.Writer, p *config.Pipeline, r checkResult) bool {
+	fmt.Fprintf(w, "pipeline %q (table %s -> %s relay -> topic %s)\n", p.Name, p.Outbox.Table, p.Relay.Kind, p.Kafka.Topic)
+	if r.err != nil {
+		fmt.Fprintf(w, "  FAIL: %v\n", r.err)
+		return false
+	}
+	rep := r.report
+	fmt.Fprintf(w, "  canary %s committed %s, %s\n", rep.ID, rep.Committed.Format(time.RFC3339Nano), rep.State)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SEGMENT\tTOOK\tBUDGET\tVERDICT")
+	ok := rep.State == prober.StateArrived
+	for _, name := range append([]string{config.SegmentInsertToCommit}, p.Segments()...) {
+		s, found := rep.Segments[name]
+		if !found {
+			continue
+		}
+		took, budget, verdict := "-", "-", "not budgeted"
+		if s.Measured {
+			took = s.Duration.Round(time.Microsecond).String()
+		} else if s.MissingStamp != "" {
+			took = "no " + s.MissingStamp + " stamp"
+		}
+		if s.Budgeted {
+			budget = s.Budget.String()
+			switch {
+			case s.Outcome == slo.OutcomeBad || (s.Measured && s.Duration > s.Budget):
+				verdict = "OVER BUDGET"
+				ok = false
+			case s.Measured:
+				verdict = "ok"
+			default:
+				verdict = "unmeasured"
+			}
+		}
+		if s.Skew {
+			verdict += " (negative: clock skew suspected)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", s.Segment, took, budget, verdict)
+	}
+	_ = tw.Flush()
+	switch {
+	case rep.State == prober.StateLost:
+		fmt.Fprintln(w, "  FAIL: canary lost")
+	case !ok:
+		fmt.Fprintln(w, "  FAIL: over budget")
+	default:
+		fmt.Fprintln(w, "  PASS: within every budget")
+	}
+	return ok
 }

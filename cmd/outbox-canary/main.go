@@ -27,6 +27,8 @@ func commands() map[string]command {
 		"run":        {"run the prober service: send canaries, measure them, serve /metrics", runCommand},
 		"validate":   {"check a configuration file and print what it would do", validateCommand},
 		"check":      {"send one canary per pipeline and print where its time went", checkCommand},
+		"diagnose":   {"walk the runbook and name the first unhealthy stage of each pipeline", diagnoseCommand},
+		"lint":       {"check the outbox table's schema and hygiene: indexes, ids, clocks, cleanup", lintCommand},
 		"rules":      {"generate Prometheus recording and alerting rules", rulesCommand},
 		"dashboards": {"generate Grafana dashboards and provisioning files", dashboardsCommand},
 		"version":    {"print the version", versionCommand},

@@ -3,10 +3,140 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-// PLACEHOLDER: replaced by the engineer who owns this subcommand.
-func validateCommand(_ context.Context, _ []string, _, _ io.Writer) error {
-	return errors.New("validate: not built yet")
+const validateDescription = `
+Check a configuration file and print what the prober would do with it: each
+pipeline's table and column mapping, relay, canary schedule, Kafka topic, and
+every segment with its budget and owner. Secrets are shown as <secret>; they
+must resolve (their environment variable set, their file readable), or the
+check fails. It connects to no server (see 'check' for that).
+
+Exit status: 0 when the file is valid, 1 with an error naming the field
+otherwise.
+
+Example:
+  OUTBOX_CANARY_SIGNING_KEY=x OUTBOX_CANARY_PG_DSN=postgres://... \
+  OUTBOX_CANARY_PG_DSN_PAYMENTS=postgres://... \
+    outbox-canary validate --config examples/outbox-canary.yml
+`
+
+func validateCommand(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("validate", "--config FILE", validateDescription, stderr)
+	configPath := fs.String("config", "", "configuration file (required)")
+	if helped, err := parseFlags(fs, args); helped || err != nil {
+		return err
+	}
+	if *configPath == "" {
+		fs.Usage()
+		return fmt.Errorf("validate: --config is required: %w", errUsage)
+	}
+	cfg, err := config.LoadFile(*configPath)
+	if err != nil {
+		return fmt.Errorf("validate: %w", err)
+	}
+	if err := resolveSecrets(cfg); err != nil {
+		return fmt.Errorf("validate: config %s: %w", *configPath, err)
+	}
+	model, err := slo.FromConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("validate: config %s: %w", *configPath, err)
+	}
+	fmt.Fprintf(stdout, "config %s is valid\n", *configPath)
+	describeConfig(stdout, cfg, model)
+	if warnings := slo.Warnings(model); len(warnings) > 0 {
+		fmt.Fprintln(stdout, "\nwarnings (the file works, but the alerts cannot judge it well):")
+		for _, w := range warnings {
+			fmt.Fprintf(stdout, "  - %s\n", w)
+		}
+	}
+	return nil
+}
+
+// resolveSecrets checks that every secret can be read, without printing it.
+func resolveSecrets(cfg *config.Config) error {
+	if _, err := cfg.SigningKey.Resolve(); err != nil {
+		return fmt.Errorf("signing_key: %w", err)
+	}
+	var errs []error
+	for i, p := range cfg.Pipelines {
+		path := fmt.Sprintf("pipelines[%d] %q", i, p.Name)
+		if _, err := p.Database.DSN.Resolve(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: database.dsn: %w", path, err))
+		}
+		if p.Kafka.SASL.Mechanism != "" {
+			if _, err := p.Kafka.SASL.Password.Resolve(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: kafka.sasl.password: %w", path, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// secretSource says where a secret comes from, never its value.
+func secretSource(s config.Secret) string {
+	switch {
+	case s.IsZero():
+		return "(none)"
+	case s.Env != "":
+		return fmt.Sprintf("%s (from env %s)", s, s.Env)
+	case s.File != "":
+		return fmt.Sprintf("%s (from file %s)", s, s.File)
+	}
+	return fmt.Sprintf("%s (inline)", s)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func describeConfig(w io.Writer, cfg *config.Config, model *slo.Model) {
+	fmt.Fprintf(w, "instance_id: %s\nstate_dir: %s\nsigning_key: %s\n", cfg.InstanceID, cfg.StateDir, secretSource(cfg.SigningKey))
+	for i := range cfg.Pipelines {
+		p := &cfg.Pipelines[i]
+		mp := model.Pipelines[i]
+		c := p.Outbox.Columns
+		fmt.Fprintf(w, "\npipeline %q\n", p.Name)
+		fmt.Fprintf(w, "  database:  dsn %s, clock offset re-estimated every %s\n", secretSource(p.Database.DSN), p.Database.ClockOffsetInterval)
+		fmt.Fprintf(w, "  outbox:    table %s; columns id=%s (%s), route=%s, key=%s, payload=%s, event_type=%s, published_at=%s\n",
+			p.Outbox.Table, c.ID, p.Outbox.IDGeneration, c.Route, c.Key, c.Payload, orDash(c.EventType), orDash(c.PublishedAt))
+		var stamps []string
+		for _, s := range p.Relay.Stamps {
+			stamps = append(stamps, fmt.Sprintf("%s (header %s)", s.Name, s.Header))
+		}
+		publish := p.Relay.PublishedStamp
+		if publish == config.PublishedFromHeader {
+			publish += " " + p.Relay.PublishedHeader
+		}
+		fmt.Fprintf(w, "  relay:     %s; publish stamp from %s; extra stamps: %s\n", p.Relay.Kind, publish, orDash(strings.Join(stamps, ", ")))
+		fmt.Fprintf(w, "  canary:    route value %q, key %q, schedule %q (at most %s apart), lost after %s, delete after insert %t\n",
+			p.Canary.AggregateType, p.Canary.Key, p.Canary.Schedule, mp.CanaryInterval, p.Canary.LostAfter, p.Canary.DeleteAfterInsert)
+		sasl := "none"
+		if p.Kafka.SASL.Mechanism != "" {
+			sasl = fmt.Sprintf("%s user %s password %s", p.Kafka.SASL.Mechanism, p.Kafka.SASL.Username, secretSource(p.Kafka.SASL.Password))
+		}
+		fmt.Fprintf(w, "  kafka:     topic %s on %s; tls %t; sasl %s\n", p.Kafka.Topic, strings.Join(p.Kafka.Brokers, ","), p.Kafka.TLS.Enabled, sasl)
+		fmt.Fprintf(w, "  slo:       %v%% of canaries within budget over %s\n", p.SLO.Objective, p.SLO.Window)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  SEGMENT\tBUDGET\tOWNER")
+		for _, seg := range mp.Segments {
+			budget := "-"
+			if b, ok := p.Budget(seg); ok {
+				budget = time.Duration(b).String()
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", seg, budget, orDash(p.Owner(seg)))
+		}
+		_ = tw.Flush()
+	}
 }

@@ -106,6 +106,12 @@ type Relay struct {
 	// Stamps are extra stamps, in pipeline order, between commit and
 	// publish; each splits commit_to_publish further.
 	Stamps []Stamp `yaml:"stamps"`
+	// SkewTolerance: a segment negative by less than this is measurement
+	// noise, observed as measured, not counted as suspected clock skew.
+	// Defaults to 50ms when the publish stamp is published_at (written
+	// after the broker's ack, so the record is often read before it),
+	// else 0.
+	SkewTolerance Duration `yaml:"skew_tolerance"`
 }
 
 // Stamp is an extra timestamp carried by a message header.
@@ -361,6 +367,9 @@ func (p *Pipeline) setDefaults() {
 		default:
 			p.Relay.PublishedStamp = PublishedFromRecordTimestamp
 		}
+	}
+	if p.Relay.SkewTolerance == 0 && p.Relay.PublishedStamp == PublishedFromColumn {
+		p.Relay.SkewTolerance = Duration(50 * time.Millisecond)
 	}
 	cn := &p.Canary
 	setIfEmpty(&cn.AggregateType, DefaultCanary.AggregateType)

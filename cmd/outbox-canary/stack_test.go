@@ -1,0 +1,203 @@
+package main
+
+// These tests need the project's PostgreSQL and Kafka: start them with
+// `deploy/local/stack.sh up` (or `make test`). Without the stack they skip
+// (and fail in CI).
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
+	"github.com/outbox-canary/outbox-canary/internal/relay"
+	"github.com/outbox-canary/outbox-canary/internal/stacktest"
+)
+
+// stackPipeline is a fresh schema A database with the reference relay
+// routing every row to a fresh topic, and a config file for it.
+func stackPipeline(t *testing.T, budget string) (configPath string, faults *relay.Faults) {
+	t.Helper()
+	s := stacktest.Load(t)
+	ctx := context.Background()
+	dsn, topic := s.NewDatabase(t), s.NewTopic(t, 1, nil)
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, outboxsql.SchemaA); err != nil {
+		t.Fatal(err)
+	}
+	w := relay.NewKafkaWriter(s.KafkaBrokers)
+	t.Cleanup(func() { _ = w.Close() })
+	r, err := relay.New(relay.Config{TopicTemplate: topic, PollInterval: 20 * time.Millisecond}, pool, w, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	dir := t.TempDir()
+	configPath = filepath.Join(dir, "canary.yml")
+	t.Setenv("CHECK_TEST_DSN", dsn)
+	cfg := fmt.Sprintf(`instance_id: cmdtest
+state_dir: %s
+signing_key: {value: k}
+pipelines:
+  - name: orders
+    database: {dsn: {env: CHECK_TEST_DSN}}
+    canary: {schedule: "@every 1s"}
+    kafka: {brokers: [%s], topic: %s}
+    budgets: {end_to_end: %s}
+`, filepath.Join(dir, "state"), strings.Join(s.KafkaBrokers, ","), topic, budget)
+	if err := os.WriteFile(configPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return configPath, r.Faults()
+}
+
+func TestCheckAgainstTheStack(t *testing.T) {
+	cases := []struct {
+		name     string
+		budget   string
+		pause    bool
+		timeout  string
+		wantCode int
+		wantOut  []string
+	}{
+		{"A healthy pipeline passes and prints every segment against its budget.", "10s", false, "30s", 0,
+			[]string{`pipeline "orders"`, "commit_to_publish", "publish_to_consume", "end_to_end", "10s", "PASS"}},
+		{"A stalled relay makes check fail with exit code 1.", "500ms", true, "3s", 1,
+			[]string{"FAIL"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path, faults := stackPipeline(t, tc.budget)
+			if tc.pause {
+				faults.Pause()
+			}
+			var stdout, stderr bytes.Buffer
+			err := Run(context.Background(), []string{"check", "--config", path, "--timeout", tc.timeout}, &stdout, &stderr)
+			t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+			code := 0
+			var ee *exitError
+			switch {
+			case errors.As(err, &ee):
+				code = ee.code
+			case err != nil:
+				t.Fatalf("check: %v", err)
+			}
+			if code != tc.wantCode {
+				t.Errorf("exit code %d (%v), want %d", code, err, tc.wantCode)
+			}
+			for _, w := range tc.wantOut {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("output lacks %q", w)
+				}
+			}
+		})
+	}
+}
+
+func TestRunServesUntilCancelledAndFlushesItsState(t *testing.T) {
+	path, _ := stackPipeline(t, "10s")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"run", "--config", path, "--web.listen-address", addr, "--log.level", "warn"}, &stdout, &stderr)
+	}()
+	get := func(p string) (int, string) {
+		resp, err := http.Get("http://" + addr + p)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		code, body := get("/metrics")
+		if code == 200 && strings.Contains(body, `outbox_canary_sli_events_total{outcome="good",pipeline="orders",segment="end_to_end"} 1`) ||
+			code == 200 && strings.Contains(body, `outbox_canary_canaries_received_total{pipeline="orders"} 2`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no good canary on /metrics in time; last:\n%s", body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		path string
+		code int
+		want string
+	}{
+		{"/healthz", 200, "ok"},
+		{"/readyz", 200, "ready"},
+		{"/api/status", 200, `"name": "orders"`},
+		{"/", 200, "<table>"},
+		{"/metrics", 200, "outbox_canary_build_info{"},
+	} {
+		code, body := get(tc.path)
+		if code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("GET %s = %d, want %d with %q:\n%.500s", tc.path, code, tc.code, tc.want, body)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run returned %v after cancel", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not stop within 30s of cancel")
+	}
+	state, err := os.ReadFile(filepath.Join(filepath.Dir(path), "state", "orders.json"))
+	if err != nil || !strings.Contains(string(state), `"next_offset_by_partition"`) {
+		t.Errorf("state file after shutdown: %v\n%.300s", err, state)
+	}
+	if strings.Contains(stderr.String(), "CHECK_TEST_DSN") || strings.Contains(stderr.String(), "postgres://") {
+		t.Errorf("the logs show the DSN:\n%s", stderr.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the writer goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,447 @@
+package prober
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+)
+
+// How the "publish" stamp of a record_timestamp pipeline is to be read.
+//
+// Checked on the real broker (Kafka 4.4.0, kafka-go v0.4.51): a message
+// produced with Time one hour in the past to the LogAppendTime topic
+// outbox.event.outbox-canary.logappend read back through kafka-go with
+// Message.Time equal to that past time to the millisecond, while kcat showed
+// the broker's append time (one hour later) for the same record. The broker
+// overwrites only the batch's MaxTimestamp and sets the timestamp-type bit;
+// kafka-go computes Message.Time from the batch's first timestamp and the
+// record's delta and never looks at the bit. So Message.Time is always the
+// producer's CreateTime: the relay's clock (the reference relay sets it to
+// its send time; Debezium to its processing time), never the broker's.
+// record_timestamp is therefore taken as a relay-clock publish stamp, with
+// no correction, and a negative segment it causes is counted as suspected
+// skew by the tracker rather than clamped.
+
+// NewKafkaDialer returns a dialer with the pipeline's TLS and SASL settings.
+// Secrets are resolved here, once, and never logged.
+func NewKafkaDialer(k config.Kafka) (*kafka.Dialer, error) {
+	d := &kafka.Dialer{ClientID: k.ClientID, Timeout: 10 * time.Second, DualStack: true}
+	if k.TLS.Enabled {
+		tc := &tls.Config{ServerName: k.TLS.ServerName, InsecureSkipVerify: k.TLS.InsecureSkipVerify, MinVersion: tls.VersionTLS12} // #nosec G402 -- opt-in by config
+		if k.TLS.CAFile != "" {
+			pem, err := os.ReadFile(k.TLS.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka.tls.ca_file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("kafka.tls.ca_file %s: no PEM certificate found", k.TLS.CAFile)
+			}
+			tc.RootCAs = pool
+		}
+		if k.TLS.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(k.TLS.CertFile, k.TLS.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka.tls.cert_file: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		d.TLS = tc
+	}
+	if k.SASL.Mechanism != "" {
+		password, err := k.SASL.Password.Resolve()
+		if err != nil {
+			return nil, fmt.Errorf("kafka.sasl.password: %w", err)
+		}
+		var mech sasl.Mechanism
+		switch k.SASL.Mechanism {
+		case "plain":
+			mech = plain.Mechanism{Username: k.SASL.Username, Password: password}
+		case "scram-sha-256":
+			mech, err = scram.Mechanism(scram.SHA256, k.SASL.Username, password)
+		case "scram-sha-512":
+			mech, err = scram.Mechanism(scram.SHA512, k.SASL.Username, password)
+		default:
+			err = fmt.Errorf("unknown mechanism %q", k.SASL.Mechanism)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kafka.sasl: %w", err)
+		}
+		d.SASLMechanism = mech
+	}
+	return d, nil
+}
+
+// ConsumerOptions configures a Consumer.
+type ConsumerOptions struct {
+	Pipeline *config.Pipeline
+	// Instance is this prober's id: canaries of other instances are skipped.
+	Instance string
+	Signer   *Signer
+	Tracker  *Tracker
+	Metrics  *Metrics
+	Dialer   *kafka.Dialer
+	Now      func() time.Time
+	Logger   *slog.Logger
+	// ReadPublished, for a published_at pipeline, reads the canary's row
+	// back on arrival and returns its published_at on the prober clock.
+	ReadPublished func(ctx context.Context, canaryID string, msg kafka.Message) (time.Time, bool)
+	// Since positions a partition that has no stored offset: at the first
+	// record stamped at or after Since (the service's start, a little
+	// earlier for clock skew), so that a canary sent while Kafka was still
+	// unreachable at start is not skipped. Zero means the latest offset.
+	Since time.Time
+}
+
+// Consumer reads one pipeline's canary topic and hands each of this
+// instance's canaries to the tracker.
+//
+// It runs one partition reader per partition (kafka.NewReader with Partition
+// set and no GroupID) rather than a consumer group, because:
+//   - several prober instances (and `outbox-canary check`) share a canary
+//     topic, and each must see every message to pick out its own canaries;
+//     a shared group would split them, one group per instance would leave
+//     dead groups behind every short-lived check;
+//   - there are no rebalances, so none of kafka-go's group rebalance bugs
+//     (stale messages, offsets jumping ahead) and no pause while a group
+//     settles, which would read as publish_to_consume latency;
+//   - the next offset of each partition is stored with the tracker's
+//     in-flight state, in the same atomic write, so a restart neither loses
+//     a canary (offset committed before the canary was recorded) nor counts
+//     one twice (canary recorded, offset not committed).
+type Consumer struct {
+	p        *config.Pipeline
+	instance string
+	signer   *Signer
+	tracker  *Tracker
+	metrics  *Metrics
+	dialer   *kafka.Dialer
+	now      func() time.Time
+	log      *slog.Logger
+	since    time.Time
+
+	readPublished func(ctx context.Context, canaryID string, msg kafka.Message) (time.Time, bool)
+
+	mu      sync.Mutex
+	healthy bool
+	reason  string
+	readers map[int]bool
+}
+
+// NewConsumer checks its options; Run starts consuming.
+func NewConsumer(o ConsumerOptions) (*Consumer, error) {
+	if o.Pipeline == nil || o.Signer == nil || o.Tracker == nil || o.Metrics == nil || o.Dialer == nil {
+		return nil, errors.New("consumer: pipeline, signer, tracker, metrics and dialer are required")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Consumer{
+		p: o.Pipeline, instance: o.Instance, signer: o.Signer, tracker: o.Tracker, metrics: o.Metrics,
+		dialer: o.Dialer, now: o.Now, log: o.Logger, since: o.Since, readPublished: o.ReadPublished,
+		reason: "not connected to Kafka yet", readers: map[int]bool{},
+	}, nil
+}
+
+// consumerCheckInterval is how often the consumer checks the topic's
+// metadata: for readiness (kafka-go's readers retry broken connections
+// silently, so a metadata request is the honest health check) and for
+// partitions added since the start.
+const consumerCheckInterval = 2 * time.Second
+
+// Ready reports whether every partition has a reader and the brokers answer;
+// otherwise the reason.
+func (c *Consumer) Ready() (bool, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.healthy, c.reason
+}
+
+func (c *Consumer) setHealth(ok bool, reason string) {
+	c.mu.Lock()
+	was, wasReason := c.healthy, c.reason
+	c.healthy, c.reason = ok, reason
+	c.mu.Unlock()
+	switch {
+	case ok && !was:
+		c.log.Info("kafka reachable, consuming the canary topic", "pipeline", c.p.Name, "topic", c.p.Kafka.Topic)
+	case !ok && (was || reason != wasReason):
+		c.log.Warn("kafka unhealthy; readers retry by themselves", "pipeline", c.p.Name, "topic", c.p.Kafka.Topic, "reason", reason)
+	}
+}
+
+// Run consumes until ctx is done. Broker failures are logged, counted and
+// retried with backoff; Run returns only when ctx is done.
+func (c *Consumer) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	failures := 0
+	for {
+		err := c.check(ctx, &wg)
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := consumerCheckInterval
+		if err != nil {
+			failures++
+			c.metrics.WatchErrors.WithLabelValues(c.p.Name, watcherConsumer).Inc()
+			c.setHealth(false, err.Error())
+			wait = min(time.Duration(failures)*500*time.Millisecond, 10*time.Second)
+		} else {
+			failures = 0
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// watcherConsumer and watcherDBClock label the errors of the consumer's
+// health checks and of the clock estimator in outbox_canary_watch_errors_total.
+const (
+	watcherConsumer = "kafka_consumer"
+	watcherDBClock  = "db_clock"
+	watcherDB       = "database"
+)
+
+// check looks the topic up and starts a reader for every partition that has
+// none yet.
+func (c *Consumer) check(ctx context.Context, wg *sync.WaitGroup) error {
+	partitions, err := c.lookupPartitions(ctx)
+	if err != nil {
+		return err
+	}
+	if len(partitions) == 0 {
+		return fmt.Errorf("topic %s: no partitions (does it exist?)", c.p.Kafka.Topic)
+	}
+	stored := c.tracker.StartOffsets()
+	for _, part := range partitions {
+		c.mu.Lock()
+		running := c.readers[part.ID]
+		c.mu.Unlock()
+		if running {
+			continue
+		}
+		start, ok := stored[part.ID]
+		if !ok {
+			if start, err = c.initialOffset(ctx, part); err != nil {
+				return fmt.Errorf("topic %s partition %d: initial offset: %w", c.p.Kafka.Topic, part.ID, err)
+			}
+		}
+		c.mu.Lock()
+		c.readers[part.ID] = true
+		c.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.readPartition(ctx, part.ID, start, ok)
+		}()
+	}
+	c.setHealth(true, "")
+	return nil
+}
+
+func (c *Consumer) lookupPartitions(ctx context.Context) ([]kafka.Partition, error) {
+	var errs []error
+	for _, b := range c.p.Kafka.Brokers {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		parts, err := c.dialer.LookupPartitions(lctx, "tcp", b, c.p.Kafka.Topic)
+		cancel()
+		if err == nil {
+			return parts, nil
+		}
+		errs = append(errs, fmt.Errorf("broker %s: %w", b, err))
+	}
+	return nil, fmt.Errorf("topic %s: look up partitions: %w", c.p.Kafka.Topic, errors.Join(errs...))
+}
+
+// initialOffset is where a partition without a stored offset starts: the
+// first record at or after Since, or the end of the partition.
+func (c *Consumer) initialOffset(ctx context.Context, part kafka.Partition) (int64, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var conn *kafka.Conn
+	var err error
+	for _, b := range c.p.Kafka.Brokers {
+		if conn, err = c.dialer.DialLeader(dctx, "tcp", b, c.p.Kafka.Topic, part.ID); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if !c.since.IsZero() {
+		off, err := conn.ReadOffset(c.since)
+		if err != nil {
+			return 0, err
+		}
+		// -1: no record at or after Since; then the end is the same place.
+		if off >= 0 {
+			return off, nil
+		}
+	}
+	return conn.ReadLastOffset()
+}
+
+// readPartition reads one partition until ctx is done. kafka-go's reader
+// reconnects by itself after a broker restart, from the offset it had
+// reached, so nothing here needs to restart it.
+func (c *Consumer) readPartition(ctx context.Context, partition int, start int64, stored bool) {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:   c.p.Kafka.Brokers,
+		Topic:     c.p.Kafka.Topic,
+		Partition: partition,
+		Dialer:    c.dialer,
+		MinBytes:  1,
+		MaxBytes:  10 << 20,
+		// A fetch returns as soon as a record is there; MaxWait only bounds
+		// how long an idle fetch is held open.
+		MaxWait:        500 * time.Millisecond,
+		ReadBackoffMin: 100 * time.Millisecond,
+		ReadBackoffMax: 2 * time.Second,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			c.log.Debug("kafka reader: "+fmt.Sprintf(msg, args...), "pipeline", c.p.Name, "partition", partition)
+		}),
+	})
+	defer r.Close()
+	if err := r.SetOffset(start); err != nil {
+		c.log.Error("kafka reader: set offset", "pipeline", c.p.Name, "partition", partition, "offset", start, "err", err)
+		c.mu.Lock()
+		delete(c.readers, partition)
+		c.mu.Unlock()
+		return
+	}
+	c.log.Info("reading canary partition", "pipeline", c.p.Name, "topic", c.p.Kafka.Topic, "partition", partition,
+		"offset", start, "from_state", stored)
+	for {
+		msg, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("kafka reader stopped", "pipeline", c.p.Name, "partition", partition, "err", err)
+				c.mu.Lock()
+				delete(c.readers, partition)
+				c.mu.Unlock()
+			}
+			return
+		}
+		c.Handle(ctx, msg)
+	}
+}
+
+// Handle classifies one message of the canary topic and hands our canaries
+// to the tracker. Everything else is counted by reason and skipped: a
+// message on the topic never stops the consumer.
+func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
+	consumed := c.now()
+	payload, err := c.signer.Decode(msg.Value)
+	reason := ""
+	switch {
+	case errors.Is(err, ErrBadSignature):
+		reason = ReasonBadSignature
+	case err != nil:
+		reason = ReasonMalformed
+	case payload.Instance != c.instance:
+		reason = ReasonForeignInstance
+	case payload.Pipeline != c.p.Name:
+		reason = ReasonUnknownPipeline
+	}
+	if reason != "" {
+		// The tracker stores the offset, so a restart neither reads nor
+		// counts this message again.
+		if replay := c.tracker.Skipped(msg.Partition, msg.Offset); replay {
+			return
+		}
+		c.metrics.MessagesSkipped.WithLabelValues(c.p.Name, reason).Inc()
+		c.log.Debug("message skipped", "pipeline", c.p.Name, "partition", msg.Partition, "offset", msg.Offset, "reason", reason)
+		return
+	}
+	a := Arrival{
+		CanaryID:  payload.CanaryID,
+		Seq:       payload.Seq,
+		Key:       string(msg.Key),
+		Partition: msg.Partition,
+		Offset:    msg.Offset,
+		Consumed:  consumed,
+		Stamps:    c.stamps(msg),
+	}
+	if c.readPublished != nil {
+		if t, ok := c.readPublished(ctx, a.CanaryID, msg); ok {
+			a.Stamps[config.StampPublish] = t
+		}
+	}
+	out := c.tracker.Arrived(a)
+	c.log.Debug("canary arrived", "pipeline", c.p.Name, "canary", a.CanaryID, "partition", a.Partition,
+		"offset", a.Offset, "kind", out.Kind, "late", out.Late, "out_of_order", out.OutOfOrder)
+}
+
+// stamps reads the header and record-timestamp stamps of a message. A
+// published_at stamp is read back from the row by readPublished.
+func (c *Consumer) stamps(msg kafka.Message) map[string]time.Time {
+	stamps := map[string]time.Time{}
+	switch c.p.Relay.PublishedStamp {
+	case config.PublishedFromHeader:
+		if t, ok := headerTime(msg, c.p.Relay.PublishedHeader); ok {
+			stamps[config.StampPublish] = t
+		}
+	case config.PublishedFromRecordTimestamp:
+		if !msg.Time.IsZero() {
+			stamps[config.StampPublish] = msg.Time
+		}
+	}
+	for _, s := range c.p.Relay.Stamps {
+		if t, ok := headerTime(msg, s.Header); ok {
+			stamps[s.Name] = t
+		}
+	}
+	return stamps
+}
+
+// headerTime parses a header as RFC 3339 (with or without fractional
+// seconds) or as integer unix milliseconds, the two forms relays write.
+func headerTime(msg kafka.Message, name string) (time.Time, bool) {
+	for _, h := range msg.Headers {
+		if !strings.EqualFold(h.Key, name) {
+			continue
+		}
+		return parseStampValue(string(h.Value))
+	}
+	return time.Time{}, false
+}
+
+func parseStampValue(v string) (time.Time, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return time.Time{}, false
+	}
+	if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.UnixMilli(ms), true
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, true
+	}
+	return time.Time{}, false
+}

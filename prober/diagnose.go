@@ -1,0 +1,416 @@
+package prober
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+)
+
+// Stages of the runbook that Diagnose walks, source to consumer (the seed
+// article's order: downstream symptoms usually have upstream causes).
+const (
+	StageCommit    = "commit"
+	StageRelay     = "relay"
+	StageSlot      = "replication slot"
+	StageBroker    = "broker"
+	StageConsumers = "consumers"
+)
+
+// Stage statuses.
+const (
+	StatusOK            = "ok"
+	StatusUnhealthy     = "unhealthy"
+	StatusNotChecked    = "not_checked"    // an earlier stage is unhealthy
+	StatusNotApplicable = "not_applicable" // e.g. the replication slot of a polling relay
+	StatusNotConfigured = "not_configured" // the config names nothing to check
+)
+
+// StageResult is one step of the runbook: what was seen (numbers) and, when
+// unhealthy, what to check next.
+type StageResult struct {
+	Name    string `json:"name"`
+	Status  string `json:"status"`
+	Healthy bool   `json:"healthy"`
+	// Evidence lines, with numbers.
+	Evidence []string `json:"evidence,omitempty"`
+	NextStep string   `json:"next_step,omitempty"`
+}
+
+// Diagnosis is the result of walking the runbook for one pipeline. The walk
+// stops at the first unhealthy stage; the later ones are listed as
+// not_checked.
+type Diagnosis struct {
+	Pipeline string `json:"pipeline"`
+	Relay    string `json:"relay"`
+	Healthy  bool   `json:"healthy"`
+	// FirstUnhealthy names the stage to look at, "" when healthy.
+	FirstUnhealthy string        `json:"first_unhealthy,omitempty"`
+	Stages         []StageResult `json:"stages"`
+}
+
+// DiagnoseOptions tunes Diagnose. Zero fields take defaults.
+type DiagnoseOptions struct {
+	// Now is the clock for consumer lag ages (default time.Now).
+	Now func() time.Time
+	// StageTimeout bounds each stage's queries (default 10s), so a server
+	// that hangs is reported, not waited on.
+	StageTimeout time.Duration
+	// MaxRetainedWAL is the WAL a replication slot may hold back before
+	// the slot stage is unhealthy (default 1 GiB).
+	MaxRetainedWAL int64
+	// HTTP is the Kafka Connect client (default: a 5s timeout client).
+	HTTP *http.Client
+}
+
+// DiagnoseProbes are the connections Diagnose uses. A nil DB or Kafka makes
+// the stages that need them unhealthy ("cannot be checked"), with DBError
+// or KafkaError, when set, as the reason.
+type DiagnoseProbes struct {
+	DB         Querier
+	DBError    error
+	Kafka      *kafka.Client
+	KafkaError error
+	HTTP       *http.Client
+}
+
+// Next steps, from the seed article's runbook.
+const (
+	nextDatabase = "check the DSN, the network path and that the database is up (pg_isready -d ...); " +
+		"nothing upstream of Kafka can be judged without it"
+	nextCommit = "find the session: SELECT pid, usename, application_name, state, xact_start, query FROM pg_stat_activity WHERE pid = %d; " +
+		"have its owner commit or roll back, or end it with SELECT pg_terminate_backend(%d). Rows it wrote stay invisible to the relay " +
+		"until it commits: no relay change can publish them"
+	nextRelayPolling = "the relay is stalled or slow: confirm the relay process is running and not paused, and that its logs do not show " +
+		"repeating errors (a restart loop looks like slow progress); if it runs, compare the per-segment latency histograms before " +
+		"shortening the poll interval (a slow publish only queues up in front of the broker)"
+	nextRelayCDC = "confirm the connector and every task are RUNNING (GET %s/connectors/%s/status); a FAILED task's trace says why; " +
+		"after fixing the cause restart it (POST .../restart?includeTasks=true&onlyFailed=true). Watch restart counts: a restart loop " +
+		"looks like slow progress"
+	nextConnect = "check that Kafka Connect answers at watch.connect_url and that watch.connector names the connector"
+	nextSlot    = "a slot that stops advancing while retained WAL grows means the connector is stuck, and the database disk is at risk: " +
+		"check that the connector is attached to the slot (active), watch free disk on the primary, bound retention with " +
+		"max_slot_wal_keep_size, and drop a slot no connector will use again (pg_drop_replication_slot)"
+	nextBroker = "check broker health: the brokers are up and reachable from here (network, TLS/SASL settings), every partition " +
+		"of the canary topic has a leader, no partition is under-replicated, and produce errors or throttling are absent; " +
+		"the relay's retries show up as relay lag"
+	nextConsumers = "publishing is healthy, so the delay is the consumer group's: check that its members run and keep up " +
+		"(kafka-consumer-groups.sh --describe --group %s), that none is stuck on a poisoned message, and hand it to the group's owner"
+)
+
+// Diagnose connects to the pipeline's database, Kafka and Kafka Connect as
+// its configuration says, walks the runbook and closes the connections. It
+// never fails: what could not be reached is an unhealthy stage.
+func Diagnose(ctx context.Context, p *config.Pipeline, o DiagnoseOptions) Diagnosis {
+	o = o.withDefaults()
+	probes := DiagnoseProbes{HTTP: o.HTTP}
+	if dsn, err := p.Database.DSN.Resolve(); err != nil {
+		probes.DBError = fmt.Errorf("database.dsn: %w", err)
+	} else if pcfg, err := pgxpool.ParseConfig(dsn); err != nil {
+		probes.DBError = fmt.Errorf("database.dsn: %w", err) // pgx redacts the password
+	} else {
+		pcfg.MaxConns = 2
+		pcfg.ConnConfig.ConnectTimeout = o.StageTimeout
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+		if err != nil {
+			probes.DBError = fmt.Errorf("database pool: %w", err)
+		} else {
+			defer pool.Close()
+			probes.DB = pool
+		}
+	}
+	client, closeKafka, err := NewKafkaClient(p.Kafka, o.StageTimeout)
+	if err != nil {
+		probes.KafkaError = err
+	} else {
+		defer closeKafka()
+		probes.Kafka = client
+	}
+	return DiagnoseWith(ctx, p, probes, o)
+}
+
+func (o DiagnoseOptions) withDefaults() DiagnoseOptions {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.StageTimeout <= 0 {
+		o.StageTimeout = 10 * time.Second
+	}
+	if o.MaxRetainedWAL <= 0 {
+		o.MaxRetainedWAL = 1 << 30
+	}
+	if o.HTTP == nil {
+		o.HTTP = &http.Client{Timeout: 5 * time.Second}
+	}
+	return o
+}
+
+// DiagnoseWith walks the runbook with connections the caller owns.
+func DiagnoseWith(ctx context.Context, p *config.Pipeline, probes DiagnoseProbes, o DiagnoseOptions) Diagnosis {
+	o = o.withDefaults()
+	if probes.HTTP == nil {
+		probes.HTTP = o.HTTP
+	}
+	d := Diagnosis{Pipeline: p.Name, Relay: p.Relay.Kind, Healthy: true}
+	checks := []struct {
+		name  string
+		check func(context.Context, *config.Pipeline, DiagnoseProbes, DiagnoseOptions) StageResult
+	}{
+		{StageCommit, checkCommit},
+		{StageRelay, checkRelay},
+		{StageSlot, checkSlot},
+		{StageBroker, checkBroker},
+		{StageConsumers, checkConsumers},
+	}
+	for _, c := range checks {
+		if !d.Healthy {
+			d.Stages = append(d.Stages, StageResult{Name: c.name, Status: StatusNotChecked,
+				Evidence: []string{"not checked: stage " + d.FirstUnhealthy + " is unhealthy"}})
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, o.StageTimeout)
+		r := c.check(sctx, p, probes, o)
+		cancel()
+		r.Name = c.name
+		if r.Status == "" {
+			r.Status = StatusOK
+			if !r.Healthy {
+				r.Status = StatusUnhealthy
+			}
+		}
+		d.Stages = append(d.Stages, r)
+		if r.Status == StatusUnhealthy {
+			d.Healthy = false
+			d.FirstUnhealthy = c.name
+		}
+	}
+	return d
+}
+
+// unreachable is a stage that could not be checked: unhealthy, with the
+// error as evidence.
+func unreachable(what string, err error, next string) StageResult {
+	return StageResult{Status: StatusUnhealthy, Evidence: []string{what + ": " + oneLine(err.Error())}, NextStep: next}
+}
+
+// oneLine flattens a multi-line error (pgx lists every address it tried on
+// a line of its own) so that each evidence entry stays one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}
+
+func (pr DiagnoseProbes) dbError() error {
+	if pr.DBError != nil {
+		return pr.DBError
+	}
+	return errors.New("no database connection")
+}
+
+func (pr DiagnoseProbes) kafkaError() error {
+	if pr.KafkaError != nil {
+		return pr.KafkaError
+	}
+	return errors.New("no Kafka client")
+}
+
+// checkCommit: an open transaction older than the threshold hides the rows
+// it wrote from the relay; no other signal can see that.
+func checkCommit(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, _ DiagnoseOptions) StageResult {
+	if pr.DB == nil {
+		return unreachable("database", pr.dbError(), nextDatabase)
+	}
+	threshold := time.Duration(p.Watch.LongTransactionThreshold)
+	tx, err := QueryTransactions(ctx, pr.DB, threshold)
+	if err != nil {
+		return unreachable("database", err, nextDatabase)
+	}
+	ev := []string{fmt.Sprintf("%d open transactions older than watch.long_transaction_threshold %s; oldest open transaction %s",
+		tx.OverLimit, threshold, roundAge(tx.OldestAge))}
+	if tx.OverLimit == 0 {
+		return StageResult{Healthy: true, Evidence: ev}
+	}
+	var state, app, user string
+	// Best effort: the session may end between the two queries.
+	if err := pr.DB.QueryRow(ctx,
+		`SELECT COALESCE(state, ''), COALESCE(application_name, ''), COALESCE(usename::text, '') FROM pg_stat_activity WHERE pid = $1`,
+		tx.OldestPID).Scan(&state, &app, &user); err == nil {
+		ev = append(ev, fmt.Sprintf("oldest: pid %d, user %q, application %q, state %q", tx.OldestPID, user, app, state))
+	}
+	return StageResult{Evidence: ev, NextStep: fmt.Sprintf(nextCommit, tx.OldestPID, tx.OldestPID)}
+}
+
+// relayBudget is the budget the oldest unpublished row is judged against.
+func relayBudget(p *config.Pipeline) (string, time.Duration) {
+	seg := config.SegmentName(config.StampCommit, config.StampPublish)
+	if len(p.Relay.Stamps) == 0 {
+		if b, ok := p.Budget(seg); ok {
+			return seg, b
+		}
+	}
+	b, _ := p.Budget(config.SegmentEndToEnd)
+	return config.SegmentEndToEnd, b
+}
+
+// checkRelay: for a polling relay, the age of the oldest unpublished row
+// (it climbs while the relay stalls, traffic or not); for log capture, the
+// connector's and its tasks' state.
+func checkRelay(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, _ DiagnoseOptions) StageResult {
+	if p.Relay.Kind == config.RelayCDC {
+		w := p.Watch
+		if w.ConnectURL == "" || w.Connector == "" {
+			return StageResult{Status: StatusNotConfigured, Healthy: true,
+				Evidence: []string{"watch.connect_url and watch.connector are not set: the connector's state is not checked"}}
+		}
+		st, err := QueryConnector(ctx, pr.HTTP, w.ConnectURL, w.Connector)
+		if err != nil {
+			return unreachable("Kafka Connect", err, nextConnect)
+		}
+		r := StageResult{Healthy: st.Running(), Evidence: []string{st.Summary(), fmt.Sprintf("%d failed tasks", st.FailedTasks())}}
+		for _, task := range st.Tasks {
+			if task.Trace != "" {
+				first, _, _ := strings.Cut(task.Trace, "\n")
+				r.Evidence = append(r.Evidence, fmt.Sprintf("task %d trace: %s", task.ID, first))
+			}
+		}
+		if !r.Healthy {
+			r.NextStep = fmt.Sprintf(nextRelayCDC, w.ConnectURL, w.Connector)
+		}
+		return r
+	}
+	if pr.DB == nil {
+		return unreachable("database", pr.dbError(), nextDatabase)
+	}
+	b, err := QueryBacklog(ctx, pr.DB, p)
+	if err != nil {
+		return unreachable("backlog", err, nextDatabase)
+	}
+	seg, budget := relayBudget(p)
+	r := StageResult{Healthy: b.OldestAge <= budget, Evidence: []string{
+		fmt.Sprintf("backlog %d rows; oldest unpublished row %s old (budget %s %s)", b.Rows, roundAge(b.OldestAge), seg, budget),
+	}}
+	if !r.Healthy {
+		r.NextStep = nextRelayPolling
+	}
+	return r
+}
+
+// checkSlot: a logical slot that no connector reads pins WAL on the primary.
+func checkSlot(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, o DiagnoseOptions) StageResult {
+	if p.Relay.Kind != config.RelayCDC {
+		return StageResult{Status: StatusNotApplicable, Healthy: true,
+			Evidence: []string{"a polling relay reads the table, not a replication slot"}}
+	}
+	if pr.DB == nil {
+		return unreachable("database", pr.dbError(), nextDatabase)
+	}
+	slots, err := QuerySlots(ctx, pr.DB)
+	if err != nil {
+		return unreachable("replication slots", err, nextDatabase)
+	}
+	if len(slots) == 0 {
+		return StageResult{Evidence: []string{"no logical replication slot in this database: nothing captures the outbox table's changes"},
+			NextStep: "check that the connector is deployed against this database and created its slot (slot.name)"}
+	}
+	r := StageResult{Healthy: true}
+	for _, s := range slots {
+		line := fmt.Sprintf("slot %s: active %t, wal_status %q, retained WAL %d bytes, unconfirmed WAL %d bytes",
+			s.Name, s.Active, s.WALStatus, s.RetainedWAL, s.UnconfirmedWAL)
+		if s.SafeWALSize != nil {
+			line += fmt.Sprintf(", safe WAL size %d bytes", *s.SafeWALSize)
+		}
+		r.Evidence = append(r.Evidence, line)
+		if !s.Active || s.WALStatus == "unreserved" || s.WALStatus == "lost" || s.RetainedWAL > o.MaxRetainedWAL {
+			r.Healthy = false
+		}
+	}
+	if !r.Healthy {
+		r.NextStep = nextSlot
+	}
+	return r
+}
+
+// checkBroker: the canary topic's metadata, from the brokers themselves.
+func checkBroker(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, _ DiagnoseOptions) StageResult {
+	if pr.Kafka == nil {
+		return unreachable("Kafka", pr.kafkaError(), nextBroker)
+	}
+	topic := p.Kafka.Topic
+	meta, err := pr.Kafka.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return unreachable(fmt.Sprintf("brokers %v unreachable", p.Kafka.Brokers), err, nextBroker)
+	}
+	r := StageResult{Healthy: true, Evidence: []string{fmt.Sprintf("%d brokers in the cluster metadata", len(meta.Brokers))}}
+	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {
+		var terr error = errors.New("not in the metadata")
+		if len(meta.Topics) == 1 {
+			terr = meta.Topics[0].Error
+		}
+		r.Healthy = false
+		r.Evidence = append(r.Evidence, fmt.Sprintf("canary topic %s: %v", topic, terr))
+		r.NextStep = "create the canary topic " + topic + " (the relay does not create topics), or correct kafka.topic"
+		return r
+	}
+	parts := meta.Topics[0].Partitions
+	leaderless, underReplicated := 0, 0
+	for _, part := range parts {
+		if part.Error != nil || part.Leader.ID < 0 || part.Leader.Host == "" {
+			leaderless++
+		}
+		if len(part.Isr) < len(part.Replicas) {
+			underReplicated++
+		}
+	}
+	r.Evidence = append(r.Evidence, fmt.Sprintf("canary topic %s: %d partitions, %d without a leader, %d under-replicated",
+		topic, len(parts), leaderless, underReplicated))
+	if leaderless > 0 || underReplicated > 0 || len(parts) == 0 {
+		r.Healthy = false
+		r.NextStep = nextBroker
+	}
+	return r
+}
+
+// checkConsumers: the lag of each watched business consumer group against
+// the end-to-end budget.
+func checkConsumers(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, o DiagnoseOptions) StageResult {
+	groups := p.Watch.ConsumerGroups
+	if len(groups) == 0 {
+		return StageResult{Status: StatusNotConfigured, Healthy: true,
+			Evidence: []string{"watch.consumer_groups is empty: no business consumer group is watched"}}
+	}
+	if pr.Kafka == nil {
+		return unreachable("Kafka", pr.kafkaError(), nextBroker)
+	}
+	budget, _ := p.Budget(config.SegmentEndToEnd)
+	r := StageResult{Healthy: true}
+	var late []string
+	for _, g := range groups {
+		lag, err := QueryConsumerLag(ctx, pr.Kafka, g, o.Now)
+		if err != nil {
+			return unreachable("consumer group "+g.Group, err, nextBroker)
+		}
+		r.Evidence = append(r.Evidence, fmt.Sprintf("group %s on %s: %d messages behind, oldest unconsumed %s old (budget end_to_end %s)",
+			g.Group, g.Topic, lag.Messages, roundAge(lag.OldestAge), budget))
+		if lag.OldestAge > budget {
+			r.Healthy = false
+			late = append(late, g.Group)
+		}
+	}
+	if !r.Healthy {
+		r.NextStep = fmt.Sprintf(nextConsumers, late[0])
+	}
+	return r
+}
+
+func roundAge(d time.Duration) time.Duration {
+	if d > time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}

@@ -1,0 +1,141 @@
+package prober
+
+import (
+	"encoding/json"
+	"html/template"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/version"
+)
+
+// statusCanaries is how many recent canaries the status page shows per
+// pipeline.
+const statusCanaries = 20
+
+// Status is what /api/status returns: per pipeline, its budgets, owners,
+// readiness and its most recent canaries with their segment breakdown.
+type Status struct {
+	Instance  string           `json:"instance"`
+	Version   string           `json:"version"`
+	Ready     bool             `json:"ready"`
+	Reasons   []string         `json:"not_ready_reasons,omitempty"`
+	Pipelines []PipelineStatus `json:"pipelines"`
+}
+
+// PipelineStatus is one pipeline in Status.
+type PipelineStatus struct {
+	Name     string `json:"name"`
+	Topic    string `json:"topic"`
+	Table    string `json:"table"`
+	Relay    string `json:"relay"`
+	Schedule string `json:"schedule"`
+	// Segments lists every segment in pipeline order (insert_to_commit
+	// first), with its budget and owner where configured.
+	Segments []SegmentStatus `json:"segments"`
+	InFlight int             `json:"in_flight"`
+	// DBClockOffsetSeconds is the database clock minus the prober clock.
+	DBClockOffsetSeconds      *float64 `json:"db_clock_offset_seconds,omitempty"`
+	DBClockOffsetErrorSeconds *float64 `json:"db_clock_offset_error_seconds,omitempty"`
+	Recent                    []Report `json:"recent"`
+}
+
+// SegmentStatus is a segment's budget and owner.
+type SegmentStatus struct {
+	Name          string  `json:"name"`
+	BudgetSeconds float64 `json:"budget_seconds,omitempty"`
+	Budgeted      bool    `json:"budgeted"`
+	Owner         string  `json:"owner,omitempty"`
+}
+
+// Status gathers the service's status.
+func (s *Service) Status() Status {
+	ready, reasons := s.Ready()
+	st := Status{Instance: s.instance, Version: version.Version, Ready: ready, Reasons: reasons}
+	for _, pr := range s.pipes {
+		p := pr.p
+		ps := PipelineStatus{
+			Name: p.Name, Topic: p.Kafka.Topic, Table: p.Outbox.Table, Relay: p.Relay.Kind,
+			Schedule: p.Canary.Schedule, InFlight: pr.tracker.InFlight(), Recent: pr.tracker.Recent(statusCanaries),
+		}
+		for _, seg := range append([]string{config.SegmentInsertToCommit}, p.Segments()...) {
+			b, ok := p.Budget(seg)
+			ps.Segments = append(ps.Segments, SegmentStatus{Name: seg, Budgeted: ok, BudgetSeconds: b.Seconds(), Owner: p.Owner(seg)})
+		}
+		if off, ok := pr.clock.Current(); ok {
+			o, e := off.Offset.Seconds(), off.Error.Seconds()
+			ps.DBClockOffsetSeconds, ps.DBClockOffsetErrorSeconds = &o, &e
+		}
+		st.Pipelines = append(st.Pipelines, ps)
+	}
+	return st
+}
+
+// NewHandler serves /metrics from g (OpenMetrics negotiated, so exemplars
+// and native histograms reach a scraper that asks), /healthz (liveness: the
+// process answers; no dependency is checked, so a database outage does not
+// get the prober restarted), /readyz (200 only when every pipeline has a
+// working database pool and consumer, else 503 with the reasons), /api/status
+// (JSON) and / (the same as an HTML table).
+func NewHandler(s *Service, g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		ready, reasons := s.Ready()
+		if !ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			for _, r := range reasons {
+				_, _ = w.Write([]byte(r + "\n"))
+			}
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(s.Status())
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if err := statusPage.Execute(w, s.Status()); err != nil {
+			s.log.Warn("render status page", "err", err)
+		}
+	})
+	return mux
+}
+
+func seconds(d time.Duration) string { return d.Round(time.Microsecond).String() }
+
+func deref(f *float64) float64 { return *f }
+
+var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{"dur": seconds, "deref": deref}).Parse(statusHTML))
+
+const statusHTML = `<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>outbox-canary {{.Instance}}</title>
+<style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;margin-bottom:1.5em}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#eee}.bad{color:#b00}.good{color:#070}</style>
+</head><body>
+<h1>outbox-canary <small>{{.Instance}} ({{.Version}})</small></h1>
+<p>{{if .Ready}}<span class="good">ready</span>{{else}}<span class="bad">not ready</span>: {{range .Reasons}}{{.}}; {{end}}{{end}}
+&middot; <a href="/metrics">metrics</a> &middot; <a href="/api/status">JSON</a></p>
+{{range .Pipelines}}{{$p := .}}
+<h2>{{.Name}}</h2>
+<p>table {{.Table}} &rarr; {{.Relay}} relay &rarr; topic {{.Topic}}; schedule {{.Schedule}}; in flight {{.InFlight}}{{if .DBClockOffsetSeconds}}; DB clock offset {{printf "%.6f" (deref .DBClockOffsetSeconds)}}s &plusmn; {{printf "%.6f" (deref .DBClockOffsetErrorSeconds)}}s{{end}}</p>
+<table><tr><th>canary</th><th>committed</th><th>status</th>{{range .Segments}}<th>{{.Name}}{{if .Budgeted}}<br><small>budget {{.BudgetSeconds}}s</small>{{end}}</th>{{end}}</tr>
+{{range .Recent}}{{$r := .}}<tr><td>{{.ID}}</td><td>{{.Committed.Format "15:04:05.000"}}</td><td>{{.State}}</td>{{range $p.Segments}}{{with index $r.Segments .Name}}<td class="{{.Outcome}}">{{if .Measured}}{{dur .Duration}}{{if .Skew}} (skew?){{end}}{{else if .MissingStamp}}no {{.MissingStamp}} stamp{{else}}&ndash;{{end}}</td>{{else}}<td>&ndash;</td>{{end}}{{end}}</tr>
+{{else}}<tr><td colspan="99">no canary yet</td></tr>{{end}}
+</table>
+{{end}}
+</body></html>
+`

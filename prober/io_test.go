@@ -1,0 +1,277 @@
+package prober
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+)
+
+// unitConfig points at servers that do not exist: nothing here connects.
+func unitConfig(t *testing.T, extra string) *config.Config {
+	t.Helper()
+	cfg, err := config.Load([]byte(`
+instance_id: unit
+signing_key: {value: unit-key}
+pipelines:
+  - name: orders
+    database: {dsn: {value: "postgres://u:hunter2@127.0.0.1:1/x?connect_timeout=1"}}
+    relay:
+      kind: polling
+      stamps: [{name: read, header: outbox-relay-read-at}]
+    kafka: {brokers: ["127.0.0.1:1"], topic: canaries}
+    budgets: {end_to_end: 2s, commit_to_read: 1s}
+` + extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestBuildInsertQuotesEveryIdentifierAndFollowsTheMapping(t *testing.T) {
+	cases := []struct {
+		name       string
+		outbox     config.Outbox
+		deleteRow  bool
+		wantInsert string
+		wantDelete string
+	}{
+		{"Seed schema A lets the database pick the id and reads it back.",
+			config.Outbox{Table: "public.outbox", IDGeneration: config.IDFromDatabase,
+				Columns: config.Columns{ID: "id", Route: "aggregate_type", Key: "aggregate_id", Payload: "payload"}}, false,
+			`INSERT INTO "public"."outbox" ("aggregate_type", "aggregate_id", "payload") VALUES ($1, $2, $3) RETURNING "id"::text`,
+			`DELETE FROM "public"."outbox" WHERE "id" = $1`},
+		{"Seed schema B routes by event type, which is then not written twice.",
+			config.Outbox{Table: "outbox", IDGeneration: config.IDFromDatabase,
+				Columns: config.Columns{ID: "id", Route: "event_type", EventType: "event_type", Key: "aggregate_id", Payload: "payload"}}, false,
+			`INSERT INTO "outbox" ("event_type", "aggregate_id", "payload") VALUES ($1, $2, $3) RETURNING "id"::text`,
+			`DELETE FROM "outbox" WHERE "id" = $1`},
+		{"Debezium's table gets a prober-made id and its type column.",
+			config.Outbox{Table: "outbox", IDGeneration: config.IDUUID,
+				Columns: config.Columns{ID: "id", Route: "aggregatetype", EventType: "type", Key: "aggregateid", Payload: "payload"}}, true,
+			`INSERT INTO "outbox" ("id", "aggregatetype", "aggregateid", "type", "payload") VALUES ($1, $2, $3, $4, $5) RETURNING "id"::text`,
+			`DELETE FROM "outbox" WHERE "id" = $1`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &config.Pipeline{Outbox: tc.outbox}
+			ins, del := buildInsert(p)
+			if ins != tc.wantInsert {
+				t.Errorf("insert:\n got %s\nwant %s", ins, tc.wantInsert)
+			}
+			if del != tc.wantDelete {
+				t.Errorf("delete:\n got %s\nwant %s", del, tc.wantDelete)
+			}
+		})
+	}
+}
+
+func TestSequenceNumbersIncreaseEvenWhenTheClockStandsStill(t *testing.T) {
+	fixed := time.Unix(1700000000, 0)
+	s := &Sender{now: func() time.Time { return fixed }}
+	a, b := s.nextSeq(), s.nextSeq()
+	if a != uint64(fixed.UnixNano()) || b != a+1 {
+		t.Errorf("seqs %d, %d; want %d then one more", a, b, fixed.UnixNano())
+	}
+	// A restarted sender starts from the clock, above what was sent before.
+	restarted := &Sender{now: func() time.Time { return fixed.Add(time.Second) }}
+	if c := restarted.nextSeq(); c <= b {
+		t.Errorf("seq after restart %d, want > %d", c, b)
+	}
+}
+
+func TestParseStampValueAcceptsRFC3339AndUnixMillis(t *testing.T) {
+	want := time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC)
+	cases := []struct {
+		name  string
+		value string
+		want  time.Time
+		ok    bool
+	}{
+		{"RFC 3339 with nanoseconds is read exactly.", "2024-05-06T07:08:09.123456789Z", want, true},
+		{"Unix milliseconds are read to the millisecond.", "1714979289123", want.Truncate(time.Millisecond), true},
+		{"Garbage is no stamp.", "yesterday", time.Time{}, false},
+		{"An empty header is no stamp.", "", time.Time{}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := parseStampValue(tc.value)
+			if ok != tc.ok || !got.Equal(tc.want) {
+				t.Errorf("parseStampValue(%q) = %v, %t; want %v, %t", tc.value, got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
+	cfg := unitConfig(t, "")
+	p := &cfg.Pipelines[0]
+	m, err := NewMetrics(prometheus.NewRegistry(), cfg.Pipelines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	tr, err := NewTracker(TrackerOptions{Pipeline: p, Instance: "unit", Metrics: m, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, _ := NewSigner([]byte("unit-key"))
+	forger, _ := NewSigner([]byte("other-key"))
+	c, err := NewConsumer(ConsumerOptions{Pipeline: p, Instance: "unit", Signer: signer, Tracker: tr, Metrics: m, Dialer: &kafka.Dialer{}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := now.Add(-300 * time.Millisecond)
+	if err := tr.Sent(Canary{ID: "c1", Seq: 1, Pipeline: "orders", Key: "k", InsertStarted: committed.Add(-time.Millisecond), Committed: committed}); err != nil {
+		t.Fatal(err)
+	}
+	enc := func(s *Signer, pl Payload) []byte {
+		b, err := s.Encode(pl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	read := now.Add(-200 * time.Millisecond).Format(time.RFC3339Nano)
+	published := now.Add(-100 * time.Millisecond)
+	cases := []struct {
+		name   string
+		value  []byte
+		reason string // "" for our canary
+	}{
+		{"A non-JSON value is malformed.", []byte("\x00\x01garbage"), ReasonMalformed},
+		{"A business event is malformed, as far as canaries go.", []byte(`{"order":1}`), ReasonMalformed},
+		{"A canary signed with another key is a forgery.", enc(forger, Payload{CanaryID: "c1", Instance: "unit", Pipeline: "orders", Seq: 1}), ReasonBadSignature},
+		{"Another instance's canary is foreign.", enc(signer, Payload{CanaryID: "x", Instance: "unit-check-1", Pipeline: "orders", Seq: 1}), ReasonForeignInstance},
+		{"Our canary for another pipeline is skipped as such.", enc(signer, Payload{CanaryID: "y", Instance: "unit", Pipeline: "payments", Seq: 1}), ReasonUnknownPipeline},
+		{"Our canary unknown to the tracker is skipped as unknown.", enc(signer, Payload{CanaryID: "z", Instance: "unit", Pipeline: "orders", Seq: 2}), ReasonUnknownCanary},
+		{"Our canary is handed to the tracker with its header stamps.", enc(signer, Payload{CanaryID: "c1", Instance: "unit", Pipeline: "orders", Seq: 1}), ""},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := testutil.ToFloat64(m.CanariesReceived.WithLabelValues("orders"))
+			var skippedBefore float64
+			if tc.reason != "" {
+				skippedBefore = testutil.ToFloat64(m.MessagesSkipped.WithLabelValues("orders", tc.reason))
+			}
+			c.Handle(context.Background(), kafka.Message{Partition: 0, Offset: int64(i), Key: []byte("k"), Value: tc.value, Time: published,
+				Headers: []kafka.Header{{Key: "outbox-relay-read-at", Value: []byte(read)}}})
+			if tc.reason != "" {
+				if got := testutil.ToFloat64(m.MessagesSkipped.WithLabelValues("orders", tc.reason)); got != skippedBefore+1 {
+					t.Errorf("skipped %s = %v, want %v", tc.reason, got, skippedBefore+1)
+				}
+				return
+			}
+			if got := testutil.ToFloat64(m.CanariesReceived.WithLabelValues("orders")); got != before+1 {
+				t.Fatalf("received = %v, want %v", got, before+1)
+			}
+			rep := tr.Recent(1)[0]
+			if seg := rep.Segments["commit_to_read"]; !seg.Measured || seg.Duration != 100*time.Millisecond {
+				t.Errorf("commit_to_read = %+v, want 100ms from the read header", seg)
+			}
+		})
+	}
+	if got := tr.StartOffsets()[0]; got != int64(len(cases)) {
+		t.Errorf("next offset = %d, want %d: skipped messages advance it too", got, len(cases))
+	}
+}
+
+func TestHTTPEndpoints(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	svc, err := New(Options{Config: unitConfig(t, ""), Registerer: reg, StateDir: "-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.closePools()
+	srv := httptest.NewServer(NewHandler(svc, reg))
+	defer srv.Close()
+	cases := []struct {
+		name     string
+		path     string
+		wantCode int
+		want     []string
+		notWant  []string
+	}{
+		{"Liveness does not depend on the servers.", "/healthz", 200, []string{"ok"}, nil},
+		{"Readiness names the parts not working yet.", "/readyz", 503,
+			[]string{`pipeline "orders": database: database not reached yet`, `pipeline "orders": kafka: not connected to Kafka yet`}, []string{"hunter2"}},
+		{"Metrics include the build info and the budgets.", "/metrics", 200,
+			[]string{"outbox_canary_build_info{", `outbox_canary_segment_budget_seconds{pipeline="orders",segment="end_to_end"} 2`}, nil},
+		{"The JSON status lists budgets and owners per segment.", "/api/status", 200,
+			[]string{`"name": "orders"`, `"name": "commit_to_read"`, `"budget_seconds": 1`, `"ready": false`}, []string{"hunter2"}},
+		{"The status page is an HTML table.", "/", 200, []string{"<table>", "commit_to_read", "budget 1s", "no canary yet"}, nil},
+		{"Unknown paths are not the status page.", "/nope", 404, nil, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := http.Get(srv.URL + tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			body := string(b)
+			if resp.StatusCode != tc.wantCode {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.wantCode)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("body lacks %q:\n%.800s", w, body)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(body, w) {
+					t.Errorf("body shows %q", w)
+				}
+			}
+			if tc.path == "/api/status" {
+				var st Status
+				if err := json.Unmarshal(b, &st); err != nil {
+					t.Errorf("status is not JSON: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func TestServiceRunStopsPromptlyWhenServersAreDown(t *testing.T) {
+	svc, err := New(Options{Config: unitConfig(t, ""), Registerer: prometheus.NewRegistry(), StateDir: t.TempDir(), HealthInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	// Poll for the expected state: database errors are counted while it
+	// keeps retrying instead of crashing.
+	deadline := time.Now().Add(20 * time.Second)
+	for testutil.ToFloat64(svc.Metrics().WatchErrors.WithLabelValues("orders", watcherDB)) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no database errors counted against an unreachable database")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ok, _ := svc.Ready(); ok {
+		t.Error("ready with unreachable servers")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}

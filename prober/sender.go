@@ -1,0 +1,219 @@
+package prober
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+)
+
+// TxBeginner is what the sender needs of a pgx pool: a transaction of its
+// own for every canary.
+type TxBeginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// SenderOptions configures a Sender.
+type SenderOptions struct {
+	Pipeline *config.Pipeline
+	// Instance is written into every payload so that instances sharing a
+	// canary topic skip each other's canaries.
+	Instance string
+	DB       TxBeginner
+	Signer   *Signer
+	// Tracker receives every committed canary; nil only in tests that look
+	// at the rows themselves.
+	Tracker *Tracker
+	Metrics *Metrics
+	Now     func() time.Time
+	Logger  *slog.Logger
+	// OnSent, optional, is told of every committed canary before the
+	// tracker, so that it knows the row before the message can arrive.
+	OnSent func(Canary)
+}
+
+// Sender inserts canary rows into one pipeline's outbox table.
+type Sender struct {
+	p        *config.Pipeline
+	instance string
+	db       TxBeginner
+	signer   *Signer
+	tracker  *Tracker
+	metrics  *Metrics
+	now      func() time.Time
+	log      *slog.Logger
+	onSent   func(Canary)
+
+	insertSQL string
+	deleteSQL string
+	// uuidIDs: the prober supplies the primary key (Debezium's table has
+	// no default), otherwise the database fills it and RETURNING reads it.
+	uuidIDs bool
+
+	mu      sync.Mutex
+	lastSeq uint64
+}
+
+// NewSender builds the pipeline's INSERT once, with every identifier quoted.
+func NewSender(o SenderOptions) (*Sender, error) {
+	if o.Pipeline == nil || o.DB == nil || o.Signer == nil || o.Metrics == nil {
+		return nil, errors.New("sender: pipeline, database, signer and metrics are required")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Sender{
+		p: o.Pipeline, instance: o.Instance, db: o.DB, signer: o.Signer, tracker: o.Tracker,
+		metrics: o.Metrics, now: o.Now, log: o.Logger, onSent: o.OnSent,
+		uuidIDs: o.Pipeline.Outbox.IDGeneration == config.IDUUID,
+	}
+	s.insertSQL, s.deleteSQL = buildInsert(o.Pipeline)
+	return s, nil
+}
+
+// tableIdent splits "schema.table" (validated by config) into a pgx
+// identifier, so that each part is quoted on its own.
+func tableIdent(table string) pgx.Identifier { return pgx.Identifier(strings.Split(table, ".")) }
+
+func quote(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// buildInsert returns the canary INSERT and the DELETE of cdc hygiene. The
+// payload is passed as a string parameter without a cast: PostgreSQL infers
+// the column's type (jsonb, json or text) for the parameter, and pgx sends a
+// string to a json/jsonb parameter as raw JSON text.
+func buildInsert(p *config.Pipeline) (insert, del string) {
+	c := p.Outbox.Columns
+	table := tableIdent(p.Outbox.Table).Sanitize()
+	var cols []string
+	if p.Outbox.IDGeneration == config.IDUUID {
+		cols = append(cols, c.ID)
+	}
+	cols = append(cols, c.Route, c.Key)
+	if c.EventType != "" && c.EventType != c.Route {
+		cols = append(cols, c.EventType)
+	}
+	cols = append(cols, c.Payload)
+	quoted := make([]string, len(cols))
+	params := make([]string, len(cols))
+	for i, col := range cols {
+		quoted[i] = quote(col)
+		params[i] = fmt.Sprintf("$%d", i+1)
+	}
+	insert = fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) RETURNING %s::text",
+		table, strings.Join(quoted, ", "), strings.Join(params, ", "), quote(c.ID))
+	// The id goes back as text: pgx sends a string parameter in text
+	// format, which PostgreSQL parses as the column's own type (bigint or
+	// uuid), so the primary key index is used.
+	del = fmt.Sprintf("DELETE FROM %s WHERE %s = $1", table, quote(c.ID))
+	return insert, del
+}
+
+// nextSeq returns an increasing sequence number that a restart does not
+// reuse: it is at least the current time in nanoseconds, so a new process
+// starts above anything its predecessor sent (unless the clock went back
+// by more than the predecessor's whole run), without any state to persist.
+func (s *Sender) nextSeq() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seq := uint64(max(s.now().UnixNano(), 0))
+	if seq <= s.lastSeq {
+		seq = s.lastSeq + 1
+	}
+	s.lastSeq = seq
+	return seq
+}
+
+// Send inserts one canary in a short transaction of its own and hands it to
+// the tracker. A failed insert is counted and logged, and is not an SLI
+// event: the pipeline was not exercised, so it says nothing about it.
+func (s *Sender) Send(ctx context.Context) (Canary, error) {
+	c, err := s.insert(ctx)
+	if err != nil {
+		s.metrics.CanaryInsertFailures.WithLabelValues(s.p.Name).Inc()
+		err = fmt.Errorf("pipeline %q: insert canary: %w", s.p.Name, err)
+		s.log.Warn("canary insert failed; not an SLI event", "pipeline", s.p.Name, "err", err)
+		return Canary{}, err
+	}
+	if s.onSent != nil {
+		s.onSent(c)
+	}
+	if s.tracker != nil {
+		if err := s.tracker.Sent(c); err != nil {
+			return c, fmt.Errorf("pipeline %q: track canary %s: %w", s.p.Name, c.ID, err)
+		}
+	}
+	s.log.Debug("canary sent", "pipeline", s.p.Name, "canary", c.ID, "seq", c.Seq, "row", c.RowID,
+		"insert_to_commit", c.Committed.Sub(c.InsertStarted))
+	return c, nil
+}
+
+func (s *Sender) insert(ctx context.Context) (Canary, error) {
+	id, err := newUUID()
+	if err != nil {
+		return Canary{}, err
+	}
+	c := Canary{ID: id, Seq: s.nextSeq(), Pipeline: s.p.Name, Key: s.p.Canary.Key}
+	payload, err := s.signer.Encode(Payload{CanaryID: c.ID, Instance: s.instance, Pipeline: s.p.Name, Seq: c.Seq})
+	if err != nil {
+		return Canary{}, fmt.Errorf("encode payload: %w", err)
+	}
+	var args []any
+	if s.uuidIDs {
+		args = append(args, c.ID)
+	}
+	args = append(args, s.p.Canary.AggregateType, s.p.Canary.Key)
+	if col := s.p.Outbox.Columns; col.EventType != "" && col.EventType != col.Route {
+		args = append(args, s.p.Canary.EventType)
+	}
+	args = append(args, string(payload))
+
+	c.InsertStarted = s.now()
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return Canary{}, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		// A no-op after Commit; after a cancelled ctx it still needs a
+		// live context to release the connection cleanly.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
+	if err := tx.QueryRow(ctx, s.insertSQL, args...).Scan(&c.RowID); err != nil {
+		return Canary{}, fmt.Errorf("insert into %s: %w", s.p.Outbox.Table, err)
+	}
+	if s.p.Canary.DeleteAfterInsert {
+		// Log capture has already got the insert in the WAL; Debezium's
+		// router ignores the delete, so the table stays empty.
+		if _, err := tx.Exec(ctx, s.deleteSQL, c.RowID); err != nil {
+			return Canary{}, fmt.Errorf("delete canary row %s: %w", c.RowID, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Canary{}, fmt.Errorf("commit: %w", err)
+	}
+	c.Committed = s.now()
+	return c, nil
+}
+
+// newUUID returns a random (version 4) UUID in its canonical text form.
+func newUUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("random canary id: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}

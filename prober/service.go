@@ -1,0 +1,611 @@
+package prober
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/robfig/cron/v3"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+)
+
+// Options configures a Service.
+type Options struct {
+	Config     *config.Config
+	Registerer prometheus.Registerer
+	Now        func() time.Time
+	Logger     *slog.Logger
+
+	// InstanceID overrides Config.InstanceID. `outbox-canary check` uses a
+	// distinct one so a running service counts its canary as foreign.
+	InstanceID string
+	// Pipelines limits the service to these pipelines; empty means all.
+	Pipelines []string
+	// NoSchedule sends canaries only through Send (for check).
+	NoSchedule bool
+	// StateDir overrides Config.StateDir; "-" keeps state in memory only.
+	StateDir string
+	// OnCanaryDone, optional, is called once per canary when it is final
+	// (arrived and judged, or lost).
+	OnCanaryDone func(Report)
+
+	// SweepInterval is how often deadlines and lost canaries are checked
+	// (default 250ms). HealthInterval is how often the database is pinged
+	// (default 2s). ShutdownTimeout bounds the wait for in-flight inserts
+	// (default 5s).
+	SweepInterval   time.Duration
+	HealthInterval  time.Duration
+	ShutdownTimeout time.Duration
+}
+
+// Service runs every pipeline's sender, consumer, sweeper and database
+// clock estimator. Create it with New, start it with Run.
+type Service struct {
+	opts     Options
+	instance string
+	metrics  *Metrics
+	signer   *Signer
+	now      func() time.Time
+	log      *slog.Logger
+	pipes    []*pipelineRunner
+	started  time.Time
+}
+
+// pipelineRunner is one pipeline's parts.
+type pipelineRunner struct {
+	p        *config.Pipeline
+	pool     *pgxpool.Pool
+	clock    *DBClock
+	tracker  *Tracker
+	sender   *Sender
+	consumer *Consumer
+	log      *slog.Logger
+
+	mu       sync.Mutex
+	dbOK     bool
+	dbReason string
+	// rows maps the in-flight canaries' ids to their outbox row ids, for
+	// reading published_at back on arrival.
+	rows map[string]sentRow
+}
+
+type sentRow struct {
+	id        string
+	committed time.Time
+}
+
+// New builds the service: the metrics, one pool, tracker, sender and
+// consumer per pipeline. It connects to nothing: servers that are down at
+// start are retried by Run, and /readyz says so meanwhile.
+func New(o Options) (*Service, error) {
+	if o.Config == nil || o.Registerer == nil {
+		return nil, errors.New("service: config and registerer are required")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = 250 * time.Millisecond
+	}
+	if o.HealthInterval <= 0 {
+		o.HealthInterval = 2 * time.Second
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 5 * time.Second
+	}
+	cfg := o.Config
+	instance := cmpOr(o.InstanceID, cfg.InstanceID)
+	stateDir := cmpOr(o.StateDir, cfg.StateDir)
+
+	var pipelines []config.Pipeline
+	for _, p := range cfg.Pipelines {
+		if len(o.Pipelines) == 0 || slices.Contains(o.Pipelines, p.Name) {
+			pipelines = append(pipelines, p)
+		}
+	}
+	for _, name := range o.Pipelines {
+		if _, ok := cfg.Pipeline(name); !ok {
+			return nil, fmt.Errorf("pipeline %q: not in the configuration", name)
+		}
+	}
+	key, err := cfg.SigningKey.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("signing_key: %w", err)
+	}
+	signer, err := NewSigner([]byte(key))
+	if err != nil {
+		return nil, fmt.Errorf("signing_key: %w", err)
+	}
+	metrics, err := NewMetrics(o.Registerer, pipelines)
+	if err != nil {
+		return nil, err
+	}
+	if stateDir != "-" {
+		if err := os.MkdirAll(stateDir, 0o750); err != nil {
+			return nil, fmt.Errorf("state_dir: %w", err)
+		}
+	}
+	s := &Service{opts: o, instance: instance, metrics: metrics, signer: signer, now: o.Now, log: o.Logger, started: o.Now()}
+	for i := range pipelines {
+		pr, err := s.newPipeline(&pipelines[i], stateDir)
+		if err != nil {
+			s.closePools()
+			return nil, fmt.Errorf("pipeline %q: %w", pipelines[i].Name, err)
+		}
+		s.pipes = append(s.pipes, pr)
+	}
+	return s, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRunner, error) {
+	log := s.log.With("pipeline", p.Name)
+	dsn, err := p.Database.DSN.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("database.dsn: %w", err)
+	}
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx redacts the password in its parse errors; the DSN itself is
+		// never logged here.
+		return nil, fmt.Errorf("database.dsn: %w", err)
+	}
+	pcfg.MaxConns = 4
+	pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	// Reconnect quickly after a database restart: broken idle connections
+	// are found by the health check, not only by a failed canary.
+	pcfg.HealthCheckPeriod = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("database pool: %w", err)
+	}
+	pr := &pipelineRunner{p: p, pool: pool, log: log, dbReason: "database not reached yet", rows: map[string]sentRow{}}
+	pr.clock = NewDBClock(p.Name, pool, s.metrics, s.now, log)
+
+	statePath := ""
+	if stateDir != "-" {
+		statePath = filepath.Join(stateDir, p.Name+".json")
+	}
+	tr, err := NewTracker(TrackerOptions{
+		Pipeline: p, Instance: s.instance, Metrics: s.metrics, Now: s.now, Logger: s.log, // the tracker, sender and consumer add the pipeline themselves
+		StatePath: statePath, LookupStamps: pr.lookupStamps, OnDone: s.opts.OnCanaryDone,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	pr.tracker = tr
+	pr.sender, err = NewSender(SenderOptions{Pipeline: p, Instance: s.instance, DB: pool, Signer: s.signer,
+		Tracker: tr, Metrics: s.metrics, Now: s.now, Logger: s.log, OnSent: pr.rememberRow})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	dialer, err := NewKafkaDialer(p.Kafka)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	var readPublished func(context.Context, string, kafka.Message) (time.Time, bool)
+	if p.Relay.PublishedStamp == config.PublishedFromColumn {
+		readPublished = pr.readPublished
+	}
+	pr.consumer, err = NewConsumer(ConsumerOptions{Pipeline: p, Instance: s.instance, Signer: s.signer, Tracker: tr,
+		Metrics: s.metrics, Dialer: dialer, Now: s.now, Logger: s.log, ReadPublished: readPublished,
+		// A little before the start, for the relay's clock.
+		Since: s.started.Add(-5 * time.Second)})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pr, nil
+}
+
+func (s *Service) closePools() {
+	for _, pr := range s.pipes {
+		pr.pool.Close()
+	}
+}
+
+// Metrics returns the service's metrics (tests read them).
+func (s *Service) Metrics() *Metrics { return s.metrics }
+
+// Instance is the instance id written into this service's canaries.
+func (s *Service) Instance() string { return s.instance }
+
+func (s *Service) pipeline(name string) (*pipelineRunner, error) {
+	for _, pr := range s.pipes {
+		if pr.p.Name == name {
+			return pr, nil
+		}
+	}
+	return nil, fmt.Errorf("pipeline %q: not run by this service", name)
+}
+
+// Tracker returns a pipeline's tracker.
+func (s *Service) Tracker(pipeline string) (*Tracker, error) {
+	pr, err := s.pipeline(pipeline)
+	if err != nil {
+		return nil, err
+	}
+	return pr.tracker, nil
+}
+
+// Send sends one canary now, outside the schedule.
+func (s *Service) Send(ctx context.Context, pipeline string) (Canary, error) {
+	pr, err := s.pipeline(pipeline)
+	if err != nil {
+		return Canary{}, err
+	}
+	return pr.sender.Send(ctx)
+}
+
+// Pipelines lists the pipelines this service runs, in configuration order.
+func (s *Service) Pipelines() []*config.Pipeline {
+	out := make([]*config.Pipeline, len(s.pipes))
+	for i, pr := range s.pipes {
+		out[i] = pr.p
+	}
+	return out
+}
+
+// Ready reports whether every pipeline has a working database pool and
+// consumer; otherwise the reasons, one per broken part.
+func (s *Service) Ready() (bool, []string) {
+	var reasons []string
+	for _, pr := range s.pipes {
+		pr.mu.Lock()
+		ok, why := pr.dbOK, pr.dbReason
+		pr.mu.Unlock()
+		if !ok {
+			reasons = append(reasons, fmt.Sprintf("pipeline %q: database: %s", pr.p.Name, why))
+		}
+		if ok, why := pr.consumer.Ready(); !ok {
+			reasons = append(reasons, fmt.Sprintf("pipeline %q: kafka: %s", pr.p.Name, why))
+		}
+	}
+	return len(reasons) == 0, reasons
+}
+
+// scheduleParser lets cron parse specs exactly as config validated them.
+type scheduleParser struct{}
+
+func (scheduleParser) Parse(spec string) (cron.Schedule, error) { return config.ParseSchedule(spec) }
+
+// cronLogger sends cron's messages to slog.
+type cronLogger struct{ log *slog.Logger }
+
+func (l cronLogger) Info(msg string, kv ...any) { l.log.Debug("cron: "+msg, kv...) }
+func (l cronLogger) Error(err error, msg string, kv ...any) {
+	l.log.Error("cron: "+msg, append(kv, "err", err)...)
+}
+
+// Run runs every pipeline until ctx is done, then shuts down in order: no
+// new canaries, in-flight inserts finish (bounded by ShutdownTimeout),
+// readers close, the tracker state is flushed, pools close. It returns the
+// flush errors, if any; server failures never end it.
+func (s *Service) Run(ctx context.Context) error {
+	return s.run(ctx, true)
+}
+
+func (s *Service) run(ctx context.Context, flush bool) error {
+	// Inserts get a context that outlives ctx by ShutdownTimeout, so a
+	// canary being committed at SIGTERM is committed and tracked, not
+	// abandoned half way.
+	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSends()
+
+	var wg sync.WaitGroup
+	for _, pr := range s.pipes {
+		wg.Add(3)
+		go func() { defer wg.Done(); pr.watchDB(ctx, s.opts.HealthInterval) }()
+		go func() { defer wg.Done(); _ = pr.consumer.Run(ctx) }()
+		go func() { defer wg.Done(); pr.sweep(ctx, s.opts.SweepInterval) }()
+		if !s.opts.NoSchedule {
+			// check sends one canary and leaves the watchers to the service.
+			w, closeWatcher, err := s.newWatcher(pr)
+			if err != nil {
+				return err
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); defer closeWatcher(); w.Run(ctx) }()
+		}
+	}
+
+	var c *cron.Cron
+	if !s.opts.NoSchedule {
+		cl := cronLogger{s.log}
+		c = cron.New(cron.WithParser(scheduleParser{}), cron.WithLogger(cl),
+			cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
+		for _, pr := range s.pipes {
+			// A canary that takes longer than its end-to-end budget to
+			// commit is late anyway; the bound keeps a hung database from
+			// piling up jobs.
+			timeout := 30 * time.Second
+			if _, err := c.AddFunc(pr.p.Canary.Schedule, func() {
+				ictx, cancel := context.WithTimeout(sendCtx, timeout)
+				defer cancel()
+				_, _ = pr.sender.Send(ictx)
+			}); err != nil {
+				return fmt.Errorf("pipeline %q: canary.schedule: %w", pr.p.Name, err)
+			}
+		}
+		c.Start()
+	}
+	s.log.Info("prober started", "instance", s.instance, "pipelines", len(s.pipes))
+
+	<-ctx.Done()
+	s.log.Info("prober stopping")
+	if c != nil {
+		stopped := c.Stop()
+		t := time.NewTimer(s.opts.ShutdownTimeout)
+		select {
+		case <-stopped.Done():
+		case <-t.C:
+			s.log.Warn("in-flight canary inserts did not finish in time; abandoning them", "timeout", s.opts.ShutdownTimeout)
+		}
+		t.Stop()
+	}
+	cancelSends()
+	wg.Wait()
+
+	var errs []error
+	if flush {
+		for _, pr := range s.pipes {
+			if err := pr.tracker.Flush(); err != nil {
+				errs = append(errs, fmt.Errorf("pipeline %q: flush state: %w", pr.p.Name, err))
+			}
+		}
+	}
+	s.closePools()
+	s.log.Info("prober stopped")
+	return errors.Join(errs...)
+}
+
+// sweep resolves deadlines and lost canaries on a short tick, so a stall
+// is counted within a tick of the first deadline.
+func (pr *pipelineRunner) sweep(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pr.tracker.Sweep(ctx)
+		}
+	}
+}
+
+// watchDB pings the database for readiness and re-estimates the clock
+// offset every database.clock_offset_interval (and at once after the
+// database came back, as a restart may have moved its clock).
+func (pr *pipelineRunner) watchDB(ctx context.Context, every time.Duration) {
+	interval := time.Duration(pr.p.Database.ClockOffsetInterval)
+	var lastEstimate time.Time
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := pr.pool.Ping(pctx)
+		if err == nil && (lastEstimate.IsZero() || time.Since(lastEstimate) >= interval) {
+			if err = pr.clock.Estimate(pctx); err == nil {
+				lastEstimate = time.Now()
+			}
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		pr.setDB(err)
+		if err != nil {
+			pr.clock.metrics.WatchErrors.WithLabelValues(pr.p.Name, watcherDB).Inc()
+			lastEstimate = time.Time{}
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (pr *pipelineRunner) setDB(err error) {
+	pr.mu.Lock()
+	was := pr.dbOK
+	pr.dbOK = err == nil
+	if err != nil {
+		pr.dbReason = err.Error()
+	} else {
+		pr.dbReason = ""
+	}
+	pr.mu.Unlock()
+	switch {
+	case err == nil && !was:
+		pr.log.Info("database reachable")
+	case err != nil && was:
+		pr.log.Warn("database unreachable; canary inserts fail until it is back", "err", err)
+	case err != nil && !was:
+		pr.log.Debug("database still unreachable", "err", err)
+	}
+}
+
+// lookupStamps is the tracker's LookupStamps: for a pipeline whose publish
+// stamp is the row's published_at, it reads the row back by primary key and
+// converts the database time to the prober's clock. Until the relay's
+// transaction commits, published_at reads NULL and no stamp is returned;
+// the tracker asks again.
+func (pr *pipelineRunner) lookupStamps(ctx context.Context, c Canary) (map[string]time.Time, error) {
+	if pr.p.Relay.PublishedStamp != config.PublishedFromColumn || c.RowID == "" {
+		return nil, nil
+	}
+	off, ok := pr.clock.Current()
+	if !ok {
+		return nil, errors.New("database clock offset not measured yet")
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1",
+		quote(pr.p.Outbox.Columns.PublishedAt), tableIdent(pr.p.Outbox.Table).Sanitize(), quote(pr.p.Outbox.Columns.ID))
+	var published *time.Time
+	if err := pr.pool.QueryRow(ctx, q, c.RowID).Scan(&published); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("read published_at of row %s: row not found (deleted by a cleanup?)", c.RowID)
+		}
+		return nil, fmt.Errorf("read published_at of row %s: %w", c.RowID, err)
+	}
+	if published == nil {
+		return nil, nil
+	}
+	return map[string]time.Time{config.StampPublish: off.ToLocal(*published)}, nil
+}
+
+// rememberRow keeps a sent canary's row id until it arrives (or for
+// lost_after at most).
+func (pr *pipelineRunner) rememberRow(c Canary) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	for id, r := range pr.rows {
+		if c.Committed.Sub(r.committed) > time.Duration(pr.p.Canary.LostAfter) {
+			delete(pr.rows, id)
+		}
+	}
+	pr.rows[c.ID] = sentRow{id: c.RowID, committed: c.Committed}
+}
+
+// readPublishedWait bounds how long an arrival waits for the relay's
+// transaction to commit published_at: the reference relay (like the seed's
+// algorithm) sets it after the broker acknowledged, so the record can be
+// consumed a moment before the row shows it.
+const readPublishedWait = 3 * time.Second
+
+// readPublished reads published_at of an arrived canary's row, polling
+// briefly while it is still NULL. The row id comes from the sender, or,
+// for a canary sent before a restart, from the record's "id" header (which
+// the reference relay and Debezium both write).
+func (pr *pipelineRunner) readPublished(ctx context.Context, canaryID string, msg kafka.Message) (time.Time, bool) {
+	pr.mu.Lock()
+	row, ok := pr.rows[canaryID]
+	delete(pr.rows, canaryID)
+	pr.mu.Unlock()
+	rowID := row.id
+	if !ok {
+		for _, h := range msg.Headers {
+			if h.Key == "id" {
+				rowID = string(h.Value)
+			}
+		}
+	}
+	if rowID == "" {
+		return time.Time{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, readPublishedWait)
+	defer cancel()
+	wait := 5 * time.Millisecond
+	for {
+		stamps, err := pr.lookupStamps(ctx, Canary{ID: canaryID, RowID: rowID})
+		if err != nil {
+			pr.log.Warn("reading published_at back failed; the publish stamp is missing", "canary", canaryID, "err", err)
+			return time.Time{}, false
+		}
+		if t, ok := stamps[config.StampPublish]; ok {
+			return t, true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			pr.log.Warn("published_at still NULL after the canary arrived; the publish stamp is missing", "canary", canaryID, "waited", readPublishedWait)
+			return time.Time{}, false
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// DBClock keeps the latest estimate of one database's clock offset,
+// exported as gauges.
+type DBClock struct {
+	pipeline string
+	q        RowQuerier
+	metrics  *Metrics
+	now      func() time.Time
+	log      *slog.Logger
+
+	mu  sync.Mutex
+	off ClockOffset
+	ok  bool
+}
+
+// NewDBClock returns an estimator with no estimate yet.
+func NewDBClock(pipeline string, q RowQuerier, m *Metrics, now func() time.Time, log *slog.Logger) *DBClock {
+	return &DBClock{pipeline: pipeline, q: q, metrics: m, now: now, log: log}
+}
+
+// dbClockSamples is how many round trips one estimate takes; the fastest
+// wins.
+const dbClockSamples = 5
+
+// Estimate measures the offset again and exports it. A change larger than
+// the error bounds of both estimates is logged: it means a clock stepped.
+func (d *DBClock) Estimate(ctx context.Context) error {
+	off, err := EstimateDBOffset(ctx, d.q, d.now, dbClockSamples)
+	if err != nil {
+		d.metrics.WatchErrors.WithLabelValues(d.pipeline, watcherDBClock).Inc()
+		return fmt.Errorf("estimate clock offset: %w", err)
+	}
+	d.mu.Lock()
+	prev, had := d.off, d.ok
+	d.off, d.ok = off, true
+	d.mu.Unlock()
+	d.metrics.DBClockOffset.WithLabelValues(d.pipeline).Set(off.Offset.Seconds())
+	d.metrics.DBClockOffsetError.WithLabelValues(d.pipeline).Set(off.Error.Seconds())
+	change := (off.Offset - prev.Offset).Abs()
+	switch {
+	case !had:
+		d.log.Info("database clock offset measured", "offset", off.Offset, "error", off.Error)
+	case change > off.Error+prev.Error:
+		d.log.Warn("database clock offset changed", "offset", off.Offset, "previous", prev.Offset, "error", off.Error)
+	}
+	return nil
+}
+
+// Current returns the latest estimate, if there is one.
+func (d *DBClock) Current() (ClockOffset, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.off, d.ok
+}
+
+// newWatcher builds the pipeline's backlog, transaction, slot, consumer-lag
+// and connector watcher on the pipeline's own pool.
+func (s *Service) newWatcher(pr *pipelineRunner) (*Watcher, func(), error) {
+	w := &Watcher{Pipeline: pr.p, DB: pr.pool, Metrics: s.metrics, Logger: pr.log, Now: s.now}
+	closeFn := func() {}
+	if len(pr.p.Watch.ConsumerGroups) > 0 {
+		client, closeIdle, err := NewKafkaClient(pr.p.Kafka, 10*time.Second)
+		if err != nil {
+			return nil, nil, fmt.Errorf("pipeline %q: consumer lag watcher: %w", pr.p.Name, err)
+		}
+		w.Kafka, closeFn = client, closeIdle
+	}
+	return w, closeFn, nil
+}

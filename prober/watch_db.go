@@ -1,0 +1,158 @@
+package prober
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+)
+
+// Querier is what the database watchers need of a pgx pool or connection.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Backlog is the polling relay's queue: rows not yet published and the age
+// of the oldest, both on the database clock so no cross-host skew enters.
+type Backlog struct {
+	Rows      int64
+	OldestAge time.Duration // 0 when the backlog is empty
+}
+
+// QuoteTable quotes a possibly schema-qualified table name.
+func QuoteTable(table string) string {
+	return pgx.Identifier(strings.Split(table, ".")).Sanitize()
+}
+
+// BacklogQuery is the SQL of QueryBacklog. Its only predicate is the partial
+// index's (published_at IS NULL), so the planner can answer from the index,
+// which holds just the backlog, however many published rows the table keeps.
+func BacklogQuery(p *config.Pipeline) string {
+	c := p.Outbox.Columns
+	age := "0"
+	if c.CreatedAt != "" {
+		age = fmt.Sprintf("COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(%s)), 0)", pgx.Identifier{c.CreatedAt}.Sanitize())
+	}
+	return fmt.Sprintf("SELECT count(*), %s::float8 FROM %s WHERE %s IS NULL",
+		age, QuoteTable(p.Outbox.Table), pgx.Identifier{c.PublishedAt}.Sanitize())
+}
+
+// QueryBacklog measures the backlog of a polling pipeline.
+func QueryBacklog(ctx context.Context, q Querier, p *config.Pipeline) (Backlog, error) {
+	if p.Outbox.Columns.PublishedAt == "" {
+		return Backlog{}, errors.New("backlog: the outbox has no published_at column (cdc relays never write one)")
+	}
+	var rows int64
+	var ageSeconds float64
+	if err := q.QueryRow(ctx, BacklogQuery(p)).Scan(&rows, &ageSeconds); err != nil {
+		return Backlog{}, fmt.Errorf("backlog of %s: %w", p.Outbox.Table, err)
+	}
+	return Backlog{Rows: rows, OldestAge: secondsToDuration(ageSeconds)}, nil
+}
+
+// HasUnpublishedIndex reports whether the outbox has a valid partial index
+// whose predicate is exactly "<published_at> IS NULL": without it every
+// backlog query and every relay poll scans the whole table history. An
+// index left invalid by a failed CREATE INDEX CONCURRENTLY does not count,
+// nor does one with more conditions, which the backlog query cannot use.
+func HasUnpublishedIndex(ctx context.Context, q Querier, p *config.Pipeline) (bool, error) {
+	rows, err := q.Query(ctx,
+		`SELECT pg_get_expr(indpred, indrelid) FROM pg_index WHERE indrelid = $1::regclass AND indpred IS NOT NULL AND indisvalid`,
+		QuoteTable(p.Outbox.Table))
+	if err != nil {
+		return false, fmt.Errorf("indexes of %s: %w", p.Outbox.Table, err)
+	}
+	predicates, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return false, fmt.Errorf("indexes of %s: %w", p.Outbox.Table, err)
+	}
+	for _, pred := range predicates {
+		if IsUnpublishedPredicate(pred, p.Outbox.Columns.PublishedAt) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Transactions summarises open transactions of the pipeline's database:
+// rows an open transaction inserted stay invisible to the relay until it
+// commits, which is segment 1 of the lag and invisible to every other signal.
+type Transactions struct {
+	OldestAge time.Duration
+	OldestPID int32
+	OverLimit int64 // older than the threshold
+}
+
+// QueryTransactions reads pg_stat_activity (all rows visible with the
+// pg_monitor role). Our own session is left out.
+func QueryTransactions(ctx context.Context, q Querier, threshold time.Duration) (Transactions, error) {
+	var t Transactions
+	var oldest float64
+	var pid *int32
+	err := q.QueryRow(ctx, `
+		SELECT COALESCE(EXTRACT(EPOCH FROM max(clock_timestamp() - xact_start)), 0)::float8,
+		       (array_agg(pid ORDER BY xact_start))[1],
+		       count(*) FILTER (WHERE clock_timestamp() - xact_start > make_interval(secs => $1))
+		FROM pg_stat_activity
+		WHERE xact_start IS NOT NULL
+		  AND pid <> pg_backend_pid()
+		  AND backend_type = 'client backend'
+		  AND datname = current_database()`, threshold.Seconds()).Scan(&oldest, &pid, &t.OverLimit)
+	if err != nil {
+		return Transactions{}, fmt.Errorf("open transactions: %w", err)
+	}
+	t.OldestAge = secondsToDuration(oldest)
+	if pid != nil {
+		t.OldestPID = *pid
+	}
+	return t, nil
+}
+
+// Slot is one logical replication slot of the pipeline's database.
+type Slot struct {
+	Name           string
+	Active         bool
+	WALStatus      string // reserved, extended, unreserved, lost; "" before PG 13
+	SafeWALSize    *int64 // nil when max_slot_wal_keep_size = -1 (unbounded)
+	RetainedWAL    int64  // current LSN - restart_lsn
+	UnconfirmedWAL int64  // current LSN - confirmed_flush_lsn
+}
+
+// QuerySlots reads pg_replication_slots for the current database. It runs
+// on the primary only: pg_current_wal_lsn() fails on a standby, and the
+// error says so.
+func QuerySlots(ctx context.Context, q Querier) ([]Slot, error) {
+	rows, err := q.Query(ctx, `
+		SELECT slot_name, active, COALESCE(wal_status, ''), safe_wal_size,
+		       COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::int8,
+		       COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::int8
+		FROM pg_replication_slots
+		WHERE database = current_database()
+		ORDER BY slot_name`)
+	if err != nil {
+		return nil, fmt.Errorf("replication slots: %w", err)
+	}
+	slots, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Slot, error) {
+		var s Slot
+		err := r.Scan(&s.Name, &s.Active, &s.WALStatus, &s.SafeWALSize, &s.RetainedWAL, &s.UnconfirmedWAL)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replication slots: %w", err)
+	}
+	return slots, nil
+}
+
+// WALStatuses are the values of pg_replication_slots.wal_status; each is a
+// series of the wal_status gauge so a change is a visible flip, not a gap.
+var WALStatuses = []string{"reserved", "extended", "unreserved", "lost"}
+
+func secondsToDuration(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second))
+}

@@ -1,0 +1,131 @@
+package prober
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+)
+
+// NewKafkaClient returns a client for the watchers and diagnose, with the
+// pipeline's TLS and SASL settings (secrets resolved once, never logged).
+// Every request is bounded by timeout. Call the returned close function
+// when done: the transport keeps connections and a goroutine per broker.
+func NewKafkaClient(k config.Kafka, timeout time.Duration) (*kafka.Client, func(), error) {
+	d, err := NewKafkaDialer(k)
+	if err != nil {
+		return nil, nil, err
+	}
+	tr := &kafka.Transport{
+		DialTimeout: timeout,
+		ClientID:    k.ClientID,
+		TLS:         d.TLS,
+		SASL:        d.SASLMechanism,
+	}
+	c := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Transport: tr, Timeout: timeout}
+	return c, tr.CloseIdleConnections, nil
+}
+
+// ConsumerLag is how far a business consumer group trails a topic: segment
+// 4 of the lag, which the canaries (read by our own consumer) cannot see.
+type ConsumerLag struct {
+	Messages int64
+	// OldestAge is now minus the record timestamp of the oldest message the
+	// group has not consumed: an estimate, on the relay's or the broker's
+	// clock, of how late the group is. 0 when it is caught up.
+	OldestAge time.Duration
+}
+
+// QueryConsumerLag sums, over the topic's partitions, the high watermark
+// minus the group's committed offset. A partition the group never committed
+// counts from the log start, because that is what a new group would read.
+func QueryConsumerLag(ctx context.Context, client *kafka.Client, g config.ConsumerGroup, now func() time.Time) (ConsumerLag, error) {
+	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{g.Topic}})
+	if err != nil {
+		return ConsumerLag{}, fmt.Errorf("consumer lag %s/%s: metadata: %w", g.Group, g.Topic, err)
+	}
+	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {
+		var terr error
+		if len(meta.Topics) == 1 {
+			terr = meta.Topics[0].Error
+		}
+		return ConsumerLag{}, fmt.Errorf("consumer lag %s/%s: topic: %w", g.Group, g.Topic, errors.Join(terr, errors.New("not found")))
+	}
+	var partitions []int
+	var offsetReqs []kafka.OffsetRequest
+	for _, p := range meta.Topics[0].Partitions {
+		partitions = append(partitions, p.ID)
+		offsetReqs = append(offsetReqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
+	}
+	committed, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: g.Group, Topics: map[string][]int{g.Topic: partitions}})
+	if err != nil {
+		return ConsumerLag{}, fmt.Errorf("consumer lag %s/%s: committed offsets: %w", g.Group, g.Topic, err)
+	}
+	if committed.Error != nil {
+		return ConsumerLag{}, fmt.Errorf("consumer lag %s/%s: committed offsets: %w", g.Group, g.Topic, committed.Error)
+	}
+	ends, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{g.Topic: offsetReqs}})
+	if err != nil {
+		return ConsumerLag{}, fmt.Errorf("consumer lag %s/%s: log end offsets: %w", g.Group, g.Topic, err)
+	}
+	bounds := map[int]kafka.PartitionOffsets{}
+	for _, po := range ends.Topics[g.Topic] {
+		if po.Error != nil {
+			return ConsumerLag{}, fmt.Errorf("consumer lag %s/%s partition %d: %w", g.Group, g.Topic, po.Partition, po.Error)
+		}
+		bounds[po.Partition] = po
+	}
+	var lag ConsumerLag
+	for _, c := range committed.Topics[g.Topic] {
+		b := bounds[c.Partition]
+		next := c.CommittedOffset
+		if next < 0 || next < b.FirstOffset {
+			next = b.FirstOffset
+		}
+		behind := b.LastOffset - next
+		if behind <= 0 {
+			continue
+		}
+		lag.Messages += behind
+		t, err := recordTime(ctx, client, g.Topic, c.Partition, next)
+		if err != nil {
+			return ConsumerLag{}, fmt.Errorf("consumer lag %s/%s partition %d: oldest unconsumed message: %w", g.Group, g.Topic, c.Partition, err)
+		}
+		if age := now().Sub(t); age > lag.OldestAge {
+			lag.OldestAge = age
+		}
+	}
+	return lag, nil
+}
+
+// recordTime reads the timestamp of the record at offset.
+func recordTime(ctx context.Context, client *kafka.Client, topic string, partition int, offset int64) (time.Time, error) {
+	res, err := client.Fetch(ctx, &kafka.FetchRequest{
+		Topic: topic, Partition: partition, Offset: offset,
+		MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 500 * time.Millisecond,
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	if res.Error != nil {
+		return time.Time{}, res.Error
+	}
+	for {
+		r, err := res.Records.ReadRecord()
+		if errors.Is(err, io.EOF) {
+			return time.Time{}, fmt.Errorf("no record at offset %d", offset)
+		}
+		if err != nil {
+			return time.Time{}, err
+		}
+		// A fetch returns whole batches, which may start before offset.
+		if r.Offset >= offset {
+			return r.Time, nil
+		}
+	}
+}
