@@ -148,7 +148,7 @@ func formatCanaryLine(cfg *config.Config, r prober.Report) string {
 	if r.State == prober.StateLost {
 		verdict = "LOST"
 	}
-	fmt.Fprintf(&b, "%s %s %-10s seq=%d", r.Committed.Format("15:04:05.000"), verdict, r.Pipeline, r.Seq%100000)
+	fmt.Fprintf(&b, "%s %s %-10s %.8s", r.Committed.Format("15:04:05.000"), verdict, r.Pipeline, r.ID)
 	p, ok := cfg.Pipeline(r.Pipeline)
 	if !ok {
 		return b.String()

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# make demo: the reference relay and the prober on the local stack (already
+# started by `make stack-up`). Two pipelines, as in examples/outbox-canary.yml:
+# "orders" on seed schema A, "payments" on seed schema B, each in its own
+# database with its own relay. Prints a line per canary until Ctrl-C, then a
+# p50/p99 summary per segment. DEMO_SECONDS=300 stops by itself after 300 s.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+ROOT=$PWD
+
+log() { printf '[demo] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+[[ -f .stack/env ]] || die ".stack/env is missing: run 'make stack-up' first"
+set -a
+# shellcheck disable=SC1091
+source .stack/env
+set +a
+[[ -x bin/outbox-canary && -x bin/outbox-relay ]] || die "bin/ is missing the binaries: run 'make build'"
+
+PROBER_ADDR=${DEMO_PROBER_ADDR:-127.0.0.1:9465}
+ORDERS_RELAY_ADDR=${DEMO_ORDERS_RELAY_ADDR:-127.0.0.1:9466}
+PAYMENTS_RELAY_ADDR=${DEMO_PAYMENTS_RELAY_ADDR:-127.0.0.1:9467}
+POLL_INTERVAL=${DEMO_POLL_INTERVAL:-100ms}
+LOGS=$OUTBOX_CANARY_STACK_DIR/logs
+CANARY_LOG=$LOGS/demo-canaries.log
+mkdir -p "$LOGS"
+
+psql_admin() { psql "$OUTBOX_CANARY_PG_ADMIN_DSN" -v ON_ERROR_STOP=1 -qAtX "$@"; }
+dsn_for() { echo "${OUTBOX_CANARY_PG_DSN/\/canary\?//$1?}"; }
+
+# prepare_db NAME SCHEMA_FILE: a database with its outbox table, created once.
+prepare_db() {
+	local db=$1 schema=$2
+	if [[ -z $(psql_admin -c "SELECT 1 FROM pg_database WHERE datname = '$db'") ]]; then
+		log "creating database $db with $(basename "$schema")"
+		psql_admin -c "CREATE DATABASE $db OWNER canary"
+		psql "$(dsn_for "$db")" -v ON_ERROR_STOP=1 -qX -f "$schema"
+	fi
+}
+prepare_db demo_orders deploy/sql/schema_a.sql
+prepare_db demo_payments deploy/sql/schema_b.sql
+
+# The stack creates outbox.event.outbox-canary; payments routes its canaries
+# (aggregate type outbox-canary-payments) to a topic of their own.
+"$OUTBOX_CANARY_JAVA" -Dlog4j2.configurationFile="$OUTBOX_CANARY_KAFKA_TOOLS_LOG4J" \
+	-cp "$OUTBOX_CANARY_KAFKA_LIBS/*" org.apache.kafka.tools.TopicCommand \
+	--bootstrap-server "$OUTBOX_CANARY_KAFKA_BROKERS" --create --if-not-exists \
+	--topic outbox.event.outbox-canary-payments --partitions 3 --replication-factor 1 >/dev/null
+
+export OUTBOX_CANARY_SIGNING_KEY=${OUTBOX_CANARY_SIGNING_KEY:-demo-signing-key-not-for-production}
+export OUTBOX_CANARY_PG_DSN_ORDERS; OUTBOX_CANARY_PG_DSN_ORDERS=$(dsn_for demo_orders)
+export OUTBOX_CANARY_PG_DSN_PAYMENTS; OUTBOX_CANARY_PG_DSN_PAYMENTS=$(dsn_for demo_payments)
+
+# The example config, with the stack's brokers and the orders database.
+CONFIG=$OUTBOX_CANARY_STACK_DIR/demo.yml
+sed -e "s/127\.0\.0\.1:9092/$OUTBOX_CANARY_KAFKA_BROKERS/g" \
+	-e "s/env: OUTBOX_CANARY_PG_DSN$/env: OUTBOX_CANARY_PG_DSN_ORDERS/" \
+	examples/outbox-canary.yml >"$CONFIG"
+
+pids=()
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	((${#pids[@]})) && kill -TERM "${pids[@]}" 2>/dev/null || true
+	((${#pids[@]})) && wait "${pids[@]}" 2>/dev/null || true
+	summarize
+	log "stopped (the stack keeps running; 'make stack-down' stops it)"
+	exit "$rc"
+}
+
+# summarize prints p50 and p99 per segment over the canaries of this run,
+# read from the lines the prober printed (exact per-canary durations).
+summarize() {
+	[[ -s $CANARY_LOG ]] || return 0
+	log "summary of $(grep -c . "$CANARY_LOG") canaries (p50 / p99 / max per segment):"
+	awk '
+	function secs(v,   n) {
+		if (v ~ /µs$/) { sub(/µs$/, "", v); return v / 1e6 }
+		if (v ~ /ms$/) { sub(/ms$/, "", v); return v / 1e3 }
+		if (v ~ /ns$/) { sub(/ns$/, "", v); return v / 1e9 }
+		if (v ~ /s$/)  { sub(/s$/, "", v); return v + 0 }
+		return -1
+	}
+	{
+		for (i = 5; i <= NF; i++) {
+			split($i, kv, "=")
+			if (kv[2] == "-") continue
+			split(kv[2], vb, "/")
+			v = vb[1]; sub(/\(skew\?\)$/, "", v)
+			s = secs(v); if (s < 0 && v !~ /^-/) continue
+			key = $3 " " kv[1]
+			n[key]++; val[key, n[key]] = s
+		}
+	}
+	END {
+		for (k in n) {
+			m = n[k]
+			for (i = 1; i <= m; i++) a[i] = val[k, i]
+			for (i = 2; i <= m; i++) { x = a[i]; j = i - 1; while (j > 0 && a[j] > x) { a[j + 1] = a[j]; j-- } a[j + 1] = x }
+			p50 = a[int((m - 1) * 0.50) + 1]; p99 = a[int((m - 1) * 0.99) + 1]
+			printf "  %-32s n=%-4d p50 %8.2fms  p99 %8.2fms  max %8.2fms\n", k, m, p50 * 1e3, p99 * 1e3, a[m] * 1e3
+		}
+	}' "$CANARY_LOG" | sort >&2
+}
+trap cleanup EXIT INT TERM
+
+start_relay() {
+	local name=$1 db=$2 schema=$3 addr=$4
+	OUTBOX_RELAY_DSN=$(dsn_for "$db") bin/outbox-relay --brokers "$OUTBOX_CANARY_KAFKA_BROKERS" \
+		--schema "$schema" --poll-interval "$POLL_INTERVAL" --admin.listen-address "$addr" \
+		>>"$LOGS/relay-$name.log" 2>&1 &
+	pids+=($!)
+	log "relay $name: seed schema ${schema^^}, polling every $POLL_INTERVAL; faults at http://$addr/admin/state (log $LOGS/relay-$name.log)"
+}
+start_relay orders demo_orders a "$ORDERS_RELAY_ADDR"
+start_relay payments demo_payments b "$PAYMENTS_RELAY_ADDR"
+
+bin/outbox-canary run --config "$CONFIG" --web.listen-address "$PROBER_ADDR" \
+	--print-canaries --log.level warn >"$CANARY_LOG" 2>>"$LOGS/prober.log" &
+pids+=($!)
+tail -n +1 -f "$CANARY_LOG" &
+pids+=($!)
+
+log "prober: status http://$PROBER_ADDR/  metrics http://$PROBER_ADDR/metrics  (log $LOGS/prober.log)"
+log "try:   curl -XPOST http://$ORDERS_RELAY_ADDR/admin/pause      (then /admin/resume)"
+log "       curl -XPOST 'http://$ORDERS_RELAY_ADDR/admin/delay?d=700ms'"
+log "       curl -XPOST 'http://$PAYMENTS_RELAY_ADDR/admin/duplicate?n=3'"
+log "one line per canary: time, verdict, pipeline, seq, then each segment as measured/budget. Ctrl-C stops."
+
+if [[ -n ${DEMO_SECONDS:-} ]]; then
+	sleep "$DEMO_SECONDS"
+	exit 0
+fi
+# Until Ctrl-C, or until the prober exits on its own (its log says why).
+wait "${pids[2]}" || die "the prober exited: see $LOGS/prober.log"
