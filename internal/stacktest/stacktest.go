@@ -10,7 +10,8 @@
 //	topic := s.NewTopic(t, 3, nil)  // a fresh topic, deleted after the test
 //
 // Tests that stop or restart a server (s.Script(t, "restart-kafka")) disturb
-// every other test that uses the stack at the same time.
+// every other test that uses the stack at the same time: name them
+// TestDisruptive*, which `make test` runs last, one package at a time.
 package stacktest
 
 import (
@@ -32,6 +33,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol/metadata"
 )
 
 // EnvVar names a file to read instead of <repo>/.stack/env (for a stack
@@ -218,6 +220,7 @@ func (s Stack) NewTopic(t testing.TB, partitions int, configs map[string]string)
 	// because both become '_' in metric names.
 	name := "test." + uniqueName(t, "-", 120)
 	client := s.KafkaClient()
+	defer closeClient(client)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -227,7 +230,7 @@ func (s Stack) NewTopic(t testing.TB, partitions int, configs map[string]string)
 	}
 	// Client.CreateTopics negotiates the protocol version with the broker;
 	// Kafka 4 no longer accepts the versions that the older Conn API sends.
-	res, err := client.CreateTopics(context.Background(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{tc}})
+	res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{tc}})
 	if err == nil {
 		err = res.Errors[name]
 	}
@@ -238,6 +241,7 @@ func (s Stack) NewTopic(t testing.TB, partitions int, configs map[string]string)
 		// A fresh client: the test may have restarted Kafka, which leaves
 		// the creating client's pooled connection dead (unexpected EOF).
 		client := s.KafkaClient()
+		defer closeClient(client)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var err error
@@ -261,13 +265,42 @@ func (s Stack) NewTopic(t testing.TB, partitions int, configs map[string]string)
 	// fails with LeaderNotAvailable, so wait until metadata shows them all.
 	for {
 		err := topicReady(ctx, client, name, partitions)
-		t.Logf("DEBUG topicReady %s: %v", name, err)
 		if err == nil {
-			return name
+			break
 		}
 		select {
 		case <-ctx.Done():
 			t.Fatalf("stacktest: topic %s not ready: %v", name, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := s.announceTopic(ctx, name); err != nil {
+		t.Fatalf("stacktest: topic %s: %v", name, err)
+	}
+	return name
+}
+
+// announceTopic makes kafka-go's DefaultTransport, which every Writer and
+// Client without a Transport of its own shares, learn about a new topic now.
+// That transport answers metadata from a cache that it refreshes only every
+// few seconds (and after topic creation through itself), and a Writer fails
+// at once with "Unknown Topic Or Partition" for a topic missing from it. A
+// metadata request that allows auto-creation bypasses the cache when the
+// topic is not in it and refreshes it; the broker runs with
+// auto.create.topics.enable=false, so nothing is created by it.
+func (s Stack) announceTopic(ctx context.Context, name string) error {
+	addr := kafka.TCP(s.KafkaBrokers...)
+	for {
+		r, err := kafka.DefaultTransport.RoundTrip(ctx, addr, &metadata.Request{TopicNames: []string{name}, AllowAutoTopicCreation: true})
+		if err != nil {
+			return fmt.Errorf("refresh kafka-go's default transport: %w", err)
+		}
+		if m, ok := r.(*metadata.Response); ok && len(m.Topics) == 1 && m.Topics[0].ErrorCode == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kafka-go's default transport does not see it: %w", ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -301,11 +334,20 @@ func topicReady(ctx context.Context, client *kafka.Client, name string, partitio
 	return errors.New("not in metadata")
 }
 
-// KafkaClient returns a kafka-go admin client for the stack's brokers.
+// KafkaClient returns a kafka-go admin client for the stack's brokers, with a
+// kafka.Transport of its own: kafka-go's default one is shared by the whole
+// test binary and keeps pooled connections that a Kafka restart kills. Its
+// connections and metadata goroutine live until
+// client.Transport.(*kafka.Transport).CloseIdleConnections().
 func (s Stack) KafkaClient() *kafka.Client {
-	// Its own Transport: kafka-go's default one is shared by the whole test
-	// binary and keeps pooled connections that a Kafka restart kills.
 	return &kafka.Client{Addr: kafka.TCP(s.KafkaBrokers...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}}
+}
+
+// closeClient releases the connections and goroutine of a KafkaClient.
+func closeClient(c *kafka.Client) {
+	if tr, ok := c.Transport.(*kafka.Transport); ok {
+		tr.CloseIdleConnections()
+	}
 }
 
 // Script runs deploy/local/stack.sh with args, for example "restart-postgres"

@@ -1,0 +1,16 @@
+# The local test stack (PostgreSQL 15, Kafka 4.4.0 KRaft, Prometheus tools, kcat).
+# Included by the top-level Makefile; everything is done by deploy/local/stack.sh.
+
+# The path of stack.sh, taken while this file is being read so that it stays
+# right wherever the including Makefile lives.
+STACK_SH := $(dir $(lastword $(MAKEFILE_LIST)))stack.sh
+
+.PHONY: stack-up stack-down stack-status
+stack-up: ## start PostgreSQL and Kafka under .stack (installs what is missing) and print the DSN and brokers
+	@bash $(STACK_SH) up
+
+stack-down: ## stop the local stack and delete its data (keeps the downloaded Kafka jars)
+	@bash $(STACK_SH) down
+
+stack-status: ## print whether each server of the local stack is up
+	@bash $(STACK_SH) status || true

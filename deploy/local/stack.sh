@@ -1,0 +1,606 @@
+#!/usr/bin/env bash
+# The local test stack of outbox-canary: PostgreSQL 15 and a single-node
+# Apache Kafka 4.4.0 (KRaft), plus the Debian packages of Prometheus,
+# Alertmanager, promtool and kcat. Everything lives under $STACK_DIR
+# (default <repo>/.stack, git-ignored); the servers listen on free ports of
+# 127.0.0.1 and are described in $STACK_DIR/env for tests (internal/stacktest).
+#
+# Usage: deploy/local/stack.sh COMMAND
+#   up                 install what is missing, start what is not running (idempotent)
+#   down               stop what the stack started, delete its data (keeps the Kafka jars)
+#   status             print each server up/down (exit 0 only when both are up)
+#   env                print the env file
+#   stop-postgres | start-postgres | restart-postgres    (keep data and port)
+#   stop-kafka    | start-kafka    | restart-kafka       (keep data and ports)
+#
+# Environment: STACK_DIR, PG_WAIT (s, default 60), KAFKA_WAIT (s, default 120),
+# KAFKA_HEAP (default -Xmx512m -Xms512m), JAVA (java binary, default: java on
+# PATH), PG_PORT_BASE (54320) and KAFKA_PORT_BASE (19092): the first ports tried.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+STACK_DIR=${STACK_DIR:-$REPO/.stack}
+PG_WAIT=${PG_WAIT:-60}
+KAFKA_WAIT=${KAFKA_WAIT:-120}
+STOP_WAIT=${STOP_WAIT:-60}
+KAFKA_HEAP=${KAFKA_HEAP:--Xmx512m -Xms512m}
+# Where the search for free ports starts. A second stack beside the default
+# one should start elsewhere: while the first one restarts a server, its ports
+# are free for a moment and the second stack could take them.
+PG_PORT_BASE=${PG_PORT_BASE:-54320}
+KAFKA_PORT_BASE=${KAFKA_PORT_BASE:-19092}
+KAFKA_VERSION=4.4.0
+PG_BIN=/usr/lib/postgresql/15/bin
+
+ENV_FILE=$STACK_DIR/env
+STATE_FILE=$STACK_DIR/state # ports and paths chosen at first start, reused on restart
+PIDS=$STACK_DIR/pids
+LOGS=$STACK_DIR/logs
+KAFKA_HOME=$STACK_DIR/kafka
+KAFKA_LIBS=$KAFKA_HOME/libs
+KAFKA_DATA=$KAFKA_HOME/data
+
+# The topics every test run can rely on: name partitions [config].
+TOPICS=(
+	"outbox.event.outbox-canary 3"
+	"outbox.event.order 3"
+	"outbox.event.outbox-canary.logappend 1 message.timestamp.type=LogAppendTime"
+)
+
+log() { printf '[stack] %s\n' "$*" >&2; }
+die() {
+	log "ERROR: $*"
+	exit 1
+}
+
+# ---------------------------------------------------------------- helpers
+
+# pid_alive NAME: true when $PIDS/NAME.pid names a live process whose command
+# line still matches NAME (a pid file that survived a reboot may name another
+# process by now).
+pid_alive() {
+	local f=$PIDS/$1.pid pid pattern
+	[[ -s $f ]] || return 1
+	pid=$(<"$f")
+	running "$pid" || return 1
+	case $1 in
+	postgres) pattern=postgres ;;
+	kafka) pattern=kafka.Kafka ;;
+	connect) pattern=ConnectStandalone ;;
+	*) pattern= ;;
+	esac
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$pattern"
+}
+
+# running PID: the process exists and is not a zombie (an orphaned server that
+# exited stays a zombie until its new parent reaps it, and kill -0 still works).
+running() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	[[ ${stat%% *} != Z ]]
+}
+
+# port_busy PORT: something accepts connections on 127.0.0.1:PORT.
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# port_taken PORT: a TCP socket listens on PORT (on any address). Sockets in
+# TIME_WAIT do not count: the servers bind with SO_REUSEADDR.
+port_taken() { ss -Htln "sport = :$1" 2>/dev/null | grep -q . || port_busy "$1"; }
+
+# free_port START: sets REPLY to the first port >= START that nothing uses and
+# that no earlier call took. A fixed starting point keeps the ports easy to
+# recognise (5432x postgres, 1909x kafka) while tolerating other stacks.
+PICKED=" "
+free_port() {
+	local p=$1
+	while ((p < $1 + 500)); do
+		if [[ $PICKED != *" $p "* ]] && ! port_taken "$p"; then
+			PICKED+="$p "
+			REPLY=$p
+			return
+		fi
+		p=$((p + 1))
+	done
+	die "no free port in $1..$p"
+}
+
+# tail_logs FILE...: show why a server did not come up.
+tail_logs() {
+	local f
+	for f in "$@"; do
+		[[ -s $f ]] || continue
+		log "---- last lines of $f ----"
+		tail -n 40 "$f" >&2
+	done
+}
+
+# stop_pid NAME SIGNAL: stop the process of $PIDS/NAME.pid: SIGNAL, wait up to
+# STOP_WAIT seconds, then SIGKILL. Only ever signals the pid we recorded.
+stop_pid() {
+	local name=$1 sig=$2 pid
+	if ! pid_alive "$name"; then
+		rm -f "$PIDS/$name.pid"
+		return 0
+	fi
+	pid=$(<"$PIDS/$name.pid")
+	log "$name: stopping (pid $pid, SIG$sig) ..."
+	kill -s "$sig" "$pid" 2>/dev/null || true
+	local start=$SECONDS
+	while ((SECONDS - start < STOP_WAIT)) && running "$pid"; do
+		sleep 0.2
+	done
+	if running "$pid"; then
+		log "$name: still running after ${STOP_WAIT}s, sending SIGKILL"
+		kill -s KILL "$pid" 2>/dev/null || true
+		start=$SECONDS
+		while ((SECONDS - start < 10)) && running "$pid"; do sleep 0.2; done
+	fi
+	rm -f "$PIDS/$name.pid"
+	log "$name: stopped"
+}
+
+load_state() {
+	if [[ -f $STATE_FILE ]]; then
+		# shellcheck disable=SC1090
+		source "$STATE_FILE"
+	fi
+}
+
+# ---------------------------------------------------------------- packages
+
+installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
+
+# debian_daemons: pids of the Prometheus and Alertmanager daemons that
+# Debian's packages run as the prometheus user.
+debian_daemons() {
+	pgrep -u prometheus -x prometheus 2>/dev/null || true
+	pgrep -u prometheus -x prometheus-alertmanager 2>/dev/null || true
+}
+
+ensure_packages() {
+	local want=(postgresql-15 prometheus prometheus-alertmanager kcat)
+	command -v java >/dev/null || want+=(openjdk-17-jre-headless)
+	command -v mvn >/dev/null || want+=(maven)
+	command -v ss >/dev/null || want+=(iproute2)
+	local missing=() p
+	for p in "${want[@]}"; do installed "$p" || missing+=("$p"); done
+	if ((${#missing[@]} == 0)); then
+		log "packages: all present (${want[*]})"
+		return
+	fi
+	log "packages: installing ${missing[*]} ..."
+	# Debian's postinst scripts start the daemons through invoke-rc.d; a
+	# policy-rc.d that answers 101 forbids it. Keep one that is already there.
+	local policy=/usr/sbin/policy-rc.d ours=
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\n# temporary, written by outbox-canary deploy/local/stack.sh\nexit 101\n' >"$policy"
+		chmod 755 "$policy"
+		ours=1
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT # also when interrupted
+	fi
+	local before rc=0
+	before=" $(debian_daemons | tr '\n' ' ') "
+	{
+		local apt=(apt-get -o DPkg::Lock::Timeout=300 -q)
+		export DEBIAN_FRONTEND=noninteractive
+		"${apt[@]}" update >"$LOGS/apt.log" 2>&1 &&
+			"${apt[@]}" install -y --no-install-recommends "${missing[@]}" >>"$LOGS/apt.log" 2>&1
+	} || rc=$?
+	if [[ -n $ours ]]; then
+		rm -f "$policy"
+		trap - EXIT
+	fi
+	if ((rc != 0)); then
+		tail_logs "$LOGS/apt.log"
+		die "packages: apt-get failed (exit $rc), full log in $LOGS/apt.log"
+	fi
+	# Should a postinst have started a daemon anyway (an init system that
+	# ignores policy-rc.d), stop it, but only one that this install started.
+	for p in $(debian_daemons); do
+		if [[ $before != *" $p "* ]]; then
+			log "packages: stopping the daemon that the Debian package started (pid $p)"
+			kill "$p" 2>/dev/null || true
+		fi
+	done
+	log "packages: installed ${missing[*]}"
+}
+
+java_bin() {
+	local j=${JAVA:-$(command -v java || true)}
+	[[ -n $j ]] || die "java: not found (set JAVA or install openjdk-17-jre-headless)"
+	# Kafka 4.4 brokers need Java 17 (class files version 61).
+	local major
+	major=$("$j" -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ {print $2}')
+	if ((${major%%.*} < 17)); then
+		die "java: $j is Java $major, Kafka $KAFKA_VERSION needs 17 or newer"
+	fi
+	echo "$j"
+}
+
+# ---------------------------------------------------------------- postgres
+
+pg_as() { setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"; }
+
+# PostgreSQL refuses to run as root, so it runs as the postgres system user,
+# which must be able to reach its data and socket directories. When it cannot
+# reach $STACK_DIR (a repo under /root, say) or the socket path would be too
+# long for a unix socket, the data goes to a private directory under /tmp.
+choose_pg_dirs() {
+	local base=$STACK_DIR
+	if ! pg_as test -x "$STACK_DIR" || ((${#STACK_DIR} > 80)); then
+		base=$(mktemp -d /tmp/outbox-canary-pg.XXXXXX)
+		chmod 755 "$base"
+		log "postgres: $STACK_DIR is not usable by the postgres user, data goes to $base"
+	fi
+	PG_DATA=$base/pg
+	PG_SOCKET_DIR=$base/run
+}
+
+pg_init() {
+	log "postgres: initdb in $PG_DATA ..."
+	mkdir -p "$PG_DATA" "$PG_SOCKET_DIR"
+	chown postgres:postgres "$PG_DATA" "$PG_SOCKET_DIR"
+	chmod 700 "$PG_DATA"
+	pg_as "$PG_BIN/initdb" -D "$PG_DATA" -U postgres -E UTF8 --locale=C.UTF-8 \
+		--auth-local=trust --auth-host=scram-sha-256 >"$LOGS/initdb.log" 2>&1 ||
+		{
+			tail_logs "$LOGS/initdb.log"
+			die "postgres: initdb failed"
+		}
+	sed -e "s|@PG_PORT@|$PG_PORT|" -e "s|@SOCKET_DIR@|$PG_SOCKET_DIR|" \
+		"$HERE/postgres/postgresql.conf.in" >>"$PG_DATA/postgresql.conf"
+	cp "$HERE/postgres/pg_hba.conf" "$PG_DATA/pg_hba.conf"
+	chown postgres:postgres "$PG_DATA/postgresql.conf" "$PG_DATA/pg_hba.conf"
+}
+
+pg_start() {
+	if pid_alive postgres; then
+		log "postgres: already running on 127.0.0.1:$PG_PORT"
+	else
+		[[ -f $PG_DATA/PG_VERSION ]] || die "postgres: no data dir at $PG_DATA (run: $0 up)"
+		if port_busy "$PG_PORT"; then
+			die "postgres: port $PG_PORT is taken by another process (run: $0 down; $0 up)"
+		fi
+		mkdir -p "$PG_SOCKET_DIR" && chown postgres:postgres "$PG_SOCKET_DIR"
+		log "postgres: starting on 127.0.0.1:$PG_PORT ..."
+		# setsid: the server gets its own session, so neither the end of this
+		# shell nor a signal to its process group (Ctrl-C, a killed job) stops
+		# it. setpriv execs, so $! is the postmaster's own pid.
+		setsid setpriv --reuid=postgres --regid=postgres --init-groups -- \
+			"$PG_BIN/postgres" -D "$PG_DATA" </dev/null >>"$LOGS/postgres.log" 2>&1 9>&- &
+		echo $! >"$PIDS/postgres.pid"
+	fi
+	# Wait even when it was already running: it may still be starting. While
+	# it starts, check the pid alone: until setsid has exec'd, the command
+	# line is still this script's.
+	local start=$SECONDS
+	while ((SECONDS - start < PG_WAIT)); do
+		if ! running "$(<"$PIDS/postgres.pid")"; then
+			tail_logs "$LOGS/postgres.log"
+			die "postgres: exited during start-up"
+		fi
+		if "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -t 1; then
+			log "postgres: ready after $((SECONDS - start))s"
+			return
+		fi
+		sleep 0.2
+	done
+	tail_logs "$LOGS/postgres.log"
+	die "postgres: not ready after ${PG_WAIT}s"
+}
+
+# pg_bootstrap creates the role and database of the DSNs unless they exist,
+# so an `up` that was interrupted after initdb completes them next time.
+pg_bootstrap() {
+	log "postgres: ensuring role canary (superuser) and database canary ..."
+	pg_as "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG_SOCKET_DIR" -p "$PG_PORT" -U postgres -d postgres <<'SQL' >/dev/null
+SELECT 'CREATE ROLE canary LOGIN SUPERUSER REPLICATION PASSWORD ''canary'''
+WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'canary') \gexec
+SELECT 'CREATE DATABASE canary OWNER canary'
+WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'canary') \gexec
+SQL
+}
+
+pg_stop() {
+	# SIGINT is PostgreSQL's "fast" shutdown: SIGTERM ("smart") would wait for
+	# every client, such as a test's connection pool, to disconnect.
+	stop_pid postgres INT
+}
+
+# ---------------------------------------------------------------- kafka
+
+kafka_fetch_libs() {
+	local stamp
+	stamp=$(sha256sum "$HERE/kafka/pom.xml" | cut -c1-16)
+	if [[ -f $KAFKA_LIBS/.complete && $(<"$KAFKA_LIBS/.complete") == "$stamp" ]]; then
+		log "kafka: jars already in $KAFKA_LIBS"
+		return
+	fi
+	log "kafka: fetching Kafka $KAFKA_VERSION jars with Maven into $KAFKA_LIBS ..."
+	rm -rf "$KAFKA_LIBS"
+	mkdir -p "$KAFKA_LIBS"
+	if ! mvn -q -B -Dstyle.color=never -f "$HERE/kafka/pom.xml" dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory="$KAFKA_LIBS" >"$LOGS/maven.log" 2>&1; then
+		tail_logs "$LOGS/maven.log"
+		die "kafka: mvn dependency:copy-dependencies failed"
+	fi
+	echo "$stamp" >"$KAFKA_LIBS/.complete"
+	log "kafka: $(find "$KAFKA_LIBS" -name '*.jar' | wc -l) jars"
+}
+
+# kafka_tool CLASS ARGS...: run one of Kafka's command-line tools.
+kafka_tool() {
+	local cls=$1
+	shift
+	# Short-lived JVM: small heap, C1 only, serial GC start fastest.
+	"$JAVA" -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC \
+		-Dlog4j2.configurationFile="$HERE/kafka/log4j2-tools.xml" \
+		-cp "$KAFKA_LIBS/*" "$cls" "$@"
+}
+
+kafka_init() {
+	log "kafka: formatting KRaft storage in $KAFKA_DATA ..."
+	mkdir -p "$KAFKA_DATA"
+	sed -e "s|@KAFKA_PORT@|$KAFKA_PORT|g" -e "s|@CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" \
+		-e "s|@DATA_DIR@|$KAFKA_DATA|g" "$HERE/kafka/server.properties.in" >"$KAFKA_HOME/server.properties"
+	# A cluster id is 16 random bytes in URL-safe base64 without padding.
+	local cluster_id
+	cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+	kafka_tool kafka.tools.StorageTool format --ignore-formatted -t "$cluster_id" \
+		-c "$KAFKA_HOME/server.properties" >"$LOGS/kafka-format.log" 2>&1 ||
+		{
+			tail_logs "$LOGS/kafka-format.log"
+			die "kafka: storage format failed"
+		}
+}
+
+# kafka_metadata [TOPIC]: the broker's metadata as kcat prints it, or fail.
+kafka_metadata() {
+	if [[ $# -gt 0 ]]; then
+		kcat -L -b "127.0.0.1:$KAFKA_PORT" -m 3 -t "$1" 2>/dev/null
+	else
+		kcat -L -b "127.0.0.1:$KAFKA_PORT" -m 3 2>/dev/null
+	fi
+}
+
+kafka_start() {
+	if pid_alive kafka; then
+		log "kafka: already running on 127.0.0.1:$KAFKA_PORT"
+	else
+		[[ -f $KAFKA_DATA/meta.properties ]] || die "kafka: no formatted data dir at $KAFKA_DATA (run: $0 up)"
+		local p
+		for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+			if port_busy "$p"; then
+				die "kafka: port $p is taken by another process (run: $0 down; $0 up)"
+			fi
+		done
+		# Rendered at every start, so a changed template applies on restart.
+		sed -e "s|@LOG_FILE@|$LOGS/kafka.log|g" "$HERE/kafka/log4j2.xml.in" >"$KAFKA_HOME/log4j2.xml"
+		log "kafka: starting Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT (controller :$KAFKA_CONTROLLER_PORT) with $("$JAVA" -version 2>&1 | head -n1) ..."
+		# shellcheck disable=SC2086 # KAFKA_HEAP holds several JVM flags
+		setsid "$JAVA" $KAFKA_HEAP -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+			-XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
+			-Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.xml" -Dkafka.logs.dir="$LOGS" \
+			-cp "$KAFKA_LIBS/*" kafka.Kafka "$KAFKA_HOME/server.properties" \
+			</dev/null >>"$LOGS/kafka.stdout.log" 2>&1 9>&- &
+		echo $! >"$PIDS/kafka.pid"
+	fi
+	local start=$SECONDS
+	while ((SECONDS - start < KAFKA_WAIT)); do
+		if ! running "$(<"$PIDS/kafka.pid")"; then
+			tail_logs "$LOGS/kafka.log" "$LOGS/kafka.stdout.log"
+			die "kafka: exited during start-up"
+		fi
+		# Ready when the broker is registered (unfenced): metadata lists it.
+		if kafka_metadata | grep -q "broker 1 at 127.0.0.1:$KAFKA_PORT"; then
+			log "kafka: ready after $((SECONDS - start))s"
+			return
+		fi
+		sleep 0.5
+	done
+	tail_logs "$LOGS/kafka.log" "$LOGS/kafka.stdout.log"
+	die "kafka: not ready after ${KAFKA_WAIT}s"
+}
+
+kafka_topics() {
+	local spec name parts config args
+	for spec in "${TOPICS[@]}"; do
+		read -r name parts config <<<"$spec"
+		if kafka_metadata "$name" | grep -q "topic \"$name\" with $parts partitions"; then
+			log "kafka: topic $name exists"
+			continue
+		fi
+		log "kafka: creating topic $name ($parts partitions${config:+, $config}) ..."
+		args=(--bootstrap-server "127.0.0.1:$KAFKA_PORT" --create --if-not-exists
+			--topic "$name" --partitions "$parts" --replication-factor 1)
+		[[ -z $config ]] || args+=(--config "$config")
+		kafka_tool org.apache.kafka.tools.TopicCommand "${args[@]}" >/dev/null
+	done
+	# Creation is asynchronous: wait until every partition has a leader.
+	for spec in "${TOPICS[@]}"; do
+		read -r name parts config <<<"$spec"
+		local start=$SECONDS md
+		while ((SECONDS - start < 30)); do
+			md=$(kafka_metadata "$name" || true)
+			if grep -q "with $parts partitions" <<<"$md" && ! grep -q "leader -1" <<<"$md"; then
+				continue 2
+			fi
+			sleep 0.5
+		done
+		die "kafka: topic $name has no leader after 30s"
+	done
+}
+
+kafka_stop() { stop_pid kafka TERM; }
+
+# ---------------------------------------------------------------- env
+
+write_env() {
+	local tmp=$ENV_FILE.tmp
+	cat >"$tmp" <<EOF
+# Written by deploy/local/stack.sh up; read by internal/stacktest. Do not edit.
+OUTBOX_CANARY_STACK_DIR=$STACK_DIR
+OUTBOX_CANARY_STACK_SCRIPT=$HERE/stack.sh
+OUTBOX_CANARY_PG_DSN=postgres://canary:canary@127.0.0.1:$PG_PORT/canary?sslmode=disable
+OUTBOX_CANARY_PG_ADMIN_DSN=postgres://canary:canary@127.0.0.1:$PG_PORT/postgres?sslmode=disable
+OUTBOX_CANARY_PG_HOST=127.0.0.1
+OUTBOX_CANARY_PG_PORT=$PG_PORT
+OUTBOX_CANARY_PG_SOCKET_DIR=$PG_SOCKET_DIR
+OUTBOX_CANARY_PG_BIN=$PG_BIN
+OUTBOX_CANARY_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
+OUTBOX_CANARY_KAFKA_VERSION=$KAFKA_VERSION
+OUTBOX_CANARY_KAFKA_LIBS=$KAFKA_LIBS
+OUTBOX_CANARY_KAFKA_TOOLS_LOG4J=$HERE/kafka/log4j2-tools.xml
+OUTBOX_CANARY_JAVA=$JAVA
+OUTBOX_CANARY_KCAT=$(command -v kcat)
+OUTBOX_CANARY_PROMTOOL=$(command -v promtool)
+OUTBOX_CANARY_PROMETHEUS=$(command -v prometheus)
+OUTBOX_CANARY_ALERTMANAGER=$(command -v prometheus-alertmanager)
+EOF
+	mv "$tmp" "$ENV_FILE"
+}
+
+# ---------------------------------------------------------------- commands
+
+prepare_dirs() { mkdir -p "$STACK_DIR" "$PIDS" "$LOGS" "$KAFKA_HOME"; }
+
+# Take the stack lock, so that two commands (two test packages restarting a
+# server, say) never interleave. The servers are started with 9>&-: a server
+# that inherited fd 9 would hold the lock for as long as it runs.
+lock() {
+	prepare_dirs
+	exec 9>"$STACK_DIR/.lock"
+	flock -w 600 9 || die "another stack.sh holds $STACK_DIR/.lock"
+}
+
+cmd_up() {
+	lock
+	load_state
+	if [[ -f $ENV_FILE ]] && pid_alive postgres && pid_alive kafka; then
+		log "already up"
+		cmd_status
+		return
+	fi
+	ensure_packages
+	JAVA=$(java_bin)
+
+	# Ports and data dirs are picked once and kept until `down`, so that
+	# restart-* and a second `up` reuse them.
+	if [[ ! -f $STATE_FILE ]]; then
+		choose_pg_dirs
+		free_port "$PG_PORT_BASE" && PG_PORT=$REPLY
+		free_port "$KAFKA_PORT_BASE" && KAFKA_PORT=$REPLY
+		free_port $((KAFKA_PORT_BASE + 1)) && KAFKA_CONTROLLER_PORT=$REPLY
+		printf 'PG_PORT=%s\nPG_DATA=%s\nPG_SOCKET_DIR=%s\nKAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\n' \
+			"$PG_PORT" "$PG_DATA" "$PG_SOCKET_DIR" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" >"$STATE_FILE"
+		# A fresh stack starts with fresh logs.
+		: >"$LOGS/postgres.log"
+		: >"$LOGS/kafka.log"
+		: >"$LOGS/kafka.stdout.log"
+	fi
+
+	[[ -f $PG_DATA/PG_VERSION ]] || pg_init
+	pg_start
+	pg_bootstrap
+
+	kafka_fetch_libs
+	[[ -f $KAFKA_DATA/meta.properties ]] || kafka_init
+	kafka_start
+	kafka_topics
+
+	write_env
+	log "up: postgres and kafka are running; env in $ENV_FILE"
+	echo "OUTBOX_CANARY_PG_DSN=postgres://canary:canary@127.0.0.1:$PG_PORT/canary?sslmode=disable"
+	echo "OUTBOX_CANARY_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
+}
+
+cmd_down() {
+	lock
+	load_state
+	# Companions started beside the stack (deploy/local/connect.sh: the Kafka
+	# Connect worker) go first: they use Kafka and PostgreSQL.
+	if [[ -x $HERE/connect.sh ]]; then
+		STACK_DIR=$STACK_DIR "$HERE/connect.sh" down || log "down: connect.sh down failed, stopping its pid anyway"
+	fi
+	local f name
+	for f in "$PIDS"/*.pid; do
+		[[ -e $f ]] || continue
+		name=$(basename "$f" .pid)
+		case $name in postgres | kafka) ;; *) stop_pid "$name" TERM ;; esac
+	done
+	kafka_stop
+	pg_stop
+	rm -f "$ENV_FILE"
+	rm -rf "$KAFKA_DATA" "$KAFKA_HOME/server.properties" "$KAFKA_HOME/log4j2.xml"
+	if [[ -n ${PG_DATA:-} ]]; then
+		rm -rf "$PG_DATA" "$PG_SOCKET_DIR"
+		# the private /tmp directory of choose_pg_dirs, if that was used
+		case $PG_DATA in /tmp/outbox-canary-pg.*/pg) rmdir "$(dirname "$PG_DATA")" 2>/dev/null || true ;; esac
+	fi
+	rm -f "$STATE_FILE"
+	log "down: stopped; data removed (Kafka jars kept in $KAFKA_LIBS, logs in $LOGS)"
+}
+
+cmd_status() {
+	load_state
+	local rc=0
+	if pid_alive postgres; then
+		echo "postgres: up   127.0.0.1:${PG_PORT:-?} (pid $(<"$PIDS/postgres.pid"))"
+	else
+		echo "postgres: down"
+		rc=1
+	fi
+	if pid_alive kafka; then
+		echo "kafka:    up   127.0.0.1:${KAFKA_PORT:-?} (pid $(<"$PIDS/kafka.pid"))"
+	else
+		echo "kafka:    down"
+		rc=1
+	fi
+	[[ -f $ENV_FILE ]] && echo "env:      $ENV_FILE" || echo "env:      missing (run: $0 up)"
+	return $rc
+}
+
+need_state() {
+	load_state
+	[[ -n ${PG_PORT:-} ]] || die "no stack in $STACK_DIR (run: $0 up)"
+}
+
+main() {
+	local cmd=${1:-}
+	case $cmd in
+	up) cmd_up ;;
+	down) cmd_down ;;
+	status) cmd_status ;;
+	env)
+		[[ -f $ENV_FILE ]] || die "no env file: the stack is not up (run: $0 up)"
+		cat "$ENV_FILE"
+		;;
+	stop-postgres | start-postgres | restart-postgres | stop-kafka | start-kafka | restart-kafka)
+		lock
+		need_state
+		JAVA=$(java_bin)
+		case $cmd in
+		stop-postgres) pg_stop ;;
+		start-postgres) pg_start ;;
+		restart-postgres)
+			pg_stop
+			pg_start
+			;;
+		stop-kafka) kafka_stop ;;
+		start-kafka) kafka_start ;;
+		restart-kafka)
+			kafka_stop
+			kafka_start
+			;;
+		esac
+		;;
+	*)
+		sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+		exit 2
+		;;
+	esac
+}
+
+main "$@"
