@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/prober"
@@ -42,6 +43,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("run", "--config FILE [--web.listen-address :9465]", runDescription, stderr)
 	configPath := fs.String("config", "", "configuration file (required)")
 	listen := fs.String("web.listen-address", ":9465", "address to serve /metrics, /healthz, /readyz and the status page on")
+	webConfig := fs.String("web.config.file", "", "exporter-toolkit web configuration file for TLS and basic auth (https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuration.md); empty serves plain HTTP")
 	logLevel := fs.String("log.level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log.format", "logfmt", "log format: logfmt or json")
 	printCanaries := fs.Bool("print-canaries", false, "print a line per canary to stdout when it is final: each segment against its budget (the demo uses it)")
@@ -59,6 +61,12 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cfg, err := config.LoadFile(*configPath)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
+	}
+	if *webConfig != "" {
+		// Fail at start, not at the first scrape, on a bad TLS or auth file.
+		if err := web.Validate(*webConfig); err != nil {
+			return fmt.Errorf("run: --web.config.file %s: %w", *webConfig, err)
+		}
 	}
 
 	reg := prometheus.NewRegistry()
@@ -92,8 +100,10 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	serveErr := make(chan error, 1)
+	noSystemdSocket := false
+	webFlags := &web.FlagConfig{WebListenAddresses: &[]string{*listen}, WebSystemdSocket: &noSystemdSocket, WebConfigFile: webConfig}
 	go func() {
-		err := srv.Serve(ln)
+		err := web.Serve(ln, srv, webFlags, logger)
 		if !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("HTTP server failed; stopping", "err", err)
 			cancel()

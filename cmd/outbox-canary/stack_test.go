@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/crypto/bcrypt"
 
 	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
 	"github.com/outbox-canary/outbox-canary/internal/relay"
@@ -200,4 +201,73 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestRunServesBehindBasicAuthWithAWebConfigFile(t *testing.T) {
+	path, _ := stackPipeline(t, "10s")
+	// exporter-toolkit's web config takes bcrypt hashes of the passwords.
+	hash, err := bcrypt.GenerateFromPassword([]byte("secret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webConfig := filepath.Join(t.TempDir(), "web.yml")
+	if err := os.WriteFile(webConfig, []byte("basic_auth_users:\n  prometheus: "+string(hash)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"run", "--config", path, "--web.listen-address", addr, "--web.config.file", webConfig, "--log.level", "warn"}, &stdout, &stderr)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run returned %v after cancel", err)
+		}
+	}()
+	status := func(user, pass string) int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+		if user != "" {
+			req.SetBasicAuth(user, pass)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for status("prometheus", "secret") != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics never answered 200 with the right password; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := status("", ""); got != http.StatusUnauthorized {
+		t.Errorf("/metrics without credentials = %d, want 401", got)
+	}
+	if got := status("prometheus", "wrong"); got != http.StatusUnauthorized {
+		t.Errorf("/metrics with a wrong password = %d, want 401", got)
+	}
+}
+
+func TestRunRefusesABrokenWebConfigFileAtStart(t *testing.T) {
+	path, _ := stackPipeline(t, "10s")
+	webConfig := filepath.Join(t.TempDir(), "web.yml")
+	if err := os.WriteFile(webConfig, []byte("tls_server_config:\n  cert_file: /nonexistent.crt\n  key_file: /nonexistent.key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	err := Run(context.Background(), []string{"run", "--config", path, "--web.listen-address", "127.0.0.1:0", "--web.config.file", webConfig}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "--web.config.file") {
+		t.Fatalf("run with a broken web config = %v, want an error naming --web.config.file", err)
+	}
 }
