@@ -117,19 +117,7 @@ func TestCheckAgainstTheStack(t *testing.T) {
 
 func TestRunServesUntilCancelledAndFlushesItsState(t *testing.T) {
 	path, _ := stackPipeline(t, "10s")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-
-	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, []string{"run", "--config", path, "--web.listen-address", addr, "--log.level", "warn"}, &stdout, &stderr)
-	}()
+	addr, stderr, cancel, done := startRun(t, path)
 	get := func(p string) (int, string) {
 		resp, err := http.Get("http://" + addr + p)
 		if err != nil {
@@ -214,18 +202,7 @@ func TestRunServesBehindBasicAuthWithAWebConfigFile(t *testing.T) {
 	if err := os.WriteFile(webConfig, []byte("basic_auth_users:\n  prometheus: "+string(hash)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, []string{"run", "--config", path, "--web.listen-address", addr, "--web.config.file", webConfig, "--log.level", "warn"}, &stdout, &stderr)
-	}()
+	addr, stderr, cancel, done := startRun(t, path, "--web.config.file", webConfig)
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -270,4 +247,23 @@ func TestRunRefusesABrokenWebConfigFileAtStart(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--web.config.file") {
 		t.Fatalf("run with a broken web config = %v, want an error naming --web.config.file", err)
 	}
+}
+
+// startRun starts `outbox-canary run` on a free loopback port; cancel stops
+// it and done yields its result.
+func startRun(t *testing.T, configPath string, extraArgs ...string) (addr string, stderr *syncBuffer, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout syncBuffer
+	stderr = &syncBuffer{}
+	result := make(chan error, 1)
+	args := append([]string{"run", "--config", configPath, "--web.listen-address", addr, "--log.level", "warn"}, extraArgs...)
+	go func() { result <- Run(ctx, args, &stdout, stderr) }()
+	return addr, stderr, cancel, result
 }
