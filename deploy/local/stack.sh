@@ -164,6 +164,7 @@ ensure_packages() {
 	command -v java >/dev/null || want+=(openjdk-17-jre-headless)
 	command -v mvn >/dev/null || want+=(maven)
 	command -v ss >/dev/null || want+=(iproute2)
+	command -v curl >/dev/null || want+=(curl)
 	local missing=() p
 	for p in "${want[@]}"; do installed "$p" || missing+=("$p"); done
 	if ((${#missing[@]} == 0)); then
@@ -480,6 +481,10 @@ cmd_up() {
 	load_state
 	if [[ -f $ENV_FILE ]] && pid_alive postgres && pid_alive kafka; then
 		log "already up"
+		# The Kafka Connect worker (Debezium, for the CDC path) may have been
+		# stopped alone by a test; bring it back. 9>&-: it must not inherit
+		# our lock.
+		STACK_DIR=$STACK_DIR bash "$HERE/connect.sh" up 9>&-
 		cmd_status
 		return
 	fi
@@ -511,7 +516,9 @@ cmd_up() {
 	kafka_topics
 
 	write_env
-	log "up: postgres and kafka are running; env in $ENV_FILE"
+	# After write_env, which rewrites the env file: connect.sh appends its URL.
+	STACK_DIR=$STACK_DIR bash "$HERE/connect.sh" up 9>&-
+	log "up: postgres, kafka and kafka connect are running; env in $ENV_FILE"
 	echo "OUTBOX_CANARY_PG_DSN=postgres://canary:canary@127.0.0.1:$PG_PORT/canary?sslmode=disable"
 	echo "OUTBOX_CANARY_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
 }
@@ -558,6 +565,7 @@ cmd_status() {
 		echo "kafka:    down"
 		rc=1
 	fi
+	STACK_DIR=$STACK_DIR bash "$HERE/connect.sh" status || rc=1
 	[[ -f $ENV_FILE ]] && echo "env:      $ENV_FILE" || echo "env:      missing (run: $0 up)"
 	return $rc
 }

@@ -1,0 +1,310 @@
+#!/usr/bin/env bash
+# Kafka Connect (standalone) with the Debezium 3.6.1 PostgreSQL connector,
+# for the CDC path of the local test stack: a 4.3.0 worker, the Kafka that
+# Debezium 3.6.1 is built against (it fails on 4.4.0, see connect/pom.xml),
+# talking to the stack's 4.4.0 broker. It runs beside the
+# PostgreSQL and Kafka of deploy/local/stack.sh, which must be up first: the
+# brokers and Java come from $STACK_DIR/env. Jars, offsets and the rendered
+# worker config live under $STACK_DIR/connect; the log is
+# $STACK_DIR/logs/connect.log.
+#
+# The worker starts with no connector: tests create one per test database
+# through the REST API (PUT /connectors/<name>/config) and delete it after.
+#
+# Usage: deploy/local/connect.sh COMMAND
+#   up        fetch the jars if missing, start the worker if not running (idempotent),
+#             and add OUTBOX_CANARY_CONNECT_URL to $STACK_DIR/env
+#   down      stop the worker, delete its offsets and config (keeps the jars)
+#   stop | start | restart    keep offsets and port. A standalone worker forgets
+#             connectors created through REST: PUT them again after start, and
+#             they resume from their stored offsets
+#   status    print up/down (exit 0 only when the REST API answers)
+#
+# Environment: STACK_DIR, CONNECT_WAIT (s, default 120), STOP_WAIT (s, default
+# 60), CONNECT_HEAP (default -Xms128m -Xmx512m), CONNECT_PORT_BASE (18083):
+# the first REST port tried.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+STACK_DIR=${STACK_DIR:-$REPO/.stack}
+CONNECT_WAIT=${CONNECT_WAIT:-120}
+STOP_WAIT=${STOP_WAIT:-60}
+CONNECT_HEAP=${CONNECT_HEAP:--Xms128m -Xmx512m}
+CONNECT_PORT_BASE=${CONNECT_PORT_BASE:-18083}
+DEBEZIUM_CONNECTOR=io.debezium.connector.postgresql.PostgresConnector
+
+ENV_FILE=$STACK_DIR/env
+PIDS=$STACK_DIR/pids
+LOGS=$STACK_DIR/logs
+CONNECT_HOME=$STACK_DIR/connect
+STATE_FILE=$CONNECT_HOME/state # the REST port chosen at first start, reused on restart
+CONNECT_LIBS=$CONNECT_HOME/libs
+PLUGIN_PATH=$CONNECT_HOME/plugins
+DEBEZIUM_DIR=$PLUGIN_PATH/debezium-postgres
+OFFSETS=$CONNECT_HOME/offsets.dat
+
+log() { printf '[connect] %s\n' "$*" >&2; }
+die() {
+	log "ERROR: $*"
+	exit 1
+}
+
+# ---------------------------------------------------------------- helpers
+
+# running PID: the process exists and is not a zombie.
+running() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	[[ ${stat%% *} != Z ]]
+}
+
+# connect_alive: $PIDS/connect.pid names a live process that is still our
+# worker (a pid file that survived a reboot may name another process).
+connect_alive() {
+	local f=$PIDS/connect.pid pid
+	[[ -s $f ]] || return 1
+	pid=$(<"$f")
+	running "$pid" || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- ConnectStandalone
+}
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port_bound() { ss -Htan "sport = :$1" 2>/dev/null | grep -q . || port_busy "$1"; }
+
+# free_port START: sets REPLY to the first port >= START that nothing uses.
+free_port() {
+	local p=$1
+	while ((p < $1 + 500)); do
+		if ! port_bound "$p"; then
+			REPLY=$p
+			return
+		fi
+		p=$((p + 1))
+	done
+	die "no free port in $1..$p"
+}
+
+tail_logs() {
+	local f
+	for f in "$@"; do
+		[[ -s $f ]] || continue
+		log "---- last lines of $f ----"
+		tail -n 40 "$f" >&2
+	done
+}
+
+# env_get KEY: the value of KEY in the stack's env file.
+env_get() { sed -n "s/^$1=//p" "$ENV_FILE" | tail -n 1; }
+
+load_stack() {
+	[[ -f $ENV_FILE ]] || die "no $ENV_FILE: the stack is not up (run: deploy/local/stack.sh up)"
+	BROKERS=$(env_get OUTBOX_CANARY_KAFKA_BROKERS)
+	JAVA=$(env_get OUTBOX_CANARY_JAVA)
+	[[ -n $BROKERS && -n $JAVA ]] || die "$ENV_FILE lacks OUTBOX_CANARY_KAFKA_BROKERS or OUTBOX_CANARY_JAVA"
+	if [[ -f $STATE_FILE ]]; then
+		# shellcheck disable=SC1090
+		source "$STATE_FILE"
+	fi
+}
+
+url() { echo "http://127.0.0.1:$CONNECT_PORT"; }
+
+# rest PATH: GET a path of the REST API, quickly; fails when it does not answer 2xx.
+rest() { curl -fsS --max-time 2 "$(url)$1" 2>/dev/null; }
+
+# ---------------------------------------------------------------- jars
+
+# fetch DIR POM: copy the runtime dependencies of POM into DIR with Maven,
+# unless DIR was completed from the same POM before (~/.m2 makes a re-fetch
+# after `rm -rf` quick anyway).
+fetch() {
+	local dir=$1 pom=$2 stamp
+	stamp=$(sha256sum "$pom" | cut -c1-16)
+	if [[ -f $dir/.complete && $(<"$dir/.complete") == "$stamp" ]]; then
+		log "jars already in $dir"
+		return
+	fi
+	log "fetching $(basename "$(dirname "$pom")")/$(basename "$pom") jars with Maven into $dir ..."
+	local start=$SECONDS
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	if ! mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory="$dir" >"$LOGS/connect-maven.log" 2>&1; then
+		tail_logs "$LOGS/connect-maven.log"
+		die "mvn dependency:copy-dependencies -f $pom failed"
+	fi
+	echo "$stamp" >"$dir/.complete"
+	log "$(find "$dir" -name '*.jar' | wc -l) jars in $((SECONDS - start))s"
+}
+
+# ---------------------------------------------------------------- worker
+
+connect_start() {
+	if connect_alive; then
+		log "already running on $(url)"
+	else
+		if port_busy "$CONNECT_PORT"; then
+			die "port $CONNECT_PORT is taken by another process (run: $0 down; $0 up)"
+		fi
+		# Rendered at every start, so a changed template or a Kafka that
+		# moved to another port applies on restart.
+		sed -e "s|@BROKERS@|$BROKERS|g" -e "s|@OFFSETS@|$OFFSETS|g" -e "s|@PORT@|$CONNECT_PORT|g" \
+			-e "s|@PLUGIN_PATH@|$PLUGIN_PATH|g" "$HERE/connect/worker.properties.in" >"$CONNECT_HOME/worker.properties"
+		sed -e "s|@LOG_FILE@|$LOGS/connect.log|g" "$HERE/connect/log4j2.xml.in" >"$CONNECT_HOME/log4j2.xml"
+		log "starting Kafka Connect standalone on $(url) (Kafka $BROKERS) with $("$JAVA" -version 2>&1 | head -n1) ..."
+		# setsid: the worker outlives this shell and ignores signals sent to
+		# its process group. 8>&- 9>&-: it must not inherit our lock nor
+		# stack.sh's, or it would hold them for as long as it runs.
+		# shellcheck disable=SC2086 # CONNECT_HEAP holds several JVM flags
+		setsid "$JAVA" $CONNECT_HEAP -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+			-XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
+			-Dlog4j2.configurationFile="$CONNECT_HOME/log4j2.xml" \
+			-cp "$CONNECT_LIBS/*" org.apache.kafka.connect.cli.ConnectStandalone "$CONNECT_HOME/worker.properties" \
+			</dev/null >>"$LOGS/connect.stdout.log" 2>&1 8>&- 9>&- &
+		echo $! >"$PIDS/connect.pid"
+	fi
+	# Ready when the REST API answers GET /: the worker registers its REST
+	# resources only after its herder has started, so a PUT of a connector
+	# works from then on. Wait even when it was already running: it may
+	# still be starting.
+	local start=$SECONDS
+	while ((SECONDS - start < CONNECT_WAIT)); do
+		if ! running "$(<"$PIDS/connect.pid")"; then
+			tail_logs "$LOGS/connect.log" "$LOGS/connect.stdout.log"
+			die "exited during start-up"
+		fi
+		if rest / >/dev/null; then
+			# Fail here, not in every test, when the plugin is not loaded.
+			if ! rest /connector-plugins | grep -q "$DEBEZIUM_CONNECTOR"; then
+				tail_logs "$LOGS/connect.log"
+				die "the worker runs but does not list $DEBEZIUM_CONNECTOR (plugin.path $PLUGIN_PATH)"
+			fi
+			log "ready after $((SECONDS - start))s: $(rest /)"
+			return
+		fi
+		sleep 0.5
+	done
+	tail_logs "$LOGS/connect.log" "$LOGS/connect.stdout.log"
+	die "not ready after ${CONNECT_WAIT}s"
+}
+
+# connect_stop: SIGTERM (the worker stops its connectors and flushes their
+# offsets), wait up to STOP_WAIT seconds, then SIGKILL. Only ever signals
+# the pid we recorded.
+connect_stop() {
+	if ! connect_alive; then
+		rm -f "$PIDS/connect.pid"
+		log "not running"
+		return 0
+	fi
+	local pid
+	pid=$(<"$PIDS/connect.pid")
+	log "stopping (pid $pid, SIGTERM) ..."
+	kill -s TERM "$pid" 2>/dev/null || true
+	local t0=$SECONDS start=$SECONDS
+	while ((SECONDS - start < STOP_WAIT)) && running "$pid"; do
+		sleep 0.2
+	done
+	if running "$pid"; then
+		log "still running after ${STOP_WAIT}s, sending SIGKILL"
+		kill -s KILL "$pid" 2>/dev/null || true
+		start=$SECONDS
+		while ((SECONDS - start < 10)) && running "$pid"; do sleep 0.2; done
+	fi
+	rm -f "$PIDS/connect.pid"
+	log "stopped after $((SECONDS - t0))s"
+}
+
+# write_env adds (or replaces) the worker's URL in the stack's env file,
+# atomically, keeping every line that stack.sh wrote.
+write_env() {
+	local tmp=$ENV_FILE.connect.tmp
+	grep -v '^OUTBOX_CANARY_CONNECT_URL=' "$ENV_FILE" >"$tmp" || true
+	echo "OUTBOX_CANARY_CONNECT_URL=$(url)" >>"$tmp"
+	mv "$tmp" "$ENV_FILE"
+}
+
+drop_env() {
+	[[ -f $ENV_FILE ]] || return 0
+	local tmp=$ENV_FILE.connect.tmp
+	grep -v '^OUTBOX_CANARY_CONNECT_URL=' "$ENV_FILE" >"$tmp" || true
+	mv "$tmp" "$ENV_FILE"
+}
+
+# ---------------------------------------------------------------- commands
+
+# lock: one connect.sh at a time. A lock file of our own, not stack.sh's:
+# stack.sh may call us while it holds its lock.
+lock() {
+	mkdir -p "$CONNECT_HOME" "$PIDS" "$LOGS"
+	exec 8>"$CONNECT_HOME/.lock"
+	flock -w 600 8 || die "another connect.sh holds $CONNECT_HOME/.lock"
+}
+
+cmd_up() {
+	lock
+	command -v curl >/dev/null || die "curl: not found (apt-get install curl): the REST API is probed with it"
+	load_stack
+	fetch "$CONNECT_LIBS" "$HERE/connect/pom.xml"
+	fetch "$DEBEZIUM_DIR" "$HERE/connect/debezium-postgres/pom.xml"
+	if [[ -z ${CONNECT_PORT:-} ]]; then
+		free_port "$CONNECT_PORT_BASE" && CONNECT_PORT=$REPLY
+		printf 'CONNECT_PORT=%s\n' "$CONNECT_PORT" >"$STATE_FILE"
+		: >"$LOGS/connect.log"
+		: >"$LOGS/connect.stdout.log"
+	fi
+	connect_start
+	write_env
+	log "up; OUTBOX_CANARY_CONNECT_URL=$(url) added to $ENV_FILE"
+	echo "OUTBOX_CANARY_CONNECT_URL=$(url)"
+}
+
+cmd_down() {
+	lock
+	[[ -f $STATE_FILE ]] && source "$STATE_FILE"
+	connect_stop
+	drop_env
+	# The offsets name LSNs of a database that stack.sh down deletes.
+	rm -f "$OFFSETS" "$STATE_FILE" "$CONNECT_HOME/worker.properties" "$CONNECT_HOME/log4j2.xml"
+	log "down: stopped; offsets removed (jars kept in $CONNECT_HOME, logs in $LOGS)"
+}
+
+cmd_status() {
+	[[ -f $STATE_FILE ]] && source "$STATE_FILE"
+	if connect_alive && [[ -n ${CONNECT_PORT:-} ]] && rest / >/dev/null; then
+		echo "connect:  up   $(url) (pid $(<"$PIDS/connect.pid"))"
+		return 0
+	fi
+	echo "connect:  down"
+	return 1
+}
+
+main() {
+	local cmd=${1:-}
+	case $cmd in
+	up) cmd_up ;;
+	down) cmd_down ;;
+	status) cmd_status ;;
+	stop | start | restart)
+		lock
+		load_stack
+		[[ -n ${CONNECT_PORT:-} && -d $CONNECT_LIBS ]] || die "no worker in $CONNECT_HOME (run: $0 up)"
+		case $cmd in
+		stop) connect_stop ;;
+		start) connect_start ;;
+		restart)
+			connect_stop
+			connect_start
+			;;
+		esac
+		;;
+	*)
+		sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+		exit 2
+		;;
+	esac
+}
+
+main "$@"

@@ -1,0 +1,575 @@
+package prober
+
+// End-to-end tests of the CDC path on the project's real stack: PostgreSQL
+// (wal_level=logical) -> Debezium 3.6.1 PostgreSQL connector with the outbox
+// EventRouter on a Kafka Connect standalone worker (4.3.0: Debezium 3.6.1
+// cannot run on 4.4.0, see deploy/local/connect/pom.xml) -> the 4.4.0 broker
+// -> the prober. Start
+// the stack and the worker with
+//
+//	deploy/local/stack.sh up && deploy/local/connect.sh up
+//
+// (connect.sh adds OUTBOX_CANARY_CONNECT_URL to .stack/env), then
+// `go test ./prober/ -run CDC`. Without that URL they skip (and fail in CI).
+//
+// Each test gets a fresh database with Debezium's default outbox table, a
+// fresh canary topic, and a connector of its own (its own replication slot,
+// publication and topic prefix), created through the worker's REST API and
+// deleted, with its slot, before the database is dropped.
+// TestDisruptiveConnectStopped stops the shared worker, so `make test` runs it
+// after the others.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/segmentio/kafka-go"
+
+	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/stacktest"
+	"github.com/outbox-canary/outbox-canary/slo"
+)
+
+// connectURLVar is the env file key that deploy/local/connect.sh up writes.
+const connectURLVar = "OUTBOX_CANARY_CONNECT_URL"
+
+// cdcPipeline is one test's database, topics and Debezium connector.
+type cdcPipeline struct {
+	s          stacktest.Stack
+	connectURL string
+	dsn        string
+	pool       *pgxpool.Pool
+	topic      string // the canary topic the EventRouter routes to
+	connector  string
+	slot       string
+	// connectorConfig is kept so a restarted standalone worker, which
+	// forgets connectors created through REST, can be given it again.
+	connectorConfig map[string]string
+}
+
+// loadConnect returns the worker's URL, or skips the test (fails in CI)
+// when the stack has no worker or it does not answer.
+func loadConnect(t *testing.T, s stacktest.Stack) string {
+	t.Helper()
+	u := s.Env[connectURLVar]
+	why := ""
+	if u == "" {
+		why = connectURLVar + " is not in the stack's env file"
+	} else if err := connectGet(u + "/"); err != nil {
+		why = fmt.Sprintf("Kafka Connect at %s does not answer: %v", u, err)
+	}
+	if why == "" {
+		return u
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s (CI=true: the worker must be up; run deploy/local/connect.sh up)", why)
+	}
+	t.Skipf("%s (run deploy/local/connect.sh up to run this test)", why)
+	return ""
+}
+
+func connectGet(u string) error {
+	c := &http.Client{Timeout: 2 * time.Second}
+	res, err := c.Get(u)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	_, _ = io.Copy(io.Discard, res.Body)
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", u, res.Status)
+	}
+	return nil
+}
+
+// connectDo sends one REST request to the worker and returns the status
+// code and body.
+func connectDo(ctx context.Context, method, u string, body any) (int, string, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, "", err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	return res.StatusCode, string(b), nil
+}
+
+func randomHex(t *testing.T) string {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// debeziumOutboxConfig is the connector configuration of one test: the
+// Debezium PostgreSQL connector on the test database, reading only
+// public.outbox through its own pgoutput slot and publication, with the
+// outbox EventRouter routing every outbox row to the canary topic.
+func debeziumOutboxConfig(dsn, slot, topicPrefix, heartbeatPrefix, canaryTopic string) (map[string]string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, err
+	}
+	pass, _ := u.User.Password()
+	return map[string]string{
+		"connector.class":   "io.debezium.connector.postgresql.PostgresConnector",
+		"tasks.max":         "1",
+		"database.hostname": u.Hostname(),
+		"database.port":     u.Port(),
+		"database.user":     u.User.Username(),
+		"database.password": pass,
+		"database.dbname":   strings.TrimPrefix(u.Path, "/"),
+		// pgoutput is built into PostgreSQL 10+: no decoding plugin to install.
+		"plugin.name": "pgoutput",
+		// A slot and a publication per test: parallel tests never share a
+		// stream, and cleanup drops exactly this test's slot.
+		"slot.name":                   slot,
+		"publication.name":            slot,
+		"publication.autocreate.mode": "filtered",
+		"table.include.list":          "public.outbox",
+		"topic.prefix":                topicPrefix,
+		// The table starts empty: stream from the slot's creation at once.
+		"snapshot.mode": "no_data",
+		// Heartbeats let the slot advance on a database without outbox
+		// traffic. Their topic is <topic.heartbeat.prefix>.<topic.prefix>,
+		// which the test creates (the broker does not create topics).
+		"heartbeat.interval.ms":  "1000",
+		"topic.heartbeat.prefix": heartbeatPrefix,
+		// The EventRouter applies to the outbox table's change events only;
+		// heartbeat records pass through untouched to their own topic.
+		"transforms":                                "outbox",
+		"transforms.outbox.type":                    "io.debezium.transforms.outbox.EventRouter",
+		"transforms.outbox.predicate":               "isOutbox",
+		"transforms.outbox.route.by.field":          "aggregatetype",
+		"transforms.outbox.route.topic.replacement": canaryTopic,
+		"predicates":                                "isOutbox",
+		"predicates.isOutbox.type":                  "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
+		"predicates.isOutbox.pattern":               regexp.QuoteMeta(topicPrefix + ".public.outbox"),
+		// No table.expand.json.payload: the jsonb payload then travels as a
+		// JSON string, which the prober's decoder unwraps (the default a
+		// user most likely runs). No table.field.event.timestamp: the
+		// record timestamp stays Debezium's processing time, the publish
+		// stamp of relay.published_stamp record_timestamp.
+	}, nil
+}
+
+// newCDCPipeline creates the database with Debezium's outbox table, the
+// canary and heartbeat topics and the connector, and waits until the
+// connector streams (its slot is active). Cleanup deletes the connector and
+// drops its slot before the database goes.
+func newCDCPipeline(t *testing.T, s stacktest.Stack) *cdcPipeline {
+	t.Helper()
+	ctx := context.Background()
+	p := &cdcPipeline{s: s, connectURL: loadConnect(t, s), dsn: s.NewDatabase(t), topic: s.NewTopic(t, 1, nil)}
+	pool, err := pgxpool.New(ctx, p.dsn)
+	if err != nil {
+		t.Fatalf("connect to the test database: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	p.pool = pool
+	if _, err := pool.Exec(ctx, outboxsql.DebeziumOutbox); err != nil {
+		t.Fatalf("load Debezium's outbox table: %v", err)
+	}
+	// The test creates every topic the connector writes, rather than
+	// letting Connect create them (topic.creation.*): stacktest deletes its
+	// topics with the test, where Connect's would pile up on the shared
+	// broker, and a routing mistake fails the task at once instead of
+	// feeding a topic that nobody reads.
+	// The heartbeat topic is "test.<unique>": its part after the first dot
+	// serves as the connector's topic prefix, so Debezium's heartbeat topic
+	// (<prefix>.<topic prefix>) is exactly the topic created here, and it
+	// is deleted with the test like the canary topic.
+	hb := s.NewTopic(t, 1, nil)
+	hbPrefix, topicPrefix, _ := strings.Cut(hb, ".")
+	suffix := randomHex(t)
+	p.connector = "outbox-canary-test-" + suffix
+	p.slot = "outbox_canary_test_" + suffix
+	p.connectorConfig, err = debeziumOutboxConfig(p.dsn, p.slot, topicPrefix, hbPrefix, p.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.deleteConnector(t) })
+	p.createConnector(t)
+	return p
+}
+
+// createConnector PUTs the connector's config and waits until the
+// connector and its task run and its replication slot is active.
+func (p *cdcPipeline) createConnector(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	code, body, err := connectDo(ctx, http.MethodPut, p.connectURL+"/connectors/"+p.connector+"/config", p.connectorConfig)
+	if err != nil || (code != http.StatusCreated && code != http.StatusOK) {
+		t.Fatalf("create connector %s: %d %s %v", p.connector, code, body, err)
+	}
+	var last string
+	waitFor(t, "connector "+p.connector+" to run", func() bool {
+		st, err := QueryConnector(ctx, http.DefaultClient, p.connectURL, p.connector)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		last = st.Summary()
+		for _, task := range st.Tasks {
+			if task.State == "FAILED" {
+				t.Fatalf("connector %s: task %d FAILED:\n%s", p.connector, task.ID, task.Trace)
+			}
+		}
+		return st.Running()
+	})
+	waitFor(t, "slot "+p.slot+" to be active", func() bool { return p.slotActive(t) })
+	t.Logf("connector %s running (%s); slot %s active", p.connector, last, p.slot)
+}
+
+func (p *cdcPipeline) slotActive(t *testing.T) bool {
+	t.Helper()
+	var active bool
+	err := p.pool.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, p.slot).Scan(&active)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatalf("slot %s: %v", p.slot, err)
+	}
+	return active
+}
+
+// deleteConnector deletes the connector, waits until its walsender has let
+// go of the slot, and drops the slot: an active slot would block DROP
+// DATABASE, and a forgotten one would pin WAL on the shared server forever.
+func (p *cdcPipeline) deleteConnector(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	code, body, err := connectDo(ctx, http.MethodDelete, p.connectURL+"/connectors/"+p.connector, nil)
+	if err != nil || (code != http.StatusNoContent && code != http.StatusNotFound) {
+		t.Errorf("delete connector %s: %d %s %v", p.connector, code, body, err)
+	}
+	admin, err := pgx.Connect(ctx, p.s.PGAdminDSN)
+	if err != nil {
+		t.Errorf("drop slot %s: %v", p.slot, err)
+		return
+	}
+	defer admin.Close(context.Background())
+	for {
+		var active *bool
+		err := admin.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, p.slot).Scan(&active)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return // never created
+		}
+		if err != nil {
+			t.Errorf("slot %s: %v", p.slot, err)
+			return
+		}
+		if !*active {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Errorf("slot %s still active %s after deleting its connector", p.slot, e2eWait)
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if _, err := admin.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, p.slot); err != nil {
+		t.Errorf("drop slot %s: %v", p.slot, err)
+	}
+}
+
+// config is a CDC pipeline on Debezium's default table: uuid ids made by
+// the prober, insert-then-delete canaries, the record timestamp as the
+// publish stamp, and watchers sampling every second.
+func (p *cdcPipeline) config(t *testing.T, schedule string, budgets string) *config.Config {
+	t.Helper()
+	yml := fmt.Sprintf(`instance_id: e2e
+signing_key: {value: %q}
+pipelines:
+  - name: e2e
+    database: {dsn: {value: %q}, clock_offset_interval: 10s}
+    outbox:
+      table: public.outbox
+      id_generation: uuid
+      columns: {id: id, route: aggregatetype, key: aggregateid, event_type: type, payload: payload}
+    relay: {kind: cdc, published_stamp: record_timestamp}
+    canary: {schedule: %q, lost_after: 2m, delete_after_insert: true}
+    kafka: {brokers: [%s], topic: %s}
+    budgets: %s
+    watch: {interval: 1s, connect_url: %q, connector: %q}
+`, e2eKey, p.dsn, schedule, strings.Join(p.s.KafkaBrokers, ", "), p.topic, budgets, p.connectURL, p.connector)
+	cfg, err := config.Load([]byte(yml))
+	if err != nil {
+		t.Fatalf("test config: %v\n%s", err, yml)
+	}
+	return cfg
+}
+
+func TestCDCCanariesAreMeasuredEndToEnd(t *testing.T) {
+	s := stacktest.Load(t)
+	t.Parallel()
+	p := newCDCPipeline(t, s)
+	r := startService(t, p.config(t, "@every 1s", "{commit_to_publish: 8s, end_to_end: 10s}"), t.TempDir(), false)
+	tr := r.tracker(t)
+	m := r.svc.Metrics()
+	const n = 3
+	waitFor(t, fmt.Sprintf("%d canaries through Debezium", n), func() bool { return len(tr.Recent(n)) >= n })
+
+	var c2p, p2c, e2e []time.Duration
+	for _, rep := range tr.Recent(n) {
+		if rep.State != StateArrived {
+			t.Errorf("canary %s: state %s, want arrived", rep.ID, rep.State)
+		}
+		a, b, e := segmentOf(rep, "commit_to_publish"), segmentOf(rep, "publish_to_consume"), segmentOf(rep, "end_to_end")
+		if !a.Measured || !b.Measured || !e.Measured {
+			t.Fatalf("canary %s: segments not all measured: %+v", rep.ID, rep.Segments)
+		}
+		if d := (a.Duration + b.Duration - e.Duration).Abs(); d > time.Microsecond {
+			t.Errorf("canary %s: commit_to_publish %s + publish_to_consume %s != end_to_end %s", rep.ID, a.Duration, b.Duration, e.Duration)
+		}
+		for _, sr := range []SegmentResult{a, e} {
+			if sr.Outcome != slo.OutcomeGood {
+				t.Errorf("canary %s: %s outcome %q after %s, want good", rep.ID, sr.Segment, sr.Outcome, sr.Duration)
+			}
+		}
+		c2p, p2c, e2e = append(c2p, a.Duration), append(p2c, b.Duration), append(e2e, e.Duration)
+	}
+	t.Logf("CDC path, %d canaries: commit_to_publish %v (median %s), publish_to_consume %v (median %s), end_to_end %v (median %s)",
+		n, c2p, median(c2p), p2c, median(p2c), e2e, median(e2e))
+	if bad := r.sli("end_to_end", slo.OutcomeBad); bad != 0 {
+		t.Errorf("bad end_to_end events = %v, want 0 on a healthy pipeline", bad)
+	}
+	if dup := r.counter(m.CanariesDuplicate); dup != 0 {
+		t.Errorf("duplicates = %v, want 0: the DELETE of each canary must not be published", dup)
+	}
+	if skipped := r.counter(m.MessagesSkipped, ReasonMalformed); skipped != 0 {
+		t.Errorf("malformed messages = %v, want 0: Debezium's JSON-string payload must decode", skipped)
+	}
+
+	// Insert and delete in one transaction: Debezium publishes the insert
+	// and ignores the delete, so the table stays empty.
+	var rows int
+	if err := p.pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Errorf("outbox rows = %d, want 0 with canary.delete_after_insert", rows)
+	}
+	waitFor(t, "the watchers to see the slot active and the connector running", func() bool {
+		return testutil.ToFloat64(m.SlotActive.WithLabelValues("e2e", p.slot)) == 1 &&
+			testutil.ToFloat64(m.ConnectorRunning.WithLabelValues("e2e", p.connector)) == 1
+	})
+
+	// What Debezium's router wrote, read with a client of our own: the
+	// aggregateid as key, the row id (the prober's uuid, which is the
+	// canary id) in the "id" header, the payload as a JSON string.
+	rd := kafka.NewReader(kafka.ReaderConfig{Brokers: s.KafkaBrokers, Topic: p.topic, Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer rd.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	msg, err := rd.ReadMessage(ctx)
+	if err != nil {
+		t.Fatalf("read the canary topic: %v", err)
+	}
+	var id string
+	for _, h := range msg.Headers {
+		if h.Key == "id" {
+			id = string(h.Value)
+		}
+	}
+	signer, _ := NewSigner([]byte(e2eKey))
+	pl, err := signer.Decode(msg.Value)
+	switch {
+	case err != nil:
+		t.Errorf("value %s: %v", msg.Value, err)
+	case id != pl.CanaryID:
+		t.Errorf("header id = %q, want the row id %q (headers %v)", id, pl.CanaryID, msg.Headers)
+	}
+	if string(msg.Key) != `"outbox-canary"` && string(msg.Key) != "outbox-canary" {
+		t.Errorf("key = %s, want the aggregateid outbox-canary", msg.Key)
+	}
+	if len(msg.Value) == 0 || msg.Value[0] != '"' {
+		t.Errorf("value %s: want the jsonb payload as a JSON string", msg.Value)
+	}
+	t.Logf("Debezium record: key %s, headers %v, timestamp %s, value %.80s", msg.Key, msg.Headers, msg.Time.Format(time.RFC3339Nano), msg.Value)
+}
+
+// connectScript runs deploy/local/connect.sh with a command (stop, start)
+// on the test's stack and fails the test with its output if it fails.
+func connectScript(t *testing.T, s stacktest.Stack, command string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(filepath.Dir(s.ScriptPath), "connect.sh"), command)
+	cmd.Env = append(os.Environ(), "STACK_DIR="+s.Dir)
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("connect.sh %s: %v\n%s", command, err, out)
+	}
+	t.Logf("connect.sh %s:\n%s", command, bytes.TrimSpace(out))
+}
+
+// TestDisruptiveConnectStopped stops the shared Kafka Connect worker, so it
+// is not parallel and `make test` runs it after the other tests.
+func TestDisruptiveConnectStopped(t *testing.T) {
+	s := stacktest.Load(t)
+	p := newCDCPipeline(t, s)
+	cfg := p.config(t, "@every 500ms", "{commit_to_publish: 2s, end_to_end: 3s}")
+	r := startService(t, cfg, t.TempDir(), false)
+	tr := r.tracker(t)
+	m := r.svc.Metrics()
+	ctx := context.Background()
+
+	goodSince := func(since time.Time) func() bool {
+		return func() bool {
+			for _, rep := range tr.Recent(5) {
+				if rep.Committed.After(since) && rep.State == StateArrived {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	waitFor(t, "a first good canary", goodSince(time.Time{}))
+	badBefore := r.sli("commit_to_publish", slo.OutcomeBad) + r.sli("end_to_end", slo.OutcomeBad)
+
+	// Whatever happens below, leave the worker running for the tests and
+	// packages that come after this one (registered after the connector's
+	// cleanup, so it runs before it: deleting needs a live worker).
+	t.Cleanup(func() { connectScript(t, s, "start") })
+	connectScript(t, s, "stop")
+	stopped := time.Now()
+
+	waitFor(t, "the slot watcher to see the slot inactive", func() bool {
+		return testutil.ToFloat64(m.SlotActive.WithLabelValues("e2e", p.slot)) == 0 && !p.slotActive(t)
+	})
+	slotNow := func() Slot {
+		t.Helper()
+		slots, err := QuerySlots(ctx, p.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sl := range slots {
+			if sl.Name == p.slot {
+				return sl
+			}
+		}
+		t.Fatalf("slot %s is gone", p.slot)
+		return Slot{}
+	}
+	before := slotNow()
+	// About 4 MB of WAL that nobody confirms while the connector is away.
+	const wal = 4 << 20
+	if _, err := p.pool.Exec(ctx, `CREATE TABLE filler AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 16000) AS g`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the watcher to report the retained WAL growing", func() bool {
+		return testutil.ToFloat64(m.SlotRetainedWAL.WithLabelValues("e2e", p.slot)) >= float64(before.RetainedWAL+wal*3/4)
+	})
+	after := slotNow()
+	t.Logf("Connect stopped: slot %s retained WAL %d -> %d bytes (+%d), unconfirmed %d -> %d",
+		p.slot, before.RetainedWAL, after.RetainedWAL, after.RetainedWAL-before.RetainedWAL, before.UnconfirmedWAL, after.UnconfirmedWAL)
+
+	// Canaries of our own, so that each one of the outage is followed to
+	// its end (the schedule keeps sending too: the watchers run with it).
+	var during []Canary
+	for range 3 {
+		during = append(during, r.send(t))
+	}
+	waitFor(t, "canaries to turn bad at their deadline", func() bool {
+		return r.sli("commit_to_publish", slo.OutcomeBad)+r.sli("end_to_end", slo.OutcomeBad) > badBefore
+	})
+	t.Logf("first bad SLI events %s after the stop (budgets commit_to_publish 2s, end_to_end 3s)", time.Since(stopped).Round(10*time.Millisecond))
+	if lost := r.counter(m.CanariesLost); lost != 0 {
+		t.Errorf("lost = %v: a stall must be counted at the deadline, not at lost_after", lost)
+	}
+	d := Diagnose(ctx, &cfg.Pipelines[0], DiagnoseOptions{})
+	if d.FirstUnhealthy != StageRelay {
+		t.Errorf("diagnose names %q first, want %q (the connector); stages %+v", d.FirstUnhealthy, StageRelay, d.Stages)
+	}
+	for _, st := range d.Stages {
+		if st.Name == StageRelay {
+			t.Logf("diagnose: %s %s: %v; next: %s", st.Name, st.Status, st.Evidence, st.NextStep)
+			if !strings.Contains(strings.Join(st.Evidence, " "), "unreachable") {
+				t.Errorf("relay evidence %v, want Kafka Connect unreachable", st.Evidence)
+			}
+		}
+	}
+
+	// A standalone worker keeps connectors created through REST in memory
+	// only, so after a restart the connector is given again, as a
+	// deployment would pass its config on the command line. Its offsets
+	// (the LSN it had flushed) are in the worker's offsets file: it
+	// resumes there, and the canaries committed meanwhile are published.
+	resumed := time.Now() // nothing of the outage can be published before this
+	connectScript(t, s, "start")
+	p.createConnector(t)
+	restarted := time.Now()
+	waitFor(t, "a good canary after the restart", goodSince(restarted))
+	waitFor(t, "the watcher to see the slot active again", func() bool {
+		return testutil.ToFloat64(m.SlotActive.WithLabelValues("e2e", p.slot)) == 1
+	})
+	// Every canary of the outage arrives (late): none was lost with the
+	// worker. Their commit_to_publish spans the outage because the record
+	// timestamp is Debezium's processing time, not the commit time; the
+	// broker and the consumer were healthy throughout.
+	outage := resumed.Sub(stopped)
+	var worstC2P, worstP2C time.Duration
+	for _, c := range during {
+		actx, cancel := context.WithTimeout(ctx, e2eWait)
+		rep, err := tr.Await(actx, c.ID)
+		cancel()
+		if err != nil {
+			t.Fatalf("canary %s committed during the outage: %v", c.ID, err)
+		}
+		if rep.State != StateLate {
+			t.Errorf("canary %s committed during the outage: state %s, want late", c.ID, rep.State)
+		}
+		c2p := segmentOf(rep, "commit_to_publish").Duration
+		if waited := resumed.Sub(c.Committed); c2p < waited {
+			t.Errorf("canary %s: commit_to_publish %s, yet it waited %s for the worker: the publish stamp is not Debezium's processing time", c.ID, c2p, waited)
+		}
+		worstC2P = max(worstC2P, c2p)
+		worstP2C = max(worstP2C, segmentOf(rep, "publish_to_consume").Duration)
+	}
+	t.Logf("outage %s: %d canaries sent during it arrived late; worst commit_to_publish %s, worst publish_to_consume %s; SLI bad commit_to_publish %v, end_to_end %v; duplicates %v",
+		outage.Round(10*time.Millisecond), len(during), worstC2P, worstP2C, r.sli("commit_to_publish", slo.OutcomeBad), r.sli("end_to_end", slo.OutcomeBad), r.counter(m.CanariesDuplicate))
+	if worstP2C > 2*time.Second {
+		t.Errorf("worst publish_to_consume %s: the outage was blamed on the broker or consumer", worstP2C)
+	}
+	if lost := r.counter(m.CanariesLost); lost != 0 {
+		t.Errorf("lost = %v, want 0: the worker resumed from its offsets", lost)
+	}
+	if d := Diagnose(ctx, &cfg.Pipelines[0], DiagnoseOptions{}); !d.Healthy {
+		t.Errorf("diagnose after recovery: first unhealthy %q; stages %+v", d.FirstUnhealthy, d.Stages)
+	}
+}
