@@ -60,12 +60,25 @@ func TestGeneratedRules(t *testing.T) {
 			t.Error("no burn alert for payments publish_to_consume")
 		}
 	})
-	t.Run("a polling pipeline gets backlog alerts and no slot alerts", func(t *testing.T) {
-		if strings.Contains(text, alerts.AlertSlotInactive) {
-			t.Error("slot alerts generated for polling pipelines")
+	t.Run("polling pipelines get backlog alerts and CDC pipelines slot alerts, never the other way", func(t *testing.T) {
+		kinds := map[string]string{"orders": "polling", "payments": "polling", "shipments": "cdc"}
+		seen := map[string]bool{}
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				kind := kinds[r.Labels["pipeline"]]
+				switch r.Alert {
+				case alerts.AlertSlotInactive:
+					seen["slot "+kind] = true
+				case alerts.AlertBacklogGrowing:
+					seen["backlog "+kind] = true
+				}
+			}
 		}
-		if !strings.Contains(text, alerts.AlertBacklogGrowing) {
-			t.Error("no backlog alert")
+		if !seen["slot cdc"] || !seen["backlog polling"] {
+			t.Errorf("missing alerts: %v, want slot alerts on shipments and backlog alerts on orders and payments", seen)
+		}
+		if seen["slot polling"] || seen["backlog cdc"] {
+			t.Errorf("alerts on the wrong relay kind: %v", seen)
 		}
 	})
 }

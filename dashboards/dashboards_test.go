@@ -283,7 +283,7 @@ func TestCDCSectionsAreCollapsedOnlyWithoutCDCPipelines(t *testing.T) {
 		name, config  string
 		wantCollapsed bool
 	}{
-		{"A configuration of polling relays only collapses the CDC rows.", exampleConfig, true},
+		{"A configuration of polling relays only collapses the CDC rows.", "../internal/config/testdata/valid-minimal.yml", true},
 		{"A configuration with a CDC relay opens the CDC rows.", "testdata/cdc.yml", false},
 	}
 	for _, tt := range tests {

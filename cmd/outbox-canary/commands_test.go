@@ -71,7 +71,7 @@ pipelines:
 		wantErr string
 	}{
 		{"The example file is valid and printed with secrets hidden.", "../../examples/outbox-canary.yml",
-			map[string]string{"OUTBOX_CANARY_SIGNING_KEY": "sekrit-key", "OUTBOX_CANARY_PG_DSN": "postgres://u:hunter2@h/db", "OUTBOX_CANARY_PG_DSN_PAYMENTS": "postgres://u:hunter2@h/pay"},
+			map[string]string{"OUTBOX_CANARY_SIGNING_KEY": "sekrit-key", "OUTBOX_CANARY_PG_DSN": "postgres://u:hunter2@h/db", "OUTBOX_CANARY_PG_DSN_PAYMENTS": "postgres://u:hunter2@h/pay", "OUTBOX_CANARY_PG_DSN_SHIPMENTS": "postgres://u:hunter2@h/ship"},
 			[]string{`pipeline "orders"`, `pipeline "payments"`, "<secret> (from env OUTBOX_CANARY_PG_DSN)",
 				"commit_to_read", "1s", "team-relay", "read_to_publish", "publish_to_consume", "team-kafka", "team-payments", "99.5%"}, ""},
 		{"An unset secret variable is an error that names the field.", "../../examples/outbox-canary.yml",

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# make demo: the reference relay and the prober on the local stack (already
-# started by `make stack-up`). Two pipelines, as in examples/outbox-canary.yml:
-# "orders" on seed schema A, "payments" on seed schema B, each in its own
-# database with its own relay. Prints a line per canary until Ctrl-C, then a
+# make demo: the prober on the local stack (already started by `make
+# stack-up`), with the three pipelines of examples/outbox-canary.yml, each in
+# its own database: "orders" on seed schema A and "payments" on seed schema B,
+# each with a reference polling relay, and "shipments" on Debezium's outbox
+# table, captured from the WAL by Debezium on the stack's Kafka Connect. Prints a line per canary until Ctrl-C, then a
 # p50/p99 summary per segment. DEMO_SECONDS=300 stops by itself after 300 s.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -40,22 +41,69 @@ prepare_db() {
 }
 prepare_db demo_orders deploy/sql/schema_a.sql
 prepare_db demo_payments deploy/sql/schema_b.sql
+prepare_db demo_shipments deploy/sql/debezium_outbox.sql
 
-# The stack creates outbox.event.outbox-canary; payments routes its canaries
-# (aggregate type outbox-canary-payments) to a topic of their own.
-"$OUTBOX_CANARY_JAVA" -Dlog4j2.configurationFile="$OUTBOX_CANARY_KAFKA_TOOLS_LOG4J" \
-	-cp "$OUTBOX_CANARY_KAFKA_LIBS/*" org.apache.kafka.tools.TopicCommand \
-	--bootstrap-server "$OUTBOX_CANARY_KAFKA_BROKERS" --create --if-not-exists \
-	--topic outbox.event.outbox-canary-payments --partitions 3 --replication-factor 1 >/dev/null
+# The stack creates outbox.event.outbox-canary; the other pipelines route
+# their canaries (by their aggregate types) to topics of their own, and
+# Debezium writes heartbeats to a topic the broker will not create itself.
+create_topic() {
+	"$OUTBOX_CANARY_JAVA" -Dlog4j2.configurationFile="$OUTBOX_CANARY_KAFKA_TOOLS_LOG4J" \
+		-cp "$OUTBOX_CANARY_KAFKA_LIBS/*" org.apache.kafka.tools.TopicCommand \
+		--bootstrap-server "$OUTBOX_CANARY_KAFKA_BROKERS" --create --if-not-exists \
+		--topic "$1" --partitions "$2" --replication-factor 1 >/dev/null
+}
+create_topic outbox.event.outbox-canary-payments 3
+create_topic outbox.event.outbox-canary-shipments 1
+create_topic __debezium-heartbeat.demo-shipments 1
+
+# The Debezium connector of the shipments pipeline, (re)created through the
+# worker's REST API: a standalone worker forgets REST-made connectors when it
+# restarts, and PUT is idempotent. Its slot keeps the position across runs.
+[[ -n ${OUTBOX_CANARY_CONNECT_URL:-} ]] || die "the stack has no Kafka Connect worker (OUTBOX_CANARY_CONNECT_URL): run 'make stack-up'"
+shipments_dsn=$(dsn_for demo_shipments)
+connector_config=$(cat <<JSON
+{
+  "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+  "tasks.max": "1",
+  "database.hostname": "$OUTBOX_CANARY_PG_HOST",
+  "database.port": "$OUTBOX_CANARY_PG_PORT",
+  "database.user": "canary",
+  "database.password": "canary",
+  "database.dbname": "demo_shipments",
+  "plugin.name": "pgoutput",
+  "slot.name": "demo_shipments",
+  "publication.name": "demo_shipments",
+  "publication.autocreate.mode": "filtered",
+  "table.include.list": "public.outbox",
+  "topic.prefix": "demo-shipments",
+  "snapshot.mode": "no_data",
+  "heartbeat.interval.ms": "1000",
+  "transforms": "outbox",
+  "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+  "transforms.outbox.predicate": "isOutbox",
+  "transforms.outbox.route.by.field": "aggregatetype",
+  "transforms.outbox.route.topic.replacement": "outbox.event.\${routedByValue}",
+  "predicates": "isOutbox",
+  "predicates.isOutbox.type": "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
+  "predicates.isOutbox.pattern": "demo-shipments\\\\.public\\\\.outbox"
+}
+JSON
+)
+curl -fsS -X PUT -H 'Content-Type: application/json' --data "$connector_config" \
+	"$OUTBOX_CANARY_CONNECT_URL/connectors/demo-shipments/config" >/dev/null ||
+	die "could not create the Debezium connector at $OUTBOX_CANARY_CONNECT_URL (see $LOGS/connect.log)"
+log "debezium: connector demo-shipments captures demo_shipments.public.outbox (status: $OUTBOX_CANARY_CONNECT_URL/connectors/demo-shipments/status)"
 
 export OUTBOX_CANARY_SIGNING_KEY=${OUTBOX_CANARY_SIGNING_KEY:-demo-signing-key-not-for-production}
 export OUTBOX_CANARY_PG_DSN_ORDERS; OUTBOX_CANARY_PG_DSN_ORDERS=$(dsn_for demo_orders)
 export OUTBOX_CANARY_PG_DSN_PAYMENTS; OUTBOX_CANARY_PG_DSN_PAYMENTS=$(dsn_for demo_payments)
+export OUTBOX_CANARY_PG_DSN_SHIPMENTS=$shipments_dsn
 
 # The example config, with the stack's brokers and the orders database.
 CONFIG=$OUTBOX_CANARY_STACK_DIR/demo.yml
 sed -e "s/127\.0\.0\.1:9092/$OUTBOX_CANARY_KAFKA_BROKERS/g" \
 	-e "s/env: OUTBOX_CANARY_PG_DSN$/env: OUTBOX_CANARY_PG_DSN_ORDERS/" \
+	-e "s#connect_url: http://127.0.0.1:8083#connect_url: $OUTBOX_CANARY_CONNECT_URL#" \
 	examples/outbox-canary.yml >"$CONFIG"
 
 pids=()
