@@ -1,5 +1,7 @@
 # outbox-canary: `make help` lists the targets.
 SHELL := /bin/bash
+# pipefail: `go test | tee` must fail when the tests fail.
+.SHELLFLAGS := -eo pipefail -c
 GO ?= go
 PKG := github.com/outbox-canary/outbox-canary
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -42,6 +44,7 @@ generate: ## rewrite the generated files (example rules, dashboards, docs/metric
 	$(GO) run ./cmd/outbox-canary rules --config examples/outbox-canary.yml --format prometheusrule --out examples/rules/outbox-canary.prometheusrule.yml
 	$(GO) run ./cmd/outbox-canary dashboards --config examples/outbox-canary.yml --out examples/dashboards
 	$(GO) test ./prober/ -run TestMetricsDoc -update
+	$(GO) test ./dashboards/ -update
 
 .PHONY: lint
 lint: ## gofmt and go vet

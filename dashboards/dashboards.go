@@ -59,10 +59,12 @@ type Options struct {
 
 // DefaultOptions suit Grafana's own container image and a Prometheus next
 // to it.
-var DefaultOptions = Options{
-	DashboardsPath: "/var/lib/grafana/dashboards/outbox-canary",
-	Folder:         "outbox-canary",
-	PrometheusURL:  "http://localhost:9090",
+func DefaultOptions() Options {
+	return Options{
+		DashboardsPath: "/var/lib/grafana/dashboards/outbox-canary",
+		Folder:         "outbox-canary",
+		PrometheusURL:  "http://localhost:9090",
+	}
 }
 
 // File is one generated file.

@@ -41,7 +41,7 @@ func loadModel(t *testing.T, path string) *slo.Model {
 
 func generate(t *testing.T, path string) []File {
 	t.Helper()
-	files, err := Generate(loadModel(t, path), DefaultOptions)
+	files, err := Generate(loadModel(t, path), DefaultOptions())
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
@@ -341,7 +341,7 @@ func TestBurnRateTableFollowsTheConfiguredWindows(t *testing.T) {
 }
 
 func TestGenerateRejectsAnEmptyModel(t *testing.T) {
-	if _, err := Generate(&slo.Model{}, DefaultOptions); err == nil {
+	if _, err := Generate(&slo.Model{}, DefaultOptions()); err == nil {
 		t.Fatal("Generate of a model without pipelines succeeded")
 	}
 }

@@ -40,7 +40,7 @@ type Finding struct {
 }
 
 // LintOptions are the thresholds of the table hygiene check. Zero fields
-// take the defaults of DefaultLintOptions.
+// take the defaults of DefaultLintOptions().
 type LintOptions struct {
 	// MaxPublishedRows is how many published rows (polling) or rows at all
 	// (cdc) the table may keep before it counts as not cleaned up.
@@ -54,16 +54,19 @@ type LintOptions struct {
 }
 
 // DefaultLintOptions are thresholds for an outbox that a relay or a
-// retention job keeps close to its backlog.
-var DefaultLintOptions = LintOptions{
-	MaxPublishedRows:  100_000,
-	MaxDeadTupleRatio: 0.2,
-	MinDeadTuples:     10_000,
-	MaxTableBytes:     1 << 30,
+// retention job keeps close to its backlog. A function, so no caller can
+// change the defaults of another.
+func DefaultLintOptions() LintOptions {
+	return LintOptions{
+		MaxPublishedRows:  100_000,
+		MaxDeadTupleRatio: 0.2,
+		MinDeadTuples:     10_000,
+		MaxTableBytes:     1 << 30,
+	}
 }
 
 func (o LintOptions) withDefaults() LintOptions {
-	d := DefaultLintOptions
+	d := DefaultLintOptions()
 	if o.MaxPublishedRows <= 0 {
 		o.MaxPublishedRows = d.MaxPublishedRows
 	}

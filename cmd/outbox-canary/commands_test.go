@@ -77,6 +77,9 @@ pipelines:
 		{"An unset secret variable is an error that names the field.", "../../examples/outbox-canary.yml",
 			map[string]string{"OUTBOX_CANARY_SIGNING_KEY": "sekrit-key", "OUTBOX_CANARY_PG_DSN": "postgres://u:hunter2@h/db", "OUTBOX_CANARY_PG_DSN_PAYMENTS": ""},
 			nil, `pipelines[1] "payments": database.dsn: environment variable OUTBOX_CANARY_PG_DSN_PAYMENTS is not set`},
+		{"Canaries too rare for the objective are valid but warned about, with a rate that would work.", "../../internal/config/testdata/valid-minimal.yml",
+			map[string]string{"ORDERS_DSN": "postgres://u:hunter2@h/db"},
+			[]string{"warnings (the file works, but the alerts cannot judge it well):", `pipeline "orders"`, "@every"}, ""},
 		{"A budget for an unknown segment is an error that names the field.", bad, nil,
 			nil, "budgets.commit_to_nowhere: unknown segment"},
 	}

@@ -29,7 +29,7 @@ func dashboardsCommand(_ context.Context, args []string, stdout, stderr io.Write
 	fs := newFlagSet("dashboards", "--config FILE --out DIR", dashboardsDescription, stderr)
 	configPath := fs.String("config", "", "the outbox-canary configuration `file` (required)")
 	out := fs.String("out", "", "the `directory` to write the files into, created if missing (required)")
-	opts := dashboards.DefaultOptions
+	opts := dashboards.DefaultOptions()
 	fs.StringVar(&opts.DashboardsPath, "grafana-dashboards-path", opts.DashboardsPath, "where Grafana will read the dashboard JSON files from (the provider's path)")
 	fs.StringVar(&opts.Folder, "grafana-folder", opts.Folder, "the Grafana folder the dashboards are provisioned into")
 	fs.StringVar(&opts.PrometheusURL, "prometheus-url", opts.PrometheusURL, "the URL of the example Prometheus datasource")

@@ -43,8 +43,8 @@ func lintCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	configPath := fs.String("config", "", "configuration file (required)")
 	pipeline := fs.String("pipeline", "", "lint only this pipeline (default: all)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long each pipeline's checks may take")
-	maxPublished := fs.Int64("max-published-rows", prober.DefaultLintOptions.MaxPublishedRows, "published rows the table may keep")
-	maxBytes := fs.Int64("max-table-bytes", prober.DefaultLintOptions.MaxTableBytes, "total size the table may reach, indexes included")
+	maxPublished := fs.Int64("max-published-rows", prober.DefaultLintOptions().MaxPublishedRows, "published rows the table may keep")
+	maxBytes := fs.Int64("max-table-bytes", prober.DefaultLintOptions().MaxTableBytes, "total size the table may reach, indexes included")
 	if helped, err := parseFlags(fs, args); helped || err != nil {
 		return err
 	}
