@@ -27,7 +27,11 @@ build: ## build bin/outbox-canary and bin/outbox-relay
 # after the others, one package at a time.
 test: stack-up ## start the local stack (installing what it needs) and run every test on it
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 15m -skip 'TestDisruptive' ./...
+	@echo "== promtool: generated rules checked, scenario suites (quiet vs stalled, routing, tickets, dead man, recovery) =="
+	$(GO) test -count=1 -v ./alerts/
+	@echo "== every other package, on the local stack =="
+	$(GO) test -count=1 -timeout 15m -skip 'TestDisruptive' $$($(GO) list ./... | grep -v '/alerts$$')
+	@echo "== tests that stop or restart the shared servers, one package at a time =="
 	$(GO) test -count=1 -timeout 10m -p 1 -run 'TestDisruptive' ./...
 
 .PHONY: test-unit
