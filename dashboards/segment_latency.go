@@ -11,7 +11,7 @@ import (
 // segmentLatency is where a burn is traced to a segment: one row per
 // segment with its latency quantiles against its budget, the latency
 // distribution and its SLI events, then the fate of the pipeline's
-// canaries (lost, duplicated, out of order, skipped, skewed).
+// canaries (late, lost, duplicated, out of order, skipped, skewed).
 func segmentLatency(m *slo.Model) (dashboard.Dashboard, error) {
 	b := newDashboard(m, UIDSegmentLatency, "outbox-canary / segment latency",
 		"Latency of each segment of a pipeline against its budget, and what became of the canaries.",
@@ -58,9 +58,10 @@ func segmentLatency(m *slo.Model) (dashboard.Dashboard, error) {
 		{title: "Canary outcomes", cells: []cell{
 			{countStat("Sent", "Canary inserts committed over the time range.", slo.MetricCanariesSent, nil), 3, 4},
 			{countStat("Received", "First arrivals of canaries over the time range.", slo.MetricCanariesReceived, nil), 3, 4},
-			{countStat("Lost", "Canaries that never arrived within canary.lost_after.", slo.MetricCanariesLost, at(1)), 3, 4},
+			{countStat("Late", "Canaries that arrived after their end_to_end deadline (already counted bad at the deadline, not again).", slo.MetricCanariesLate, at(1)), 2, 4},
+			{countStat("Lost", "Canaries that never arrived within canary.lost_after.", slo.MetricCanariesLost, at(1)), 2, 4},
 			{countStat("Duplicates", "Second and later arrivals of a canary (at-least-once delivery); never counted twice as SLI events.", slo.MetricCanariesDuplicate, nil), 3, 4},
-			{countStat("Out of order", "Canaries that arrived after a later canary of the same key.", slo.MetricCanariesOutOfOrder, at(1)), 3, 4},
+			{countStat("Out of order", "Canaries that arrived after a later canary of the same key.", slo.MetricCanariesOutOfOrder, at(1)), 2, 4},
 			{countStat("Skipped messages", "Messages on the canary topic that were not this instance's canaries (other instances, garbage, forgeries).", slo.MetricMessagesSkipped, nil), 3, 4},
 			{statPanel("In flight", "Canaries sent that have neither arrived nor been declared lost.", "short",
 				instant(sumBy(sel(slo.MetricCanariesInFlight)), "")), 3, 4},
@@ -70,10 +71,11 @@ func segmentLatency(m *slo.Model) (dashboard.Dashboard, error) {
 				instant("time() - ("+sumBy(sel(slo.MetricLastSuccessTimestamp))+" > 0)", "")).
 				Decimals(0), 3, 4},
 			{timeSeries("Canaries",
-				"Canaries sent, received and lost, and inserts that failed (those are not SLI events: the pipeline was not exercised).",
+				"Canaries sent, received (late ones among them) and lost, and inserts that failed (those are not SLI events: the pipeline was not exercised).",
 				"cps",
 				query(sumBy(rate(sel(slo.MetricCanariesSent))), "sent"),
 				query(sumBy(rate(sel(slo.MetricCanariesReceived))), "received"),
+				query(sumBy(rate(sel(slo.MetricCanariesLate))), "late"),
 				query(sumBy(rate(sel(slo.MetricCanariesLost))), "lost"),
 				query(sumBy(rate(sel(slo.MetricCanaryInsertFailures))), "insert failed")), 12, 8},
 			{timeSeries("Duplicates and out of order",

@@ -99,7 +99,10 @@ type ConsumerOptions struct {
 	Now      func() time.Time
 	Logger   *slog.Logger
 	// ReadPublished, for a published_at pipeline, reads the canary's row
-	// back on arrival and returns its published_at on the prober clock.
+	// back on arrival and returns its published_at on the prober clock. It
+	// makes one attempt and must not wait for the relay to commit
+	// published_at: the partition's next messages queue behind it, and
+	// the tracker looks the stamp up again (Sweep) if it is not there yet.
 	ReadPublished func(ctx context.Context, canaryID string, msg kafka.Message) (time.Time, bool)
 	// Since positions a partition that has no stored offset: at the first
 	// record stamped at or after Since (the service's start, a little
@@ -245,10 +248,8 @@ func (c *Consumer) check(ctx context.Context, wg *sync.WaitGroup) error {
 			continue
 		}
 		start, ok := stored[part.ID]
-		if !ok {
-			if start, err = c.initialOffset(ctx, part); err != nil {
-				return fmt.Errorf("topic %s partition %d: initial offset: %w", c.p.Kafka.Topic, part.ID, err)
-			}
+		if start, ok, err = c.startOffset(ctx, part, start, ok); err != nil {
+			return fmt.Errorf("topic %s partition %d: start offset: %w", c.p.Kafka.Topic, part.ID, err)
 		}
 		c.mu.Lock()
 		c.readers[part.ID] = true
@@ -277,9 +278,44 @@ func (c *Consumer) lookupPartitions(ctx context.Context) ([]kafka.Partition, err
 	return nil, fmt.Errorf("topic %s: look up partitions: %w", c.p.Kafka.Topic, errors.Join(errs...))
 }
 
-// initialOffset is where a partition without a stored offset starts: the
-// first record at or after Since, or the end of the partition.
-func (c *Consumer) initialOffset(ctx context.Context, part kafka.Partition) (int64, error) {
+// startOffset is where a partition's reader starts: the stored offset, or,
+// for a partition without one, the initial offset. A stored offset beyond
+// the partition's last offset cannot be reached by reading (the topic was
+// deleted and recreated, its offsets started again from 0): kafka-go would
+// wait there forever and every canary would be lost without a word. It is
+// logged, counted and replaced by the initial offset. fromState reports
+// whether the returned offset is the stored one.
+func (c *Consumer) startOffset(ctx context.Context, part kafka.Partition, stored int64, ok bool) (start int64, fromState bool, err error) {
+	conn, err := c.dialLeader(ctx, part)
+	if err != nil {
+		return 0, false, err
+	}
+	defer conn.Close()
+	if ok {
+		last, err := conn.ReadLastOffset()
+		if err != nil {
+			return 0, false, err
+		}
+		if stored <= last {
+			return stored, true, nil
+		}
+	}
+	start, err = c.initialOffset(conn)
+	if err != nil {
+		return 0, false, err
+	}
+	if ok {
+		c.log.Warn("stored offset is beyond the end of the canary partition (topic recreated?); reading from the start position instead",
+			"pipeline", c.p.Name, "topic", c.p.Kafka.Topic, "partition", part.ID, "stored_offset", stored, "offset", start)
+		c.metrics.OffsetResets.WithLabelValues(c.p.Name).Inc()
+		c.tracker.ResetOffset(part.ID, start)
+	}
+	return start, false, nil
+}
+
+// dialLeader connects to the partition's leader, with a deadline for the
+// offset requests made on the connection.
+func (c *Consumer) dialLeader(ctx context.Context, part kafka.Partition) (*kafka.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var conn *kafka.Conn
@@ -290,10 +326,15 @@ func (c *Consumer) initialOffset(ctx context.Context, part kafka.Partition) (int
 		}
 	}
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	return conn, nil
+}
+
+// initialOffset is where a partition without a usable stored offset
+// starts: the first record at or after Since, or the end of the partition.
+func (c *Consumer) initialOffset(conn *kafka.Conn) (int64, error) {
 	if !c.since.IsZero() {
 		off, err := conn.ReadOffset(c.since)
 		if err != nil {
@@ -323,6 +364,11 @@ func (c *Consumer) readPartition(ctx context.Context, partition int, start int64
 		MaxWait:        500 * time.Millisecond,
 		ReadBackoffMin: 100 * time.Millisecond,
 		ReadBackoffMax: 2 * time.Second,
+		// Return an error instead of waiting forever when the offset is
+		// beyond the partition's end (the topic was recreated while we
+		// read it): the reader stops and check restarts it through
+		// startOffset, which resets the offset.
+		OffsetOutOfRangeError: true,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
 			c.log.Debug("kafka reader: "+fmt.Sprintf(msg, args...), "pipeline", c.p.Name, "partition", partition)
 		}),
@@ -389,14 +435,22 @@ func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 		Stamps:    c.stamps(msg),
 	}
 	if c.readPublished != nil {
-		if t, ok := c.readPublished(ctx, a.CanaryID, msg); ok {
+		// One bounded attempt: the consumed stamps of the messages queued
+		// behind this one must not wait for the relay's published_at.
+		rctx, cancel := context.WithTimeout(ctx, readPublishedTimeout)
+		if t, ok := c.readPublished(rctx, a.CanaryID, msg); ok {
 			a.Stamps[config.StampPublish] = t
 		}
+		cancel()
 	}
 	out := c.tracker.Arrived(a)
 	c.log.Debug("canary arrived", "pipeline", c.p.Name, "canary", a.CanaryID, "partition", a.Partition,
 		"offset", a.Offset, "kind", out.Kind, "late", out.Late, "out_of_order", out.OutOfOrder)
 }
+
+// readPublishedTimeout bounds the consumer's one attempt at reading
+// published_at; a slower database is left to the tracker's lookups.
+const readPublishedTimeout = 250 * time.Millisecond
 
 // stamps reads the header and record-timestamp stamps of a message. A
 // published_at stamp is read back from the row by readPublished.

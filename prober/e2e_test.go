@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -459,6 +460,39 @@ func TestE2EProberKilledMidFlightLosesAndDoubleCountsNothing(t *testing.T) {
 	}
 	if got := second.counter(m.MessagesSkipped, ReasonUnknownCanary); got != 0 {
 		t.Errorf("unknown canaries after restart = %v, want 0", got)
+	}
+}
+
+func TestE2EStoredOffsetBeyondTheEndOfARecreatedTopicIsReset(t *testing.T) {
+	s := stacktest.Load(t)
+	t.Parallel()
+	cols := relay.SchemaAColumns()
+	o := newOutbox(t, s, outboxsql.SchemaA, &cols)
+	cfg := o.config(t, pipelineYAML{Budgets: map[string]string{"end_to_end": "10s"}})
+	// The state of a prober that had read 1000 messages of the topic
+	// before it was deleted and recreated (empty: offsets from 0 again).
+	dir := t.TempDir()
+	state := `{"version":1,"pipeline":"e2e","instance":"e2e","canaries":[],"next_offset_by_partition":{"0":1000}}`
+	if err := os.WriteFile(filepath.Join(dir, "e2e.json"), []byte(state), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := startService(t, cfg, dir, true)
+	m := r.svc.Metrics()
+	c := r.send(t)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	defer cancel()
+	rep, err := r.tracker(t).Await(ctx, c.ID)
+	if err != nil {
+		t.Fatalf("canary after the topic was recreated: %v", err)
+	}
+	if rep.State != StateArrived {
+		t.Errorf("canary state %s, want arrived", rep.State)
+	}
+	if got := r.counter(m.OffsetResets); got != 1 {
+		t.Errorf("offset resets = %v, want 1", got)
+	}
+	if got := r.tracker(t).StartOffsets()[0]; got >= 1000 {
+		t.Errorf("stored next offset = %d, want the recreated partition's", got)
 	}
 }
 

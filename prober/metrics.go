@@ -61,10 +61,12 @@ type Metrics struct {
 	CanariesSent         *prometheus.CounterVec
 	CanaryInsertFailures *prometheus.CounterVec
 	CanariesReceived     *prometheus.CounterVec
+	CanariesLate         *prometheus.CounterVec // first arrivals after the end_to_end deadline
 	CanariesLost         *prometheus.CounterVec
 	CanariesDuplicate    *prometheus.CounterVec
 	CanariesOutOfOrder   *prometheus.CounterVec
 	MessagesSkipped      *prometheus.CounterVec // pipeline, reason (one of SkipReasons)
+	OffsetResets         *prometheus.CounterVec // stored offsets beyond a partition's end
 	InFlight             *prometheus.GaugeVec
 	LastSent             *prometheus.GaugeVec // unix seconds
 	LastReceived         *prometheus.GaugeVec // unix seconds
@@ -132,10 +134,12 @@ var catalogue = []MetricInfo{
 	{slo.MetricCanariesSent, typeCounter, "Canary rows whose insert transaction committed.", lp},
 	{slo.MetricCanaryInsertFailures, typeCounter, "Canary inserts that failed; not SLI events (the pipeline was not exercised), watch them separately.", lp},
 	{slo.MetricCanariesReceived, typeCounter, "First arrivals of this instance's canaries on the canary topic, late ones included.", lp},
+	{slo.MetricCanariesLate, typeCounter, "First arrivals of canaries after their end_to_end deadline (lost ones that turned up included); each was already counted bad, and is counted here once.", lp},
 	{slo.MetricCanariesLost, typeCounter, "Canaries that did not arrive within canary.lost_after of their commit.", lp},
 	{slo.MetricCanariesDuplicate, typeCounter, "Second and later arrivals of a canary (at-least-once delivery); never SLI events.", lp},
 	{slo.MetricCanariesOutOfOrder, typeCounter, "Canaries that arrived after a later canary of the same message key.", lp},
 	{slo.MetricMessagesSkipped, typeCounter, "Messages on the canary topic that were not counted as canaries, by reason.", []string{slo.LabelPipeline, slo.LabelReason}},
+	{slo.MetricConsumerOffsetResets, typeCounter, "Partitions of the canary topic whose stored next offset was beyond the partition's end (topic deleted and recreated): read again from the start position instead of waiting there forever.", lp},
 	{slo.MetricCanariesInFlight, typeGauge, "Canaries sent that have neither arrived nor been declared lost.", lp},
 	{slo.MetricLastSentTimestamp, typeGauge, "Unix time of the last committed canary insert; 0 until the first.", lp},
 	{slo.MetricLastReceivedTimestamp, typeGauge, "Unix time of the last first arrival of a canary; 0 until the first.", lp},
@@ -164,7 +168,7 @@ var catalogue = []MetricInfo{
 	{slo.MetricConsumerLagSeconds, typeGauge, "Age of the oldest message a watched consumer group has yet to consume, by group and topic.", []string{slo.LabelPipeline, labelGroup, labelTopic}},
 	{slo.MetricConnectorRunning, typeGauge, "1 if the Kafka Connect connector and all its tasks are RUNNING, else 0.", []string{slo.LabelPipeline, labelConnector}},
 	{slo.MetricConnectorTaskFailures, typeGauge, "Tasks of the Kafka Connect connector in state FAILED.", []string{slo.LabelPipeline, labelConnector}},
-	{slo.MetricConnectorRestarts, typeCounter, "Restarts of the connector or its tasks requested by outbox-canary.", []string{slo.LabelPipeline, labelConnector}},
+	{slo.MetricConnectorRestarts, typeCounter, "Restarts of the connector or its tasks seen by sampling Kafka Connect's status (a lower bound: restarts between samples are missed).", []string{slo.LabelPipeline, labelConnector}},
 }
 
 // Catalogue returns a copy of the list of metric families the prober
@@ -208,10 +212,12 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 		CanariesSent:          counterVec(slo.MetricCanariesSent),
 		CanaryInsertFailures:  counterVec(slo.MetricCanaryInsertFailures),
 		CanariesReceived:      counterVec(slo.MetricCanariesReceived),
+		CanariesLate:          counterVec(slo.MetricCanariesLate),
 		CanariesLost:          counterVec(slo.MetricCanariesLost),
 		CanariesDuplicate:     counterVec(slo.MetricCanariesDuplicate),
 		CanariesOutOfOrder:    counterVec(slo.MetricCanariesOutOfOrder),
 		MessagesSkipped:       counterVec(slo.MetricMessagesSkipped),
+		OffsetResets:          counterVec(slo.MetricConsumerOffsetResets),
 		InFlight:              gaugeVec(slo.MetricCanariesInFlight),
 		LastSent:              gaugeVec(slo.MetricLastSentTimestamp),
 		LastReceived:          gaugeVec(slo.MetricLastReceivedTimestamp),
@@ -242,7 +248,7 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 	m.BuildInfo.WithLabelValues(version.Version, version.Revision, version.GoVersion()).Set(1)
 
 	collectors := []prometheus.Collector{
-		m.BuildInfo, m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived, m.CanariesLost,
+		m.BuildInfo, m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived, m.CanariesLate, m.CanariesLost, m.OffsetResets,
 		m.CanariesDuplicate, m.CanariesOutOfOrder, m.MessagesSkipped, m.InFlight, m.LastSent,
 		m.LastReceived, m.LastSuccess, m.SLIEvents, m.ClockSkew, m.SegmentBudget, m.StampsMissing,
 		m.DBClockOffset, m.DBClockOffsetError, m.BacklogRows, m.OldestUnpublishedAge, m.WatchErrors,
@@ -292,7 +298,7 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 func (m *Metrics) initPipeline(p *config.Pipeline) {
 	n := p.Name
 	for _, c := range []*prometheus.CounterVec{m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived,
-		m.CanariesLost, m.CanariesDuplicate, m.CanariesOutOfOrder} {
+		m.CanariesLate, m.CanariesLost, m.CanariesDuplicate, m.CanariesOutOfOrder, m.OffsetResets} {
 		c.WithLabelValues(n)
 	}
 	for _, g := range []*prometheus.GaugeVec{m.InFlight, m.LastSent, m.LastReceived, m.LastSuccess} {

@@ -158,10 +158,18 @@ func (s *Sender) Send(ctx context.Context) (Canary, error) {
 	return c, nil
 }
 
-func (s *Sender) insert(ctx context.Context) (Canary, error) {
+func (s *Sender) insert(ctx context.Context) (_ Canary, err error) {
 	id, err := newUUID()
 	if err != nil {
 		return Canary{}, err
+	}
+	if s.tracker != nil {
+		// Sent or Abandon follows every Expect (see Tracker.Expect).
+		defer func() {
+			if err != nil {
+				s.tracker.Abandon(id)
+			}
+		}()
 	}
 	c := Canary{ID: id, Seq: s.nextSeq(), Pipeline: s.p.Name, Key: s.p.Canary.Key}
 	payload, err := s.signer.Encode(Payload{CanaryID: c.ID, Instance: s.instance, Pipeline: s.p.Name, Seq: c.Seq})
@@ -199,6 +207,12 @@ func (s *Sender) insert(ctx context.Context) (Canary, error) {
 		if _, err := tx.Exec(ctx, s.deleteSQL, c.RowID); err != nil {
 			return Canary{}, fmt.Errorf("delete canary row %s: %w", c.RowID, err)
 		}
+	}
+	if s.tracker != nil {
+		// The relay may publish the row, and the consumer read it, before
+		// Send gets to call Sent: the tracker parks such an arrival
+		// instead of skipping it as unknown.
+		s.tracker.Expect(c.ID)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return Canary{}, fmt.Errorf("commit: %w", err)

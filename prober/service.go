@@ -71,6 +71,9 @@ type pipelineRunner struct {
 	sender   *Sender
 	consumer *Consumer
 	log      *slog.Logger
+	now      func() time.Time
+	// lookup is lookupStamps; tests replace it to play the database.
+	lookup func(ctx context.Context, c Canary) (map[string]time.Time, error)
 
 	mu       sync.Mutex
 	dbOK     bool
@@ -179,8 +182,9 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 	if err != nil {
 		return nil, fmt.Errorf("database pool: %w", err)
 	}
-	pr := &pipelineRunner{p: p, pool: pool, log: log, dbReason: "database not reached yet", rows: map[string]sentRow{}}
+	pr := &pipelineRunner{p: p, pool: pool, log: log, now: s.now, dbReason: "database not reached yet", rows: map[string]sentRow{}}
 	pr.clock = NewDBClock(p.Name, pool, s.metrics, s.now, log)
+	pr.lookup = pr.lookupStamps
 
 	statePath := ""
 	if stateDir != "-" {
@@ -188,7 +192,8 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 	}
 	tr, err := NewTracker(TrackerOptions{
 		Pipeline: p, Instance: s.instance, Metrics: s.metrics, Now: s.now, Logger: s.log, // the tracker, sender and consumer add the pipeline themselves
-		StatePath: statePath, LookupStamps: pr.lookupStamps, OnDone: s.opts.OnCanaryDone,
+		StatePath: statePath, OnDone: s.opts.OnCanaryDone,
+		LookupStamps: func(ctx context.Context, c Canary) (map[string]time.Time, error) { return pr.lookup(ctx, c) },
 	})
 	if err != nil {
 		pool.Close()
@@ -315,41 +320,46 @@ func (s *Service) run(ctx context.Context, flush bool) error {
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
 
+	// Everything that can fail is built before the first goroutine starts,
+	// so that an error returns with nothing left running.
+	type watcherRun struct {
+		w     *Watcher
+		close func()
+	}
+	var watchers []watcherRun
+	if !s.opts.NoSchedule {
+		// check sends one canary and leaves the watchers to the service.
+		for _, pr := range s.pipes {
+			w, closeWatcher, err := s.newWatcher(pr)
+			if err != nil {
+				for _, built := range watchers {
+					built.close()
+				}
+				return err
+			}
+			watchers = append(watchers, watcherRun{w, closeWatcher})
+		}
+	}
+	c, err := s.newCron(sendCtx)
+	if err != nil {
+		for _, built := range watchers {
+			built.close()
+		}
+		return err
+	}
+
 	var wg sync.WaitGroup
 	for _, pr := range s.pipes {
 		wg.Add(3)
 		go func() { defer wg.Done(); pr.watchDB(ctx, s.opts.HealthInterval) }()
 		go func() { defer wg.Done(); _ = pr.consumer.Run(ctx) }()
 		go func() { defer wg.Done(); pr.sweep(ctx, s.opts.SweepInterval) }()
-		if !s.opts.NoSchedule {
-			// check sends one canary and leaves the watchers to the service.
-			w, closeWatcher, err := s.newWatcher(pr)
-			if err != nil {
-				return err
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); defer closeWatcher(); w.Run(ctx) }()
-		}
 	}
-
-	var c *cron.Cron
-	if !s.opts.NoSchedule {
-		cl := cronLogger{s.log}
-		c = cron.New(cron.WithParser(scheduleParser{}), cron.WithLogger(cl),
-			cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
-		for _, pr := range s.pipes {
-			// A canary that takes longer than its end-to-end budget to
-			// commit is late anyway; the bound keeps a hung database from
-			// piling up jobs.
-			timeout := 30 * time.Second
-			if _, err := c.AddFunc(pr.p.Canary.Schedule, func() {
-				ictx, cancel := context.WithTimeout(sendCtx, timeout)
-				defer cancel()
-				_, _ = pr.sender.Send(ictx)
-			}); err != nil {
-				return fmt.Errorf("pipeline %q: canary.schedule: %w", pr.p.Name, err)
-			}
-		}
+	for _, wr := range watchers {
+		wg.Add(1)
+		go func() { defer wg.Done(); defer wr.close(); wr.w.Run(ctx) }()
+	}
+	if c != nil {
 		c.Start()
 	}
 	s.log.Info("prober started", "instance", s.instance, "pipelines", len(s.pipes))
@@ -382,6 +392,30 @@ func (s *Service) run(ctx context.Context, flush bool) error {
 	return errors.Join(errs...)
 }
 
+// newCron builds the canary schedule (nil with NoSchedule), not started.
+func (s *Service) newCron(sendCtx context.Context) (*cron.Cron, error) {
+	var c *cron.Cron
+	if !s.opts.NoSchedule {
+		cl := cronLogger{s.log}
+		c = cron.New(cron.WithParser(scheduleParser{}), cron.WithLogger(cl),
+			cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
+		for _, pr := range s.pipes {
+			// A canary that takes longer than its end-to-end budget to
+			// commit is late anyway; the bound keeps a hung database from
+			// piling up jobs.
+			timeout := 30 * time.Second
+			if _, err := c.AddFunc(pr.p.Canary.Schedule, func() {
+				ictx, cancel := context.WithTimeout(sendCtx, timeout)
+				defer cancel()
+				_, _ = pr.sender.Send(ictx)
+			}); err != nil {
+				return nil, fmt.Errorf("pipeline %q: canary.schedule: %w", pr.p.Name, err)
+			}
+		}
+	}
+	return c, nil
+}
+
 // sweep resolves deadlines and lost canaries on a short tick, so a stall
 // is counted within a tick of the first deadline.
 func (pr *pipelineRunner) sweep(ctx context.Context, every time.Duration) {
@@ -406,9 +440,11 @@ func (pr *pipelineRunner) watchDB(ctx context.Context, every time.Duration) {
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := pr.pool.Ping(pctx)
-		if err == nil && (lastEstimate.IsZero() || time.Since(lastEstimate) >= interval) {
+		pingFailed := err != nil
+		if err == nil && (lastEstimate.IsZero() || pr.now().Sub(lastEstimate) >= interval) {
+			// A failed estimate is counted once, by Estimate, as db_clock.
 			if err = pr.clock.Estimate(pctx); err == nil {
-				lastEstimate = time.Now()
+				lastEstimate = pr.now()
 			}
 		}
 		cancel()
@@ -416,8 +452,10 @@ func (pr *pipelineRunner) watchDB(ctx context.Context, every time.Duration) {
 			return
 		}
 		pr.setDB(err)
-		if err != nil {
+		if pingFailed {
 			pr.clock.metrics.WatchErrors.WithLabelValues(pr.p.Name, watcherDB).Inc()
+		}
+		if err != nil {
 			lastEstimate = time.Time{}
 		}
 		t := time.NewTimer(every)
@@ -491,16 +529,18 @@ func (pr *pipelineRunner) rememberRow(c Canary) {
 	pr.rows[c.ID] = sentRow{id: c.RowID, committed: c.Committed}
 }
 
-// readPublishedWait bounds how long an arrival waits for the relay's
-// transaction to commit published_at: the reference relay (like the seed's
-// algorithm) sets it after the broker acknowledged, so the record can be
-// consumed a moment before the row shows it.
-const readPublishedWait = 3 * time.Second
-
-// readPublished reads published_at of an arrived canary's row, polling
-// briefly while it is still NULL. The row id comes from the sender, or,
-// for a canary sent before a restart, from the record's "id" header (which
-// the reference relay and Debezium both write).
+// readPublished reads published_at of an arrived canary's row, once. The
+// row id comes from the sender, or, for a canary sent before a restart,
+// from the record's "id" header (which the reference relay and Debezium
+// both write).
+//
+// It does not wait while published_at is NULL, although it often is: the
+// reference relay (like the seed's algorithm) sets it after the broker
+// acknowledged, so the record can be consumed a moment before the row
+// shows it. Waiting here would hold up the partition, and stamp every
+// canary queued behind this one consumed late, blaming Kafka for the
+// relay's commit. The tracker marks the arrival PendingLookup instead and
+// Sweep reads published_at again shortly after.
 func (pr *pipelineRunner) readPublished(ctx context.Context, canaryID string, msg kafka.Message) (time.Time, bool) {
 	pr.mu.Lock()
 	row, ok := pr.rows[canaryID]
@@ -517,28 +557,13 @@ func (pr *pipelineRunner) readPublished(ctx context.Context, canaryID string, ms
 	if rowID == "" {
 		return time.Time{}, false
 	}
-	ctx, cancel := context.WithTimeout(ctx, readPublishedWait)
-	defer cancel()
-	wait := 5 * time.Millisecond
-	for {
-		stamps, err := pr.lookupStamps(ctx, Canary{ID: canaryID, RowID: rowID})
-		if err != nil {
-			pr.log.Warn("reading published_at back failed; the publish stamp is missing", "canary", canaryID, "err", err)
-			return time.Time{}, false
-		}
-		if t, ok := stamps[config.StampPublish]; ok {
-			return t, true
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			pr.log.Warn("published_at still NULL after the canary arrived; the publish stamp is missing", "canary", canaryID, "waited", readPublishedWait)
-			return time.Time{}, false
-		case <-t.C:
-		}
-		wait = min(2*wait, 100*time.Millisecond)
+	stamps, err := pr.lookup(ctx, Canary{ID: canaryID, RowID: rowID})
+	if err != nil {
+		pr.log.Debug("reading published_at on arrival failed; the tracker looks it up again", "canary", canaryID, "err", err)
+		return time.Time{}, false
 	}
+	t, ok := stamps[config.StampPublish]
+	return t, ok
 }
 
 // DBClock keeps the latest estimate of one database's clock offset,

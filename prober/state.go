@@ -27,6 +27,14 @@ type stateFile struct {
 	Canaries    []*canaryState    `json:"canaries"`
 	LastSeq     map[string]uint64 `json:"last_seq_by_key,omitempty"`
 	NextOffsets map[int]int64     `json:"next_offset_by_partition,omitempty"`
+	// Last* restore the last_*_timestamp_seconds gauges after a restart, so
+	// that the stall alert (last sent minus last received, guarded by last
+	// received > 0) does not go blind until the next canary arrives. They
+	// were added without a version bump: a file without them loads, with
+	// the gauges at 0 as before.
+	LastSent     time.Time `json:"last_sent,omitzero"`
+	LastReceived time.Time `json:"last_received,omitzero"`
+	LastSuccess  time.Time `json:"last_success,omitzero"`
 }
 
 // canaryState is one canary as tracked: what Sent recorded, the stamps

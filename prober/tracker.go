@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
@@ -55,12 +57,23 @@ import (
 // incremented. So after kill -9 at any instant a canary is neither lost nor
 // counted twice: a message processed before the crash is below the stored
 // next offset and ignored as a replay; a deadline that passed while the
-// prober was down is resolved bad on the first Sweep. The remaining
-// windows: a crash between the canary's COMMIT and Sent persisting it makes
-// it arrive as unknown (counted as skipped, reason unknown_canary, not as an
-// SLI event); and increments between the state write and the metric update,
-// like any counter increments not yet scraped before a crash, are never seen
-// by Prometheus (under-counted, never double-counted).
+// prober was down is resolved bad on the first Sweep. The last sent,
+// received and success times are persisted too, so the gauges the stall
+// alert reads come back with their values. The remaining windows: a crash
+// between the canary's COMMIT and Sent persisting it makes it arrive as
+// unknown (counted as skipped, reason unknown_canary, not as an SLI event);
+// and increments between the state write and the metric update, like any
+// counter increments not yet scraped before a crash, are never seen by
+// Prometheus (under-counted, never double-counted).
+//
+// A message can overtake Sent: the relay may publish and the consumer read
+// the canary between the sender's COMMIT and its call to Sent. The sender
+// therefore calls Expect before COMMIT; an arrival of an expected canary is
+// parked in memory (KindPending) and processed by Sent, with its original
+// consumed stamp, as if it had come just after. If the insert fails the
+// sender calls Abandon, and a parked arrival (a COMMIT that succeeded
+// although it reported an error) is skipped as unknown_canary, as before.
+// Parking, not waiting: the consumer never blocks on the sender.
 
 // ErrUnknownCanary is returned by Await for a canary id the tracker does not
 // know (never sent through it, or forgotten long after it resolved).
@@ -82,6 +95,9 @@ const (
 	// KindUnknown is a canary of this instance that the tracker has no
 	// record of; counted as skipped with reason unknown_canary.
 	KindUnknown
+	// KindPending is a canary whose insert is committing (Expect called,
+	// Sent not yet): the arrival is parked and resolved by Sent.
+	KindPending
 )
 
 func (k Kind) String() string {
@@ -94,6 +110,8 @@ func (k Kind) String() string {
 		return "replay"
 	case KindUnknown:
 		return "unknown"
+	case KindPending:
+		return "pending"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -185,6 +203,12 @@ const (
 	lookupBackoffMax = 30 * time.Second
 )
 
+// lookupTimeoutMax bounds each lookup (further bounded by the budget of the
+// segment it is to prove progress in) and all the lookups of one Sweep
+// together: a hung database must not hold up the deadlines, which are what
+// turns a stall into bad events.
+const lookupTimeoutMax = 2 * time.Second
+
 // Tracker follows the canaries of one pipeline from Sent to arrival or
 // loss. It is safe for concurrent use.
 type Tracker struct {
@@ -199,6 +223,8 @@ type Tracker struct {
 	lost     time.Duration
 	skewTol  time.Duration // negatives within it are noise, not skew
 	forget   time.Duration // how long resolved canaries are kept for duplicates
+	// lookupTimeout is lookupTimeoutMax; tests shorten it.
+	lookupTimeout time.Duration
 
 	mu       sync.Mutex
 	canaries map[string]*canaryState
@@ -207,6 +233,11 @@ type Tracker struct {
 	dirty    bool // state changed since the last write (offsets from Skipped)
 	waiters  map[string][]chan Report
 	onDone   func(Report)
+	// expected holds the canaries between Expect and Sent, with the
+	// arrivals that overtook Sent (parked, in arrival order).
+	expected map[string][]Arrival
+	// last sent, received and success times, persisted for the gauges.
+	lastSent, lastReceived, lastSuccess time.Time
 }
 
 // NewTracker creates the tracker of one pipeline and loads its state file
@@ -241,6 +272,9 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 		lastSeq:  make(map[string]uint64),
 		next:     make(map[int]int64),
 		waiters:  make(map[string][]chan Report),
+		expected: make(map[string][]Arrival),
+
+		lookupTimeout: lookupTimeoutMax,
 	}
 	t.forget = 2 * t.lost
 	if t.path != "" {
@@ -255,6 +289,11 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 		}
 	}
 	t.m.InFlight.WithLabelValues(t.p.Name).Set(float64(t.inFlightLocked()))
+	for g, ts := range map[*prometheus.GaugeVec]time.Time{t.m.LastSent: t.lastSent, t.m.LastReceived: t.lastReceived, t.m.LastSuccess: t.lastSuccess} {
+		if !ts.IsZero() {
+			g.WithLabelValues(t.p.Name).Set(unixSeconds(ts))
+		}
+	}
 	return t, nil
 }
 
@@ -265,6 +304,8 @@ func (t *Tracker) restore(st *stateFile) error {
 	for p, o := range st.NextOffsets {
 		t.next[p] = o
 	}
+	// The pipeline's last times, whichever instance id wrote them.
+	t.lastSent, t.lastReceived, t.lastSuccess = st.LastSent, st.LastReceived, st.LastSuccess
 	if st.Instance != t.instance {
 		// A renamed instance: its old canaries now look foreign on the
 		// topic, so tracking them would only produce false losses.
@@ -307,6 +348,8 @@ func (e effects) apply() {
 func (t *Tracker) Sent(c Canary) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	parked := t.expected[c.ID]
+	delete(t.expected, c.ID)
 	if _, ok := t.canaries[c.ID]; ok {
 		return nil // already recorded: Sent is idempotent
 	}
@@ -316,21 +359,69 @@ func (t *Tracker) Sent(c Canary) error {
 		Segments: make(map[string]*segmentState),
 	}
 	t.canaries[c.ID] = r
+	t.lastSent = c.Committed
 	var fx effects
 	t.judge(r, t.plan.insert, c.InsertStarted, c.Committed, &fx)
 	name := t.p.Name
-	inFlight := t.inFlightLocked()
 	fx.add(func() {
 		t.m.CanariesSent.WithLabelValues(name).Inc()
 		t.m.LastSent.WithLabelValues(name).Set(unixSeconds(c.Committed))
-		t.m.InFlight.WithLabelValues(name).Set(float64(inFlight))
 	})
+	for _, a := range parked {
+		// Arrivals that overtook Sent, resolved now in arrival order;
+		// their offsets were advanced when they were parked.
+		out := Outcome{CanaryID: a.CanaryID}
+		t.arrivedKnown(r, a, &out, &fx)
+		t.log.Debug("parked canary arrival resolved", "canary", c.ID, "kind", out.Kind, "late", out.Late)
+	}
+	inFlight := t.inFlightLocked()
+	fx.add(func() { t.m.InFlight.WithLabelValues(name).Set(float64(inFlight)) })
 	err := t.persistLocked()
 	fx.apply()
 	if err != nil {
 		return fmt.Errorf("pipeline %q: canary %s is tracked in memory only: %w", name, c.ID, err)
 	}
 	return nil
+}
+
+// Expect announces a canary whose insert is about to commit, so that its
+// arrival, should it overtake Sent, is parked instead of being taken for
+// an unknown canary. Every Expect is followed by Sent or Abandon.
+func (t *Tracker) Expect(canaryID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.expected[canaryID]; !ok {
+		t.expected[canaryID] = nil
+	}
+}
+
+// Abandon withdraws an Expect whose insert failed. An arrival parked for it
+// (a COMMIT that took effect although it reported an error) is skipped as
+// an unknown canary, which is what it would have been without Expect.
+func (t *Tracker) Abandon(canaryID string) {
+	t.mu.Lock()
+	parked, ok := t.expected[canaryID]
+	delete(t.expected, canaryID)
+	t.mu.Unlock()
+	if !ok {
+		return
+	}
+	for _, a := range parked {
+		t.log.Warn("canary arrived although its insert reported a failure; skipped",
+			"canary", a.CanaryID, "seq", a.Seq, "partition", a.Partition, "offset", a.Offset)
+		t.m.MessagesSkipped.WithLabelValues(t.p.Name, ReasonUnknownCanary).Inc()
+	}
+}
+
+// ResetOffset makes next the next offset to read from a partition, even
+// if it is below the stored one: the consumer found the stored offset
+// beyond the partition's end (the topic was deleted and recreated), and
+// the messages of the new partition must not be taken for replays.
+func (t *Tracker) ResetOffset(partition int, next int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.next[partition] = next
+	t.dirty = true
 }
 
 // Skipped records that the message at this offset was read and skipped
@@ -374,25 +465,39 @@ func (t *Tracker) Arrived(a Arrival) Outcome {
 	name := t.p.Name
 	var fx effects
 	r, ok := t.canaries[a.CanaryID]
-	switch {
-	case !ok:
+	if parked, expected := t.expected[a.CanaryID]; !ok && expected {
+		// Overtook Sent: Sent resolves it (see the package comment).
+		t.expected[a.CanaryID] = append(parked, a)
+		t.dirty = true
+		out.Kind = KindPending
+		return out
+	}
+	if !ok {
 		out.Kind = KindUnknown
 		t.log.Warn("canary of this instance not in the tracker's state; skipped",
 			"canary", a.CanaryID, "seq", a.Seq, "partition", a.Partition, "offset", a.Offset)
 		fx.add(func() { t.m.MessagesSkipped.WithLabelValues(name, ReasonUnknownCanary).Inc() })
-	case r.Arrived:
-		out.Kind = KindDuplicate
-		t.log.Debug("duplicate canary", "canary", a.CanaryID, "partition", a.Partition, "offset", a.Offset)
-		fx.add(func() { t.m.CanariesDuplicate.WithLabelValues(name).Inc() })
-	default:
-		out.Kind = KindFirst
-		t.first(r, a, &out, &fx)
+	} else {
+		t.arrivedKnown(r, a, &out, &fx)
 	}
 	if err := t.persistLocked(); err != nil {
 		t.log.Error("persisting tracker state failed; a restart may recount this canary", "canary", a.CanaryID, "err", err)
 	}
 	fx.apply()
 	return out
+}
+
+// arrivedKnown classifies and resolves an arrival of a tracked canary.
+func (t *Tracker) arrivedKnown(r *canaryState, a Arrival, out *Outcome, fx *effects) {
+	name := t.p.Name
+	if r.Arrived {
+		out.Kind = KindDuplicate
+		t.log.Debug("duplicate canary", "canary", a.CanaryID, "partition", a.Partition, "offset", a.Offset)
+		fx.add(func() { t.m.CanariesDuplicate.WithLabelValues(name).Inc() })
+		return
+	}
+	out.Kind = KindFirst
+	t.first(r, a, out, fx)
 }
 
 // first resolves a canary's first arrival.
@@ -414,6 +519,10 @@ func (t *Tracker) first(r *canaryState, a Arrival, out *Outcome, fx *effects) {
 	}
 
 	out.Late = r.Lost || a.Consumed.After(r.Stamps[config.StampCommit].Add(t.plan.endToEnd.budget))
+	if out.Late {
+		// Once per canary: first runs once, at its first arrival.
+		fx.add(func() { t.m.CanariesLate.WithLabelValues(name).Inc() })
+	}
 	t.resolveAll(r, fx)
 	if len(t.missingStamps(r)) > 0 && t.lookup != nil {
 		// A polling relay's published_at is read back, not carried by the
@@ -428,6 +537,10 @@ func (t *Tracker) first(r *canaryState, a Arrival, out *Outcome, fx *effects) {
 		out.Segments = append(out.Segments, t.finalResult(r, s))
 	}
 	e2eGood := r.segment(config.SegmentEndToEnd).Outcome == slo.OutcomeGood
+	t.lastReceived = a.Consumed
+	if e2eGood {
+		t.lastSuccess = a.Consumed
+	}
 	inFlight := t.inFlightLocked()
 	fx.add(func() {
 		t.m.CanariesReceived.WithLabelValues(name).Inc()
@@ -581,9 +694,11 @@ func (r *canaryState) segment(name string) *segmentState {
 
 // lookupJob is a canary to look stamps up for, and what was found.
 type lookupJob struct {
-	c      Canary
-	stamps map[string]time.Time
-	err    error
+	c       Canary
+	timeout time.Duration
+	done    bool // the lookup ran to an answer (stamps, none, or an error)
+	stamps  map[string]time.Time
+	err     error
 }
 
 // arrivedLookupWindow bounds how long after arrival a missing stamp is
@@ -619,36 +734,36 @@ func (t *Tracker) needsLookup(r *canaryState, now time.Time) bool {
 // canaries whose current segment's deadline passed, so that the blame lands
 // on the segment they are really stuck in, and for arrived canaries still
 // missing a stamp.
+//
+// The whole sweep judges one instant, taken before the lookups: a deadline
+// that passes while they run is left to the next sweep, which looks the
+// canary up first. (Judging it now would blame its relay segment without
+// the lookup that might prove the row published.) Lookups are bounded
+// (lookupTimeoutMax, each also by its segment's budget), so a hung
+// database delays the deadline pass by at most that, never stops it.
 func (t *Tracker) Sweep(ctx context.Context) {
+	t.mu.Lock()
+	now := t.now()
 	var jobs []*lookupJob
 	if t.lookup != nil {
-		t.mu.Lock()
-		now := t.now()
 		for _, r := range t.canaries {
 			if t.needsLookup(r, now) {
-				jobs = append(jobs, &lookupJob{c: r.canary(t.p.Name)})
+				jobs = append(jobs, &lookupJob{c: r.canary(t.p.Name), timeout: t.lookupTimeoutFor(r)})
 			}
-		}
-		t.mu.Unlock()
-		slices.SortFunc(jobs, func(a, b *lookupJob) int { return cmp.Compare(a.c.Seq, b.c.Seq) })
-		for _, j := range jobs {
-			if ctx.Err() != nil {
-				break
-			}
-			j.stamps, j.err = t.lookup(ctx, j.c)
 		}
 	}
+	t.mu.Unlock()
+	t.runLookups(ctx, jobs)
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.now()
 	var fx effects
 	changed := t.dirty
 	name := t.p.Name
 	for _, j := range jobs {
 		r, ok := t.canaries[j.c.ID]
-		if !ok || j.stamps == nil && j.err == nil && ctx.Err() != nil {
-			continue
+		if !ok || !j.done {
+			continue // retried by a later sweep, without counting an attempt
 		}
 		if !r.Arrived && r.Lost || r.Arrived && !r.PendingLookup {
 			continue // resolved meanwhile
@@ -725,6 +840,48 @@ func (t *Tracker) Sweep(ctx context.Context) {
 	fx.apply()
 }
 
+// lookupTimeoutFor bounds one lookup of r: lookupTimeout, or less if the
+// segment it is stuck in has a shorter budget (a lookup slower than the
+// budget it is to judge is of no use).
+func (t *Tracker) lookupTimeoutFor(r *canaryState) time.Duration {
+	d := t.lookupTimeout
+	if r.Arrived {
+		return d
+	}
+	if s := t.plan.stuck(r.Stamps); s.budgeted {
+		return min(d, s.budget)
+	}
+	if e2e := t.plan.endToEnd; e2e.budgeted {
+		return min(d, e2e.budget)
+	}
+	return d
+}
+
+// runLookups runs the jobs in Seq order, each bounded by its timeout and
+// all of them together by lookupTimeout; those not reached are left for a
+// later sweep.
+func (t *Tracker) runLookups(ctx context.Context, jobs []*lookupJob) {
+	if len(jobs) == 0 {
+		return
+	}
+	slices.SortFunc(jobs, func(a, b *lookupJob) int { return cmp.Compare(a.c.Seq, b.c.Seq) })
+	all, cancel := context.WithTimeout(ctx, t.lookupTimeout)
+	defer cancel()
+	for _, j := range jobs {
+		if all.Err() != nil {
+			return
+		}
+		lctx, cancel := context.WithTimeout(all, j.timeout)
+		j.stamps, j.err = t.lookup(lctx, j.c)
+		cancel()
+		// A lookup cut short by the service stopping proves nothing.
+		j.done = ctx.Err() == nil
+		if j.err != nil && lctx.Err() != nil {
+			j.err = fmt.Errorf("lookup gave up after %s: %w", j.timeout, j.err)
+		}
+	}
+}
+
 // Flush writes the state if something changed since the last write (skipped
 // messages' offsets); the service calls it on shutdown.
 func (t *Tracker) Flush() error {
@@ -774,14 +931,15 @@ func (t *Tracker) inFlightLocked() int {
 	return n
 }
 
-// Recent returns up to n resolved (arrived or lost) canaries, newest first,
-// from those still remembered (about 2 x lost_after).
+// Recent returns up to n final canaries (arrived and no longer waiting for
+// a stamp lookup, or lost), newest first, from those still remembered
+// (about 2 x lost_after).
 func (t *Tracker) Recent(n int) []Report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var rs []*canaryState
 	for _, r := range t.canaries {
-		if r.Arrived || r.Lost {
+		if r.Arrived && !r.PendingLookup || r.Lost {
 			rs = append(rs, r)
 		}
 	}
@@ -795,8 +953,8 @@ func (t *Tracker) Recent(n int) []Report {
 	return out
 }
 
-// Await returns the canary's report once it has arrived or is lost, or the
-// context's error. It is how `check` waits for its one canary.
+// Await returns the canary's report once it is final (arrived and no
+// longer waiting for a stamp lookup, or lost), or the context's error. It is how `check` waits for its one canary.
 func (t *Tracker) Await(ctx context.Context, canaryID string) (Report, error) {
 	t.mu.Lock()
 	r, ok := t.canaries[canaryID]
@@ -804,7 +962,7 @@ func (t *Tracker) Await(ctx context.Context, canaryID string) (Report, error) {
 		t.mu.Unlock()
 		return Report{}, fmt.Errorf("pipeline %q: canary %s: %w", t.p.Name, canaryID, ErrUnknownCanary)
 	}
-	if r.Arrived || r.Lost {
+	if r.Arrived && !r.PendingLookup || r.Lost {
 		rep := t.report(r)
 		t.mu.Unlock()
 		return rep, nil
@@ -872,6 +1030,7 @@ func (t *Tracker) persistLocked() error {
 	st := stateFile{
 		Version: stateVersion, Pipeline: t.p.Name, Instance: t.instance,
 		Canaries: make([]*canaryState, 0, len(t.canaries)), LastSeq: t.lastSeq, NextOffsets: t.next,
+		LastSent: t.lastSent, LastReceived: t.lastReceived, LastSuccess: t.lastSuccess,
 	}
 	for _, r := range t.canaries {
 		st.Canaries = append(st.Canaries, r)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -188,6 +189,9 @@ func TestTrackerSegments(t *testing.T) {
 					t.Errorf("chain sums to %v, end to end is %v, want both 800ms", sum, e2e)
 				}
 				h.sweep(10 * time.Minute) // nothing more to count, ever
+				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.CanariesLate }); got != 0 {
+					t.Errorf("late = %v, want 0 for a timely canary", got)
+				}
 			},
 			want:     want{segInsert: {1, 0}, segRead: {1, 0}, segRelay: {1, 0}, segBroker: {1, 0}, segE2E: {1, 0}},
 			observed: map[string]uint64{segInsert: 1, segRead: 1, segRelay: 1, segBroker: 1, segE2E: 1},
@@ -231,7 +235,12 @@ func TestTrackerSegments(t *testing.T) {
 				if !out.Late || out.Kind != KindFirst {
 					t.Errorf("outcome = %+v, want a late first arrival", out)
 				}
+				h.at(3100 * time.Millisecond)
+				h.arrive(c, nil) // a duplicate of a late canary is not late again
 				h.sweep(3 * time.Minute)
+				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.CanariesLate }); got != 1 {
+					t.Errorf("late = %v, want 1: counted once per canary", got)
+				}
 			},
 			// read_to_publish (200ms) and publish_to_consume (1.3s) had not
 			// started as far as the prober could see: judged on arrival.
@@ -271,6 +280,9 @@ func TestTrackerSegments(t *testing.T) {
 				h.at(90 * time.Second)
 				if out := h.arrive(c, healthy); out.Kind != KindFirst || !out.Late {
 					t.Errorf("outcome = %+v, want a late first arrival", out)
+				}
+				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.CanariesLate }); got != 1 {
+					t.Errorf("late = %v, want 1", got)
 				}
 			},
 			want:     want{segInsert: {1, 0}, segRead: {0, 1}, segE2E: {0, 1}},
@@ -439,6 +451,34 @@ func TestTrackerSegments(t *testing.T) {
 			observed: map[string]uint64{segInsert: 1},
 		},
 		{
+			name:     "A deadline that passes while a lookup runs is judged by the next sweep, after its own lookup, not blamed on the relay.",
+			pipeline: plainPipeline,
+			run: func(t *testing.T, h *harness) {
+				var looked []string
+				h.lookup = func(_ context.Context, c Canary) (map[string]time.Time, error) {
+					looked = append(looked, c.ID)
+					h.now = h.now.Add(600 * time.Millisecond) // a slow database
+					return map[string]time.Time{config.StampPublish: c.Committed.Add(400 * time.Millisecond)}, nil
+				}
+				h.send("a", 1)
+				h.at(500 * time.Millisecond)
+				h.send("b", 2)
+				// a's commit_to_publish deadline (1s) has passed, b's (1.5s)
+				// passes during a's lookup, which ends at 1.601s.
+				h.sweep(1001 * time.Millisecond)
+				if got := h.sli(segPublish); got != [2]float64{1, 0} {
+					t.Fatalf("commit_to_publish after the first sweep = %v, want a's good and b not judged yet", got)
+				}
+				h.sweep(1700 * time.Millisecond)
+				if !slices.Equal(looked, []string{"a", "b"}) {
+					t.Errorf("looked up %v, want a then b", looked)
+				}
+			},
+			// Both published at +400ms and stuck in the broker since.
+			want:     want{segPublish: {2, 0}, segBroker: {0, 2}},
+			observed: map[string]uint64{segInsert: 2, segPublish: 2},
+		},
+		{
 			name: "A lookup that finds no publish stamp leaves the blame on the relay.",
 			run: func(t *testing.T, h *harness) {
 				h.lookup = func(context.Context, Canary) (map[string]time.Time, error) { return nil, nil }
@@ -605,6 +645,156 @@ func TestTrackerAwait(t *testing.T) {
 	}
 	if again, err := h.tr.Await(context.Background(), "a"); err != nil || again.State != StateArrived {
 		t.Errorf("await after arrival = %+v, %v; want the report at once", again, err)
+	}
+}
+
+func TestTrackerSweepJudgesDeadlinesWhenEveryLookupHangs(t *testing.T) {
+	h := newHarness(t, plainPipeline(), false)
+	h.tr.lookupTimeout = 20 * time.Millisecond // lookupTimeoutMax is 2s
+	lookups := make(chan bool, 10)
+	h.lookup = func(ctx context.Context, _ Canary) (map[string]time.Time, error) {
+		_, bounded := ctx.Deadline()
+		lookups <- bounded
+		<-ctx.Done() // a hung database
+		return nil, ctx.Err()
+	}
+	for i, id := range []string{"a", "b", "c"} {
+		h.send(id, uint64(i+1))
+	}
+	h.at(2001 * time.Millisecond)
+	done := make(chan struct{})
+	go func() { defer close(done); h.tr.Sweep(context.Background()) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Sweep did not return while its lookups hung")
+	}
+	if bounded := <-lookups; !bounded {
+		t.Error("the lookup's context has no deadline")
+	}
+	if got := h.sli(segE2E); got != [2]float64{0, 3} {
+		t.Errorf("end_to_end = %v, want 3 bad: deadlines are judged although no lookup answered", got)
+	}
+	// Unable to prove progress, the blame stays on the relay.
+	if got := h.sli(segPublish); got != [2]float64{0, 3} {
+		t.Errorf("commit_to_publish = %v, want 3 bad", got)
+	}
+}
+
+func TestTrackerRestoresTheLastTimesAfterARestart(t *testing.T) {
+	gauges := func(h *harness) [3]float64 {
+		m := h.m()
+		return [3]float64{
+			testutil.ToFloat64(m.LastSent.WithLabelValues(h.p.Name)),
+			testutil.ToFloat64(m.LastReceived.WithLabelValues(h.p.Name)),
+			testutil.ToFloat64(m.LastSuccess.WithLabelValues(h.p.Name)),
+		}
+	}
+	h := newHarness(t, testPipeline(), true)
+	c := h.send("a", 1)
+	h.at(800 * time.Millisecond)
+	h.arrive(c, healthy)
+	h.at(5 * time.Second)
+	h.send("b", 2)
+	h.at(8 * time.Second)
+	h.arrive(Canary{ID: "b", Seq: 2, Key: "k", Committed: t0.Add(5 * time.Second)}, healthy) // late: not a success
+	want := [3]float64{unixSeconds(t0.Add(5 * time.Second)), unixSeconds(t0.Add(8 * time.Second)), unixSeconds(t0.Add(800 * time.Millisecond))}
+	if got := gauges(h); got != want {
+		t.Fatalf("gauges {sent, received, success} before the restart = %v, want %v", got, want)
+	}
+	h.restart()
+	if got := gauges(h); got != want {
+		t.Errorf("gauges {sent, received, success} after the restart = %v, want %v: the stall alert needs them", got, want)
+	}
+
+	// A state file written before the times were persisted still loads.
+	if err := os.WriteFile(h.path, []byte(`{"version":1,"pipeline":"orders","instance":"test-1","canaries":[],"next_offset_by_partition":{"0":7}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	if got := gauges(h); got != [3]float64{} {
+		t.Errorf("gauges from a file without times = %v, want 0s", got)
+	}
+	if got := h.tr.StartOffsets()[0]; got != 7 {
+		t.Errorf("next offset = %d, want 7 from the older file", got)
+	}
+}
+
+func TestTrackerArrivalThatOvertakesSent(t *testing.T) {
+	counter := func(h *harness, vec func(*Metrics) *prometheus.CounterVec, labels ...string) float64 {
+		return h.sum(vec, labels...)
+	}
+	received := func(m *Metrics) *prometheus.CounterVec { return m.CanariesReceived }
+	skipped := func(m *Metrics) *prometheus.CounterVec { return m.MessagesSkipped }
+	duplicate := func(m *Metrics) *prometheus.CounterVec { return m.CanariesDuplicate }
+	lost := func(m *Metrics) *prometheus.CounterVec { return m.CanariesLost }
+	c := Canary{ID: "a", Seq: 1, Pipeline: "orders", Key: "k", RowID: "1", InsertStarted: t0.Add(-50 * time.Millisecond), Committed: t0}
+
+	t.Run("An arrival between COMMIT and Sent is parked and resolved by Sent with its own consumed stamp.", func(t *testing.T) {
+		h := newHarness(t, testPipeline(), true)
+		h.tr.Expect(c.ID)
+		h.at(800 * time.Millisecond)
+		if out := h.arrive(c, healthy); out.Kind != KindPending {
+			t.Fatalf("kind = %v, want pending", out.Kind)
+		}
+		if got := counter(h, skipped, ReasonUnknownCanary); got != 0 {
+			t.Fatalf("skipped unknown_canary = %v, want 0", got)
+		}
+		h.at(900 * time.Millisecond) // Sent runs later than the arrival
+		if err := h.tr.Sent(c); err != nil {
+			t.Fatal(err)
+		}
+		h.at(950 * time.Millisecond)
+		h.arrive(c, healthy) // a duplicate after Sent
+		for d := time.Second; d <= 90*time.Second; d += 10 * time.Second {
+			h.sweep(d) // past lost_after: it must not be lost
+		}
+		if got := [3]float64{counter(h, received), counter(h, duplicate), counter(h, lost)}; got != [3]float64{1, 1, 0} {
+			t.Errorf("{received, duplicate, lost} = %v, want {1, 1, 0}", got)
+		}
+		if got := h.sli(segE2E); got != [2]float64{1, 0} {
+			t.Errorf("end_to_end = %v, want one good event", got)
+		}
+		if r := h.tr.Recent(1); len(r) != 1 || r[0].Segments[segE2E].Duration != 800*time.Millisecond {
+			t.Errorf("recent = %+v, want end_to_end measured to the parked consumed stamp (800ms)", r)
+		}
+		h.restart()
+		if out := h.arrive(Canary{ID: "a", Seq: 1, Key: "k", Committed: t0}, healthy); out.Kind == KindReplay {
+			t.Errorf("offset of the next message taken for a replay")
+		}
+	})
+
+	t.Run("A parked arrival whose insert then reports a failure is skipped as unknown.", func(t *testing.T) {
+		h := newHarness(t, testPipeline(), false)
+		h.tr.Expect(c.ID)
+		h.at(800 * time.Millisecond)
+		if out := h.arrive(c, healthy); out.Kind != KindPending {
+			t.Fatalf("kind = %v, want pending", out.Kind)
+		}
+		h.tr.Abandon(c.ID)
+		if got := counter(h, skipped, ReasonUnknownCanary); got != 1 {
+			t.Errorf("skipped unknown_canary = %v, want 1", got)
+		}
+		if got := counter(h, received); got != 0 {
+			t.Errorf("received = %v, want 0", got)
+		}
+		h.at(900 * time.Millisecond)
+		if out := h.arrive(c, healthy); out.Kind != KindUnknown {
+			t.Errorf("kind after Abandon = %v, want unknown", out.Kind)
+		}
+	})
+}
+
+func TestTrackerResetOffsetAllowsLowerOffsets(t *testing.T) {
+	h := newHarness(t, testPipeline(), true)
+	h.tr.Skipped(0, 999)
+	h.tr.ResetOffset(0, 0)
+	if err := h.tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	if h.tr.Skipped(0, 0) {
+		t.Error("offset 0 of a recreated partition taken for a replay")
 	}
 }
 

@@ -13,10 +13,12 @@ const (
 	MetricCanariesSent          = "outbox_canary_canaries_sent_total"          // committed canary inserts
 	MetricCanaryInsertFailures  = "outbox_canary_canary_insert_failures_total" // inserts that failed (not SLI events)
 	MetricCanariesReceived      = "outbox_canary_canaries_received_total"      // first arrivals of our canaries
+	MetricCanariesLate          = "outbox_canary_canaries_late_total"          // first arrivals after the end_to_end deadline
 	MetricCanariesLost          = "outbox_canary_canaries_lost_total"          // never arrived within lost_after
 	MetricCanariesDuplicate     = "outbox_canary_canaries_duplicate_total"     // second and later arrivals
 	MetricCanariesOutOfOrder    = "outbox_canary_canaries_out_of_order_total"  // arrived after a later canary of the same key
 	MetricMessagesSkipped       = "outbox_canary_messages_skipped_total"       // label reason: foreign_instance, malformed, bad_signature, unknown_canary
+	MetricConsumerOffsetResets  = "outbox_canary_consumer_offset_resets_total" // stored offset beyond the partition's end: read again from the start position
 	MetricCanariesInFlight      = "outbox_canary_canaries_in_flight"           // sent, not yet arrived nor lost
 	MetricLastSentTimestamp     = "outbox_canary_last_sent_timestamp_seconds"
 	MetricLastReceivedTimestamp = "outbox_canary_last_received_timestamp_seconds"

@@ -1,0 +1,235 @@
+package prober
+
+// Tests of the service's wiring. Those that need PostgreSQL use the
+// project's stack (`deploy/local/stack.sh up`) and skip without it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/stacktest"
+)
+
+// fakeClock is an injected clock shared with the service's goroutines.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func TestConsumerStampsQueuedCanariesWithoutWaitingForPublishedAt(t *testing.T) {
+	clock := &fakeClock{t: t0}
+	svc, err := New(Options{Config: unitConfig(t, ""), Registerer: prometheus.NewRegistry(), StateDir: "-", Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.closePools()
+	pr := svc.pipes[0]
+	// The database, played: published_at by row id, absent while NULL.
+	published := map[string]time.Time{}
+	lookups := map[string]int{}
+	pr.lookup = func(_ context.Context, c Canary) (map[string]time.Time, error) {
+		lookups[c.RowID]++
+		if ts, ok := published[c.RowID]; ok {
+			return map[string]time.Time{config.StampPublish: ts}, nil
+		}
+		return nil, nil
+	}
+	signer, _ := NewSigner([]byte("unit-key"))
+	var msgs []kafka.Message
+	for i, id := range []string{"a", "b"} {
+		c := Canary{ID: id, Seq: uint64(i + 1), Pipeline: "orders", Key: "k", RowID: fmt.Sprint(i + 1),
+			InsertStarted: t0.Add(-time.Millisecond), Committed: t0}
+		pr.rememberRow(c)
+		if err := pr.tracker.Sent(c); err != nil {
+			t.Fatal(err)
+		}
+		value, err := signer.Encode(Payload{CanaryID: id, Instance: "unit", Pipeline: "orders", Seq: c.Seq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, kafka.Message{Partition: 0, Offset: int64(i), Key: []byte("k"), Value: value,
+			Headers: []kafka.Header{{Key: "outbox-relay-read-at", Value: []byte(t0.Add(50 * time.Millisecond).Format(time.RFC3339Nano))}}})
+	}
+	// b's row is marked published; a's relay has not committed yet, and b
+	// is queued behind a on the partition.
+	published["2"] = t0.Add(100 * time.Millisecond)
+	clock.Advance(300 * time.Millisecond)
+	pr.consumer.Handle(context.Background(), msgs[0])
+	clock.Advance(10 * time.Millisecond)
+	pr.consumer.Handle(context.Background(), msgs[1])
+	if lookups["1"] != 1 || lookups["2"] != 1 {
+		t.Fatalf("published_at read %v times per row on arrival, want one attempt each: the consumer must not wait for the relay", lookups)
+	}
+	consumed := func(id string) time.Duration {
+		t.Helper()
+		for _, r := range pr.tracker.Recent(10) {
+			if r.ID == id {
+				return r.Consumed.Sub(t0)
+			}
+		}
+		t.Fatalf("canary %s is not final", id)
+		return 0
+	}
+	if got := consumed("b"); got != 310*time.Millisecond {
+		t.Errorf("b consumed at +%v, want +310ms: stamped when read", got)
+	}
+	// a waits for its stamp in the tracker, not in the consumer.
+	published["1"] = t0.Add(200 * time.Millisecond)
+	clock.Advance(100 * time.Millisecond)
+	pr.tracker.Sweep(context.Background())
+	if got := consumed("a"); got != 300*time.Millisecond {
+		t.Errorf("a consumed at +%v, want +300ms", got)
+	}
+	for _, r := range pr.tracker.Recent(10) {
+		if seg := r.Segments["publish_to_consume"]; !seg.Measured {
+			t.Errorf("canary %s: publish_to_consume unmeasured: %+v", r.ID, seg)
+		}
+	}
+}
+
+// countingQuerier counts the queries of the clock estimator and can fail
+// them while the pool itself (Ping) works.
+type countingQuerier struct {
+	pool *pgxpool.Pool
+	mu   sync.Mutex
+	n    int
+	fail bool
+}
+
+func (q *countingQuerier) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	q.mu.Lock()
+	q.n++
+	fail := q.fail
+	q.mu.Unlock()
+	if fail {
+		return errRow{errors.New("clock_timestamp() refused")}
+	}
+	return q.pool.QueryRow(ctx, sql, args...)
+}
+
+func (q *countingQuerier) count() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+func TestWatchDB(t *testing.T) {
+	s := stacktest.Load(t)
+	dsn := s.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	start := func(t *testing.T, fail bool) (*pipelineRunner, *countingQuerier, *fakeClock, *Metrics) {
+		p := testPipeline()
+		p.Database.ClockOffsetInterval = config.Duration(time.Hour)
+		m, err := NewMetrics(prometheus.NewRegistry(), []config.Pipeline{p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock := &fakeClock{t: t0}
+		q := &countingQuerier{pool: pool, fail: fail}
+		log := slog.New(slog.DiscardHandler)
+		pr := &pipelineRunner{p: &p, pool: pool, log: log, now: clock.Now, clock: NewDBClock(p.Name, q, m, clock.Now, log)}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); pr.watchDB(ctx, 10*time.Millisecond) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return pr, q, clock, m
+	}
+
+	t.Run("The clock offset is estimated again once the injected clock passes clock_offset_interval.", func(t *testing.T) {
+		_, q, clock, _ := start(t, false)
+		waitFor(t, "the first estimate", func() bool { return q.count() >= dbClockSamples })
+		clock.Advance(time.Hour)
+		// With the wall clock it would take an hour.
+		waitFor(t, "a second estimate", func() bool { return q.count() >= 2*dbClockSamples })
+	})
+
+	t.Run("A failed clock estimate is counted once, as db_clock, not as database too.", func(t *testing.T) {
+		_, _, _, m := start(t, true)
+		waitFor(t, "two failed estimates", func() bool {
+			return testutil.ToFloat64(m.WatchErrors.WithLabelValues("orders", watcherDBClock)) >= 2
+		})
+		if got := testutil.ToFloat64(m.WatchErrors.WithLabelValues("orders", watcherDB)); got != 0 {
+			t.Errorf("database errors = %v, want 0: the database answered, only the estimate failed", got)
+		}
+	})
+}
+
+func TestServiceRunStartsNothingWhenAWatcherCannotBeBuilt(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "kafka-password")
+	if err := os.WriteFile(secret, []byte("pw"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(fmt.Appendf(nil, `
+instance_id: unit
+signing_key: {value: unit-key}
+pipelines:
+  - name: orders
+    database: {dsn: {value: "postgres://u:p@127.0.0.1:1/x?connect_timeout=1"}}
+    relay: {kind: polling}
+    kafka:
+      brokers: ["127.0.0.1:1"]
+      topic: canaries
+      sasl: {mechanism: plain, username: u, password: {file: %q}}
+    watch: {consumer_groups: [{group: billing, topic: orders}]}
+    budgets: {end_to_end: 2s}
+`, secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(Options{Config: cfg, Registerer: prometheus.NewRegistry(), StateDir: "-", HealthInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.closePools()
+	// The secret disappears between New and Run: the consumer lag
+	// watcher's Kafka client cannot be built.
+	if err := os.Remove(secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Run(context.Background()); err == nil {
+		t.Fatal("Run succeeded without the Kafka password")
+	}
+	// A goroutine left running would ping the unreachable database and
+	// count the failure within milliseconds, forever.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if got := testutil.ToFloat64(svc.Metrics().WatchErrors.WithLabelValues("orders", watcherDB)); got != 0 {
+			t.Fatalf("database errors = %v after Run returned its error: a goroutine was left running", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
