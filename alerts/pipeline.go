@@ -26,6 +26,10 @@ const (
 	insertWindowMin = 5 * time.Minute
 )
 
+// labelSlot is the prober's replication slot label (pg_replication_slots'
+// slot_name).
+const labelSlot = "slot"
+
 // pipelineAlerts are the alerts beyond the SLOs for one pipeline: the ones
 // that tell a stall from a quiet pipeline fast, and the watchers' backlog,
 // slot and transaction signals that point at the failing stage.
@@ -113,31 +117,40 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		})
 	}
 	if p.RelayKind == config.RelayCDC {
+		// With watch.slot the alerts select that slot: another pipeline's
+		// slot or a leftover one in the same database is not this
+		// pipeline's to page for. Without it, every slot reported counts.
+		slot := pl
+		walStatus := fmt.Sprintf(`%s{%s=%q, %s=~"unreserved|lost"}`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelWALStatus)
+		if p.Slot != "" {
+			slot = func(m string) string { return selector(m, slo.LabelPipeline, p.Name, labelSlot, p.Slot) }
+			walStatus = fmt.Sprintf(`%s{%s=%q, %s=%q, %s=~"unreserved|lost"}`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelSlot, p.Slot, labelWALStatus)
+		}
 		grp.Rules = append(grp.Rules, Rule{
 			Alert:  AlertSlotInactive,
-			Expr:   pl(slo.MetricSlotActive) + " == 0",
+			Expr:   slot(slo.MetricSlotActive) + " == 0",
 			For:    slo.PromDuration(slotInactiveFor),
 			Labels: labels(config.SeverityPage, relay),
 			Annotations: annotate(AlertSlotInactive,
-				fmt.Sprintf("Pipeline %s: the replication slot has no consumer.", p.Name),
-				fmt.Sprintf("The replication slot of pipeline %s has been inactive for %s: the connector is not streaming, nothing is published, and the database keeps WAL for the slot. Check the connector and its task status.",
+				fmt.Sprintf("Pipeline %s: the replication slot {{ $labels.slot }} has no consumer.", p.Name),
+				fmt.Sprintf("The replication slot {{ $labels.slot }} of pipeline %s has been inactive (or does not exist) for %s: the connector is not streaming, nothing is published, and the database keeps WAL for the slot. Check the connector and its task status.",
 					p.Name, slo.PromDuration(slotInactiveFor))),
 		}, Rule{
 			Alert:  AlertSlotRetainedWALGrowth,
-			Expr:   "deriv(" + pl(slo.MetricSlotRetainedWAL) + "[" + slo.PromDuration(time.Duration(a.WALGrowthFor)) + "]) > 0",
+			Expr:   "deriv(" + slot(slo.MetricSlotRetainedWAL) + "[" + slo.PromDuration(time.Duration(a.WALGrowthFor)) + "]) > 0",
 			For:    slo.PromDuration(time.Duration(a.WALGrowthFor)),
 			Labels: labels(config.SeverityTicket, relay),
 			Annotations: annotate(AlertSlotRetainedWALGrowth,
-				fmt.Sprintf("Pipeline %s: the replication slot retains more and more WAL.", p.Name),
-				fmt.Sprintf("WAL retained by the replication slot of pipeline %s has grown by {{ $value | humanize1024 }}B per second for %s: the connector is not confirming its position. The database disk is at risk.",
+				fmt.Sprintf("Pipeline %s: the replication slot {{ $labels.slot }} retains more and more WAL.", p.Name),
+				fmt.Sprintf("WAL retained by the replication slot {{ $labels.slot }} of pipeline %s has grown by {{ $value | humanize1024 }}B per second for %s: the connector is not confirming its position. The database disk is at risk.",
 					p.Name, slo.PromDuration(time.Duration(a.WALGrowthFor)))),
 		}, Rule{
 			Alert:  AlertSlotWALAtRisk,
-			Expr:   fmt.Sprintf(`%s{%s=%q, %s=~"unreserved|lost"} == 1`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelWALStatus),
+			Expr:   walStatus + " == 1",
 			Labels: labels(config.SeverityPage, relay),
 			Annotations: annotate(AlertSlotWALAtRisk,
-				fmt.Sprintf("Pipeline %s: the replication slot's WAL is {{ $labels.%s }}.", p.Name, labelWALStatus),
-				fmt.Sprintf("The replication slot of pipeline %s has wal_status {{ $labels.%s }}: past max_slot_wal_keep_size, WAL it needs is (unreserved) or has been (lost) removed. A lost slot cannot resume: the connector must be re-created and events may be missing.",
+				fmt.Sprintf("Pipeline %s: the replication slot {{ $labels.slot }}'s WAL is {{ $labels.%s }}.", p.Name, labelWALStatus),
+				fmt.Sprintf("The replication slot {{ $labels.slot }} of pipeline %s has wal_status {{ $labels.%s }}: past max_slot_wal_keep_size, WAL it needs is (unreserved) or has been (lost) removed. A lost slot cannot resume: the connector must be re-created and events may be missing.",
 					p.Name, labelWALStatus)),
 		})
 	}

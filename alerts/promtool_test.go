@@ -264,3 +264,23 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 		})
 	}
 }
+
+// TestSlotScenarioNeedsTheSlotSelector runs the slot scenario on rules
+// generated as if watch.slot were unset: the leftover slot then pages for
+// the pipeline, and the scenario must notice.
+func TestSlotScenarioNeedsTheSlotSelector(t *testing.T) {
+	bin := promtool(t)
+	cfg, m := loadModel(t, testConfig)
+	for i := range m.Pipelines {
+		m.Pipelines[i].Slot = ""
+	}
+	dir := t.TempDir()
+	writeRules(t, dir, cfg, m)
+	out, err := runScenario(t, bin, dir, filepath.Join(scenarioDir, "h-slot-of-another-pipeline.yml"))
+	if err == nil {
+		t.Fatalf("the slot scenario passed with rules that ignore watch.slot; it must fail:\n%s", out)
+	}
+	if !strings.Contains(out, "FAILED") {
+		t.Errorf("the slot scenario did not fail on an expectation (%v):\n%s", err, out)
+	}
+}

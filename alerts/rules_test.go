@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/outbox-canary/outbox-canary/alerts"
+	"github.com/outbox-canary/outbox-canary/slo"
 )
 
 func TestGeneratedRules(t *testing.T) {
@@ -79,6 +80,48 @@ func TestGeneratedRules(t *testing.T) {
 		}
 		if seen["slot polling"] || seen["backlog cdc"] {
 			t.Errorf("alerts on the wrong relay kind: %v", seen)
+		}
+	})
+}
+
+func TestSlotAlertsSelectTheConfiguredSlot(t *testing.T) {
+	slotAlerts := map[string]bool{alerts.AlertSlotInactive: true, alerts.AlertSlotRetainedWALGrowth: true, alerts.AlertSlotWALAtRisk: true}
+	exprs := func(t *testing.T, m *slo.Model, pipeline string) map[string]string {
+		t.Helper()
+		rf, err := alerts.Generate(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				if slotAlerts[r.Alert] && r.Labels["pipeline"] == pipeline {
+					out[r.Alert] = r.Expr
+				}
+			}
+		}
+		if len(out) != len(slotAlerts) {
+			t.Fatalf("pipeline %s has slot alerts %v, want all of %v", pipeline, out, slotAlerts)
+		}
+		return out
+	}
+	t.Run("With watch.slot every slot alert selects that slot of that pipeline.", func(t *testing.T) {
+		_, m := loadModel(t, exampleConfig)
+		for alert, expr := range exprs(t, m, "shipments") {
+			if !strings.Contains(expr, `pipeline="shipments", slot="demo_shipments"`) {
+				t.Errorf("%s: %s does not select slot demo_shipments", alert, expr)
+			}
+		}
+	})
+	t.Run("Without watch.slot the slot alerts take every slot of the pipeline.", func(t *testing.T) {
+		_, m := loadModel(t, exampleConfig)
+		for i := range m.Pipelines {
+			m.Pipelines[i].Slot = ""
+		}
+		for alert, expr := range exprs(t, m, "shipments") {
+			if strings.Contains(expr, "slot=") || !strings.Contains(expr, `pipeline="shipments"`) {
+				t.Errorf("%s: %s, want a selector on the pipeline alone", alert, expr)
+			}
 		}
 	})
 }

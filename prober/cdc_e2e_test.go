@@ -324,8 +324,8 @@ pipelines:
     canary: {schedule: %q, lost_after: 2m, delete_after_insert: true}
     kafka: {brokers: [%s], topic: %s}
     budgets: %s
-    watch: {interval: 1s, connect_url: %q, connector: %q}
-`, e2eKey, p.dsn, schedule, strings.Join(p.s.KafkaBrokers, ", "), p.topic, budgets, p.connectURL, p.connector)
+    watch: {interval: 1s, connect_url: %q, connector: %q, slot: %s}
+`, e2eKey, p.dsn, schedule, strings.Join(p.s.KafkaBrokers, ", "), p.topic, budgets, p.connectURL, p.connector, p.slot)
 	cfg, err := config.Load([]byte(yml))
 	if err != nil {
 		t.Fatalf("test config: %v\n%s", err, yml)
@@ -387,6 +387,24 @@ func TestCDCCanariesAreMeasuredEndToEnd(t *testing.T) {
 		return testutil.ToFloat64(m.SlotActive.WithLabelValues("e2e", p.slot)) == 1 &&
 			testutil.ToFloat64(m.ConnectorRunning.WithLabelValues("e2e", p.connector)) == 1
 	})
+	// With watch.slot the watcher reports this pipeline's slot alone, even
+	// though the server holds the slots of the tests running alongside.
+	if n := testutil.CollectAndCount(m.SlotActive); n != 1 {
+		t.Errorf("%d replication slot series, want 1 (watch.slot %s)", n, p.slot)
+	}
+	// The restart count reads worker_id: the real worker reports one for
+	// the connector and each task, and a connector that keeps running
+	// counts no restart however often it is sampled.
+	st, err := QueryConnector(context.Background(), http.DefaultClient, p.connectURL, p.connector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Connector.WorkerID == "" || len(st.Tasks) == 0 || st.Tasks[0].WorkerID == "" {
+		t.Errorf("status %+v: want the worker_id of the connector and of its task", st)
+	}
+	if n := testutil.ToFloat64(m.ConnectorRestarts.WithLabelValues("e2e", p.connector)); n != 0 {
+		t.Errorf("connector restarts = %v on a connector that never stopped, want 0", n)
+	}
 
 	// What Debezium's router wrote, read with a client of our own: the
 	// aggregateid as key, the row id (the prober's uuid, which is the
@@ -474,17 +492,14 @@ func TestDisruptiveConnectStopped(t *testing.T) {
 	})
 	slotNow := func() Slot {
 		t.Helper()
-		slots, err := QuerySlots(ctx, p.pool)
+		slots, err := QuerySlots(ctx, p.pool, p.slot)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, sl := range slots {
-			if sl.Name == p.slot {
-				return sl
-			}
+		if len(slots) != 1 || slots[0].Name != p.slot {
+			t.Fatalf("QuerySlots(%s) = %+v, want that slot alone", p.slot, slots)
 		}
-		t.Fatalf("slot %s is gone", p.slot)
-		return Slot{}
+		return slots[0]
 	}
 	before := slotNow()
 	// About 4 MB of WAL that nobody confirms while the connector is away.

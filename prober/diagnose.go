@@ -302,6 +302,8 @@ func checkRelay(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, _ Di
 }
 
 // checkSlot: a logical slot that no connector reads pins WAL on the primary.
+// With watch.slot it judges that slot only: another pipeline's slot, or a
+// leftover one, is not this pipeline's stage.
 func checkSlot(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, o DiagnoseOptions) StageResult {
 	if p.Relay.Kind != config.RelayCDC {
 		return StageResult{Status: StatusNotApplicable, Healthy: true,
@@ -310,15 +312,23 @@ func checkSlot(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, o Dia
 	if pr.DB == nil {
 		return unreachable("database", pr.dbError(), nextDatabase)
 	}
-	slots, err := QuerySlots(ctx, pr.DB)
+	want := p.Watch.Slot
+	slots, err := QuerySlots(ctx, pr.DB, want)
 	if err != nil {
 		return unreachable("replication slots", err, nextDatabase)
 	}
 	if len(slots) == 0 {
+		if want != "" {
+			return StageResult{Evidence: []string{fmt.Sprintf("replication slot %s (watch.slot) does not exist in this database: nothing captures the outbox table's changes", want)},
+				NextStep: "check that the connector is deployed against this database with slot.name " + want + " and has created its slot, or correct watch.slot"}
+		}
 		return StageResult{Evidence: []string{"no logical replication slot in this database: nothing captures the outbox table's changes"},
 			NextStep: "check that the connector is deployed against this database and created its slot (slot.name)"}
 	}
 	r := StageResult{Healthy: true}
+	if want == "" {
+		r.Evidence = append(r.Evidence, "watch.slot is not set: every slot of the database is judged, whoever reads it")
+	}
 	for _, s := range slots {
 		line := fmt.Sprintf("slot %s: active %t, wal_status %q, retained WAL %d bytes, unconfirmed WAL %d bytes",
 			s.Name, s.Active, s.WALStatus, s.RetainedWAL, s.UnconfirmedWAL)

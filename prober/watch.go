@@ -2,8 +2,10 @@ package prober
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -35,6 +37,9 @@ type Watcher struct {
 	Now      func() time.Time // nil: time.Now
 
 	indexWarned bool
+	slotWarned  bool // watch.slot unset: warned once
+	slotMissing bool // watch.slot set but absent: warned on the way in
+	restarts    restartTracker
 }
 
 // Run samples until ctx is done.
@@ -60,7 +65,7 @@ func (w *Watcher) Sample(ctx context.Context) {
 			w.sampleBacklog(ctx)
 		}
 		if tx, err := QueryTransactions(ctx, w.DB, time.Duration(p.Watch.LongTransactionThreshold)); err != nil {
-			w.failed(WatcherTransactions, err)
+			w.failed(ctx, WatcherTransactions, err)
 		} else {
 			w.Metrics.OldestTransactionAge.WithLabelValues(name).Set(tx.OldestAge.Seconds())
 			w.Metrics.LongTransactions.WithLabelValues(name).Set(float64(tx.OverLimit))
@@ -73,7 +78,7 @@ func (w *Watcher) Sample(ctx context.Context) {
 		for _, g := range p.Watch.ConsumerGroups {
 			lag, err := QueryConsumerLag(ctx, w.Kafka, g, w.now)
 			if err != nil {
-				w.failed(WatcherConsumers, err)
+				w.failed(ctx, WatcherConsumers, err)
 				continue
 			}
 			w.Metrics.ConsumerLagMessages.WithLabelValues(name, g.Group, g.Topic).Set(float64(lag.Messages))
@@ -81,14 +86,27 @@ func (w *Watcher) Sample(ctx context.Context) {
 		}
 	}
 	if p.Watch.ConnectURL != "" && p.Watch.Connector != "" {
-		st, err := QueryConnector(ctx, w.httpClient(), p.Watch.ConnectURL, p.Watch.Connector)
-		if err != nil {
-			w.failed(WatcherConnector, err)
-			w.Metrics.ConnectorRunning.WithLabelValues(name, p.Watch.Connector).Set(0)
-		} else {
-			w.Metrics.ConnectorRunning.WithLabelValues(name, p.Watch.Connector).Set(boolToFloat(st.Running()))
-			w.Metrics.ConnectorTaskFailures.WithLabelValues(name, p.Watch.Connector).Set(float64(st.FailedTasks()))
+		w.sampleConnector(ctx)
+	}
+}
+
+func (w *Watcher) sampleConnector(ctx context.Context) {
+	name, connector := w.Pipeline.Name, w.Pipeline.Watch.Connector
+	// Created at zero so that increase() has a starting point.
+	restarts := w.Metrics.ConnectorRestarts.WithLabelValues(name, connector)
+	st, err := QueryConnector(ctx, w.httpClient(), w.Pipeline.Watch.ConnectURL, connector)
+	if err != nil {
+		if w.failed(ctx, WatcherConnector, err) {
+			w.Metrics.ConnectorRunning.WithLabelValues(name, connector).Set(0)
 		}
+		return
+	}
+	w.Metrics.ConnectorRunning.WithLabelValues(name, connector).Set(boolToFloat(st.Running()))
+	w.Metrics.ConnectorTaskFailures.WithLabelValues(name, connector).Set(float64(st.FailedTasks()))
+	if seen := w.restarts.observe(st); len(seen) > 0 {
+		restarts.Add(float64(len(seen)))
+		w.logger().Info("connector restart observed", "pipeline", name, "connector", connector,
+			"restarted", strings.Join(seen, ", "), "status", st.Summary())
 	}
 }
 
@@ -107,7 +125,7 @@ func (w *Watcher) sampleBacklog(ctx context.Context) {
 	}
 	b, err := QueryBacklog(ctx, w.DB, p)
 	if err != nil {
-		w.failed(WatcherBacklog, err)
+		w.failed(ctx, WatcherBacklog, err)
 		return
 	}
 	w.Metrics.BacklogRows.WithLabelValues(p.Name).Set(float64(b.Rows))
@@ -115,12 +133,40 @@ func (w *Watcher) sampleBacklog(ctx context.Context) {
 }
 
 func (w *Watcher) sampleSlots(ctx context.Context) {
-	name := w.Pipeline.Name
-	slots, err := QuerySlots(ctx, w.DB)
+	name, want := w.Pipeline.Name, w.Pipeline.Watch.Slot
+	slots, err := QuerySlots(ctx, w.DB, want)
+	if want == "" && !w.slotWarned {
+		w.slotWarned = true
+		seen := make([]string, 0, len(slots))
+		for _, s := range slots {
+			seen = append(seen, s.Name)
+		}
+		w.logger().Warn("watch.slot is not set: watching every replication slot of the database, so another pipeline's or a leftover slot can fire this pipeline's slot alerts; set watch.slot to the connector's slot.name",
+			"pipeline", name, "slots", strings.Join(seen, ", "))
+	}
 	if err != nil {
-		w.failed(WatcherSlots, err)
+		w.failed(ctx, WatcherSlots, err)
 		return
 	}
+	if want != "" && len(slots) == 0 {
+		// The configured slot does not exist (not created yet, or
+		// dropped): nothing reads the WAL for this pipeline. Say so as an
+		// inactive slot, and drop the figures that described it.
+		if !w.slotMissing {
+			w.slotMissing = true
+			w.logger().Warn("the replication slot of watch.slot does not exist in the database: nothing captures the outbox's changes",
+				"pipeline", name, "slot", want)
+		}
+		w.Metrics.SlotActive.WithLabelValues(name, want).Set(0)
+		w.Metrics.SlotRetainedWAL.DeleteLabelValues(name, want)
+		w.Metrics.SlotUnconfirmedWAL.DeleteLabelValues(name, want)
+		w.Metrics.SlotSafeWALSize.DeleteLabelValues(name, want)
+		for _, status := range WALStatuses {
+			w.Metrics.SlotWALStatus.DeleteLabelValues(name, want, status)
+		}
+		return
+	}
+	w.slotMissing = false
 	for _, s := range slots {
 		w.Metrics.SlotActive.WithLabelValues(name, s.Name).Set(boolToFloat(s.Active))
 		w.Metrics.SlotRetainedWAL.WithLabelValues(name, s.Name).Set(float64(s.RetainedWAL))
@@ -136,9 +182,18 @@ func (w *Watcher) sampleSlots(ctx context.Context) {
 	}
 }
 
-func (w *Watcher) failed(watcher string, err error) {
+// failed logs and counts a failed probe, and reports whether it did. An
+// error while ctx has been cancelled is the service shutting down, not the
+// pipeline failing: it is neither counted nor logged as a failure (a
+// deadline that runs out still is one).
+func (w *Watcher) failed(ctx context.Context, watcher string, err error) bool {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		w.logger().Debug("watcher stopped by shutdown", "pipeline", w.Pipeline.Name, "watcher", watcher, "err", err)
+		return false
+	}
 	w.Metrics.WatchErrors.WithLabelValues(w.Pipeline.Name, watcher).Inc()
 	w.logger().Warn("watcher failed", "pipeline", w.Pipeline.Name, "watcher", watcher, "err", err)
+	return true
 }
 
 func (w *Watcher) now() time.Time {

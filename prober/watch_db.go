@@ -124,17 +124,19 @@ type Slot struct {
 	UnconfirmedWAL int64  // current LSN - confirmed_flush_lsn
 }
 
-// QuerySlots reads pg_replication_slots for the current database. It runs
-// on the primary only: pg_current_wal_lsn() fails on a standby, and the
-// error says so.
-func QuerySlots(ctx context.Context, q Querier) ([]Slot, error) {
+// QuerySlots reads pg_replication_slots for the current database: only the
+// slot named slot when it is not "" (watch.slot), else every slot of the
+// database, whoever reads it. It runs on the primary only:
+// pg_current_wal_lsn() fails on a standby, and the error says so.
+func QuerySlots(ctx context.Context, q Querier, slot string) ([]Slot, error) {
 	rows, err := q.Query(ctx, `
 		SELECT slot_name, active, COALESCE(wal_status, ''), safe_wal_size,
 		       COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::int8,
 		       COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::int8
 		FROM pg_replication_slots
 		WHERE database = current_database()
-		ORDER BY slot_name`)
+		  AND ($1::text = '' OR slot_name::text = $1::text)
+		ORDER BY slot_name`, slot)
 	if err != nil {
 		return nil, fmt.Errorf("replication slots: %w", err)
 	}

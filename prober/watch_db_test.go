@@ -3,6 +3,7 @@ package prober
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -10,7 +11,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
@@ -367,7 +371,7 @@ func TestQuerySlotsReportsAnInactiveSlotRetainingWALWithPgMonitorOnly(t *testing
 	}
 	find := func(q Querier) Slot {
 		t.Helper()
-		slots, err := QuerySlots(ctx, q)
+		slots, err := QuerySlots(ctx, q, "")
 		if err != nil {
 			t.Fatalf("QuerySlots: %v", err)
 		}
@@ -407,4 +411,197 @@ func TestQuerySlotsReportsAnInactiveSlotRetainingWALWithPgMonitorOnly(t *testing
 	if _, err := QueryTransactions(ctx, monitor, time.Second); err != nil {
 		t.Errorf("QueryTransactions as pg_monitor: %v", err)
 	}
+}
+
+// streamSlot attaches a logical replication stream to slot, as a connector
+// does, so that the slot is active until the test ends; then it detaches
+// and waits until PostgreSQL has let go of the slot (so it can be dropped).
+func streamSlot(t *testing.T, pool *pgxpool.Pool, dsn, slot string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), watchWait)
+	defer cancel()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("dsn: %v", err)
+	}
+	q := u.Query()
+	q.Set("replication", "database")
+	u.RawQuery = q.Encode()
+	conn, err := pgconn.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatalf("replication connection: %v", err)
+	}
+	conn.Frontend().Send(&pgproto3.Query{String: "START_REPLICATION SLOT " + slot + " LOGICAL 0/0"})
+	if err := conn.Frontend().Flush(); err != nil {
+		t.Fatalf("START_REPLICATION: %v", err)
+	}
+	for {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatalf("START_REPLICATION: %v", err)
+		}
+		if _, ok := msg.(*pgproto3.CopyBothResponse); ok {
+			break
+		}
+		if e, ok := msg.(*pgproto3.ErrorResponse); ok {
+			t.Fatalf("START_REPLICATION: %s", e.Message)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), watchWait)
+		defer cancel()
+		_ = conn.Close(ctx)
+		eventually(t, "slot "+slot+" to be released", func() (bool, string) {
+			var active bool
+			err := pool.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active)
+			return err == nil && !active || errors.Is(err, pgx.ErrNoRows), fmt.Sprintf("active %t, %v", active, err)
+		})
+	})
+}
+
+func TestWatchSlotConfinesTheSlotWatchersToThePipelinesSlot(t *testing.T) {
+	t.Parallel()
+	st := stacktest.Load(t)
+	dsn, pool := freshOutbox(t, st, seedDebezium)
+	ctx := context.Background()
+	suffix := strings.ReplaceAll(fmt.Sprint(time.Now().UnixNano()), "-", "")
+	ours, leftover := "ours_"+suffix, "leftover_"+suffix
+	// Ours is streamed, as a running connector's; the leftover, another
+	// pipeline's or an abandoned one, is not.
+	for _, slot := range []string{ours, leftover} {
+		if _, err := pool.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'test_decoding')", slot); err != nil {
+			t.Fatalf("create slot %s: %v", slot, err)
+		}
+		dropSlotOnCleanup(t, pool, slot)
+	}
+	streamSlot(t, pool, dsn, ours)
+	eventually(t, "our slot to be active", func() (bool, string) {
+		slots, err := QuerySlots(ctx, pool, ours)
+		return err == nil && len(slots) == 1 && slots[0].Active, fmt.Sprintf("%+v %v", slots, err)
+	})
+
+	t.Run("QuerySlots returns the named slot alone, every slot without a name, nothing for a missing one.", func(t *testing.T) {
+		names := func(slot string) string {
+			slots, err := QuerySlots(ctx, pool, slot)
+			if err != nil {
+				t.Fatalf("QuerySlots(%q): %v", slot, err)
+			}
+			var out []string
+			for _, s := range slots {
+				out = append(out, fmt.Sprintf("%s active=%t", s.Name, s.Active))
+			}
+			return strings.Join(out, ", ")
+		}
+		for _, tc := range []struct{ slot, want string }{
+			{ours, ours + " active=true"},
+			{leftover, leftover + " active=false"},
+			{"", leftover + " active=false, " + ours + " active=true"},
+			{"missing_" + suffix, ""},
+		} {
+			if got := names(tc.slot); got != tc.want {
+				t.Errorf("QuerySlots(%q) = [%s], want [%s]", tc.slot, got, tc.want)
+			}
+		}
+	})
+
+	watch := func(slot string) (*Metrics, *logBuffer) {
+		t.Helper()
+		spec := pipelineSpec{dsn: dsn, schema: seedDebezium, idGen: "uuid"}
+		if slot != "" {
+			spec.watch = fmt.Sprintf("{slot: %s}", slot)
+		}
+		p := loadPipeline(t, spec)
+		m := newWatchMetrics(t, p)
+		logs := &logBuffer{}
+		w := &Watcher{Pipeline: p, DB: pool, Metrics: m, Logger: logs.logger()}
+		w.Sample(ctx)
+		w.Sample(ctx)
+		if n := testutil.CollectAndCount(m.WatchErrors); n != 0 {
+			t.Errorf("%d watch error series, want none:\n%s", n, logs.String())
+		}
+		return m, logs
+	}
+
+	t.Run("With watch.slot the watcher reports that slot only, and does not ask for watch.slot.", func(t *testing.T) {
+		m, logs := watch(ours)
+		if n := testutil.CollectAndCount(m.SlotActive); n != 1 {
+			t.Errorf("%d slot_active series, want 1: the leftover slot is not this pipeline's", n)
+		}
+		if got := testutil.ToFloat64(m.SlotActive.WithLabelValues("orders", ours)); got != 1 {
+			t.Errorf("slot_active{slot=%s} = %v, want 1", ours, got)
+		}
+		if n := testutil.CollectAndCount(m.SlotWALStatus); n != len(WALStatuses) {
+			t.Errorf("%d wal_status series, want %d (our slot's)", n, len(WALStatuses))
+		}
+		if strings.Contains(logs.String(), "watch.slot is not set") {
+			t.Errorf("warned that watch.slot is not set although it is:\n%s", logs.String())
+		}
+	})
+
+	t.Run("Without watch.slot the watcher reports every slot and warns once that watch.slot should be set.", func(t *testing.T) {
+		m, logs := watch("")
+		if n := testutil.CollectAndCount(m.SlotActive); n != 2 {
+			t.Errorf("%d slot_active series, want 2 (every slot of the database)", n)
+		}
+		if got := testutil.ToFloat64(m.SlotActive.WithLabelValues("orders", leftover)); got != 0 {
+			t.Errorf("slot_active{slot=%s} = %v, want 0", leftover, got)
+		}
+		if n := strings.Count(logs.String(), "watch.slot is not set"); n != 1 {
+			t.Errorf("warned %d times over two samples that watch.slot is not set, want once:\n%s", n, logs.String())
+		}
+		if !strings.Contains(logs.String(), leftover) {
+			t.Errorf("the warning does not list the slots it watches:\n%s", logs.String())
+		}
+	})
+
+	t.Run("A watch.slot that does not exist is reported inactive, with a warning once.", func(t *testing.T) {
+		missing := "missing_" + suffix
+		m, logs := watch(missing)
+		if n := testutil.CollectAndCount(m.SlotActive); n != 1 {
+			t.Errorf("%d slot_active series, want 1 (the missing slot's)", n)
+		}
+		if got := testutil.ToFloat64(m.SlotActive.WithLabelValues("orders", missing)); got != 0 {
+			t.Errorf("slot_active{slot=%s} = %v, want 0", missing, got)
+		}
+		if n := testutil.CollectAndCount(m.SlotRetainedWAL); n != 0 {
+			t.Errorf("%d retained WAL series for a slot that does not exist, want none", n)
+		}
+		if n := strings.Count(logs.String(), "does not exist"); n != 1 {
+			t.Errorf("warned %d times over two samples that the slot is missing, want once:\n%s", n, logs.String())
+		}
+	})
+
+	t.Run("Diagnose judges the configured slot only.", func(t *testing.T) {
+		for _, tc := range []struct {
+			slot    string
+			healthy bool
+			seen    []string // slots named in the evidence
+			unseen  []string
+		}{
+			{ours, true, []string{ours}, []string{leftover}},
+			{"", false, []string{ours, leftover}, nil},
+			{"missing_" + suffix, false, []string{"missing_" + suffix + " (watch.slot) does not exist"}, []string{ours, leftover}},
+		} {
+			spec := pipelineSpec{dsn: dsn, schema: seedDebezium, idGen: "uuid"}
+			if tc.slot != "" {
+				spec.watch = fmt.Sprintf("{slot: %s}", tc.slot)
+			}
+			p := loadPipeline(t, spec)
+			r := checkSlot(ctx, p, DiagnoseProbes{DB: pool}, DiagnoseOptions{}.withDefaults())
+			ev := strings.Join(r.Evidence, "\n")
+			if r.Healthy != tc.healthy || (!r.Healthy && r.NextStep == "") {
+				t.Errorf("watch.slot %q: healthy %t (next step %q), want %t:\n%s", tc.slot, r.Healthy, r.NextStep, tc.healthy, ev)
+			}
+			for _, s := range tc.seen {
+				if !strings.Contains(ev, s) {
+					t.Errorf("watch.slot %q: the evidence does not name %s:\n%s", tc.slot, s, ev)
+				}
+			}
+			for _, s := range tc.unseen {
+				if strings.Contains(ev, s) {
+					t.Errorf("watch.slot %q: the evidence names %s, which is not the pipeline's slot:\n%s", tc.slot, s, ev)
+				}
+			}
+		}
+	})
 }

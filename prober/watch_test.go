@@ -295,3 +295,161 @@ func TestWatcherSampleSetsTheMetricsOfAPollingPipeline(t *testing.T) {
 		t.Errorf("warned about a missing index that seed schema A has:\n%s", logs.String())
 	}
 }
+
+// connectStatus renders a Kafka Connect status body: the connector's state
+// on worker w1, then each task as "STATE@worker" (task ids from 0).
+func connectStatus(connector string, tasks ...string) string {
+	var ts []string
+	for i, t := range tasks {
+		state, worker, _ := strings.Cut(t, "@")
+		ts = append(ts, fmt.Sprintf(`{"id":%d,"state":%q,"worker_id":%q}`, i, state, worker))
+	}
+	return fmt.Sprintf(`{"name":"outbox","connector":{"state":%q,"worker_id":"w1:8083"},"tasks":[%s],"type":"source"}`,
+		connector, strings.Join(ts, ","))
+}
+
+// connectUnreachable in a replayed sequence answers 503.
+const connectUnreachable = "503"
+
+func TestWatcherCountsTheConnectorRestartsItObserves(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		// statuses are the bodies Kafka Connect answers, one per sample.
+		statuses []string
+		// want is the restart counter after each sample.
+		want []float64
+	}{
+		{"A connector that keeps running counts no restart.",
+			[]string{connectStatus("RUNNING", "RUNNING@w1"), connectStatus("RUNNING", "RUNNING@w1"), connectStatus("RUNNING", "RUNNING@w1")},
+			[]float64{0, 0, 0}},
+		{"A task that fails and later runs again counts one restart, when it runs.",
+			[]string{connectStatus("RUNNING", "RUNNING@w1"), connectStatus("RUNNING", "FAILED@w1"), connectStatus("RUNNING", "FAILED@w1"), connectStatus("RUNNING", "RUNNING@w1")},
+			[]float64{0, 0, 0, 1}},
+		{"A task failed at the first sample that runs again was restarted.",
+			[]string{connectStatus("RUNNING", "FAILED@w1"), connectStatus("RUNNING", "RUNNING@w1")},
+			[]float64{0, 1}},
+		{"A restart of the connector with its tasks counts the connector and each task.",
+			[]string{connectStatus("RUNNING", "RUNNING@w1", "RUNNING@w1"), connectStatus("RESTARTING", "RESTARTING@w1", "UNASSIGNED@w1"), connectStatus("RUNNING", "RUNNING@w1", "RUNNING@w1")},
+			[]float64{0, 0, 3}},
+		{"A task that vanishes from the status and comes back running was restarted.",
+			[]string{connectStatus("RUNNING", "RUNNING@w1"), connectStatus("RUNNING"), connectStatus("RUNNING", "RUNNING@w1")},
+			[]float64{0, 0, 1}},
+		{"A task that moves to another worker was restarted there.",
+			[]string{connectStatus("RUNNING", "RUNNING@w1"), connectStatus("RUNNING", "RUNNING@w2"), connectStatus("RUNNING", "RUNNING@w2")},
+			[]float64{0, 1, 1}},
+		{"A first start, from unassigned to running, is not a restart.",
+			[]string{connectStatus("RUNNING", "UNASSIGNED@w1"), connectStatus("RUNNING", "RUNNING@w1")},
+			[]float64{0, 0}},
+		{"Resuming a paused connector is not a restart.",
+			[]string{connectStatus("RUNNING", "RUNNING@w1"), connectStatus("PAUSED", "PAUSED@w1"), connectStatus("RUNNING", "RUNNING@w1")},
+			[]float64{0, 0, 0}},
+		{"A failed task seen running after Connect was unreachable counts once.",
+			[]string{connectStatus("RUNNING", "FAILED@w1"), connectUnreachable, connectStatus("RUNNING", "RUNNING@w1"), connectStatus("RUNNING", "RUNNING@w1")},
+			[]float64{0, 0, 1, 1}},
+		{"A running task still running after Connect was unreachable is no restart that sampling can see.",
+			[]string{connectStatus("RUNNING", "RUNNING@w1"), connectUnreachable, connectStatus("RUNNING", "RUNNING@w1")},
+			[]float64{0, 0, 0}},
+		{"Restarts add up over a restart loop.",
+			[]string{connectStatus("RUNNING", "RUNNING@w1"), connectStatus("RUNNING", "FAILED@w1"), connectStatus("RUNNING", "RUNNING@w1"),
+				connectStatus("RUNNING", "FAILED@w1"), connectStatus("RUNNING", "RUNNING@w1")},
+			[]float64{0, 0, 1, 1, 2}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			body := ""
+			connect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				defer mu.Unlock()
+				if r.URL.Path != "/connectors/outbox/status" {
+					http.NotFound(w, r)
+					return
+				}
+				if body == connectUnreachable {
+					http.Error(w, "unavailable", http.StatusServiceUnavailable)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprint(w, body)
+			}))
+			t.Cleanup(connect.Close)
+			p := loadPipeline(t, pipelineSpec{dsn: "postgres://u@127.0.0.1:1/x", schema: seedDebezium,
+				watch: fmt.Sprintf("{connect_url: %q, connector: outbox}", connect.URL)})
+			m := newWatchMetrics(t, p)
+			var logs logBuffer
+			// No database, no Kafka: the connector is the only probe.
+			w := &Watcher{Pipeline: p, Metrics: m, Logger: logs.logger()}
+			var got []float64
+			for _, st := range tc.statuses {
+				mu.Lock()
+				body = st
+				mu.Unlock()
+				w.Sample(context.Background())
+				got = append(got, testutil.ToFloat64(m.ConnectorRestarts.WithLabelValues("orders", "outbox")))
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("restarts after each sample = %v, want %v\n%s", got, tc.want, logs.String())
+			}
+			if n := testutil.CollectAndCount(m.ConnectorRestarts); n != 1 {
+				t.Errorf("%d restart series, want the connector's one, created at zero", n)
+			}
+		})
+	}
+}
+
+func TestWatcherDoesNotCountTheErrorsOfItsOwnShutdown(t *testing.T) {
+	t.Parallel()
+	asked := make(chan struct{}, 1)
+	release := make(chan struct{})
+	connect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		// Hang like a slow Connect worker, until the client gives up.
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(func() { close(release); connect.Close() })
+	p := loadPipeline(t, pipelineSpec{dsn: "postgres://u@127.0.0.1:1/x", schema: seedDebezium,
+		watch: fmt.Sprintf("{interval: 1h, connect_url: %q, connector: outbox}", connect.URL)})
+	m := newWatchMetrics(t, p)
+	var logs logBuffer
+	w := &Watcher{Pipeline: p, Metrics: m, Logger: logs.logger(), HTTP: &http.Client{Timeout: time.Minute}}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	select {
+	case <-asked:
+	case <-time.After(watchWait):
+		t.Fatal("the watcher never asked Kafka Connect")
+	}
+	cancel() // the service shuts down mid-request
+	select {
+	case <-done:
+	case <-time.After(watchWait):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+	if got := testutil.ToFloat64(m.WatchErrors.WithLabelValues("orders", WatcherConnector)); got != 0 {
+		t.Errorf("connector watch errors = %v after a shutdown, want 0", got)
+	}
+	if strings.Contains(logs.String(), "watcher failed") {
+		t.Errorf("the shutdown was logged as a watcher failure:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "context canceled") {
+		t.Errorf("the cancelled request left no trace at debug level:\n%s", logs.String())
+	}
+
+	// The same hang is a failure when it is the request's own deadline,
+	// not the service's shutdown.
+	w.HTTP = &http.Client{Timeout: 100 * time.Millisecond}
+	w.Sample(context.Background())
+	if got := testutil.ToFloat64(m.WatchErrors.WithLabelValues("orders", WatcherConnector)); got != 1 {
+		t.Errorf("connector watch errors = %v after a timed-out request, want 1", got)
+	}
+}

@@ -24,6 +24,9 @@ type Pipeline struct {
 	// LostAfter is when an undelivered canary is declared lost.
 	LostAfter time.Duration
 	RelayKind string
+	// Slot is the replication slot of a cdc pipeline (watch.slot); ""
+	// when unset, and the slot alerts then take every slot reported.
+	Slot string
 	// Segments lists every measured segment in pipeline order, budgeted
 	// or not.
 	Segments []string
@@ -100,6 +103,7 @@ func FromConfig(cfg *config.Config) (*Model, error) {
 			CanaryInterval: interval,
 			LostAfter:      time.Duration(p.Canary.LostAfter),
 			RelayKind:      p.Relay.Kind,
+			Slot:           p.Watch.Slot,
 			Segments:       append([]string{config.SegmentInsertToCommit}, p.Segments()...),
 			Owners:         map[string]string{},
 			DefaultOwner:   p.Owner("default"),

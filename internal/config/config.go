@@ -187,6 +187,11 @@ type Watch struct {
 	ConsumerGroups           []ConsumerGroup `yaml:"consumer_groups"`
 	ConnectURL               string          `yaml:"connect_url"`
 	Connector                string          `yaml:"connector"`
+	// Slot is the logical replication slot a cdc pipeline's connector
+	// reads (Debezium's slot.name). The slot watcher, diagnose and the
+	// slot alerts then look at this slot only; unset, they take every
+	// slot of the database, including other pipelines' and leftovers.
+	Slot string `yaml:"slot"`
 }
 
 // ConsumerGroup is a business consumer group whose lag is watched.
@@ -407,6 +412,10 @@ var (
 	// A plain or schema-qualified SQL identifier; it is quoted anyway, this
 	// only rejects what is surely a mistake (quotes, spaces, empty parts).
 	identifierRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*$`)
+	// PostgreSQL's own rule for replication slot names (lower-case
+	// letters, digits and _, at most NAMEDATALEN-1 bytes): a name it would
+	// refuse can never match a slot.
+	slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 )
 
 // Validate checks a defaulted configuration; errors name the field path.
@@ -496,6 +505,14 @@ func (p *Pipeline) validate() error {
 	}
 	if p.Watch.Interval < 0 || p.Watch.LongTransactionThreshold < 0 {
 		return errors.New("watch: interval and long_transaction_threshold must be positive")
+	}
+	if s := p.Watch.Slot; s != "" {
+		if p.Relay.Kind != RelayCDC {
+			return errors.New("watch.slot: only for cdc relays (a polling relay reads the table, not a replication slot)")
+		}
+		if !slotNameRE.MatchString(s) {
+			return fmt.Errorf("watch.slot: %q is not a replication slot name (lower-case letters, digits and _, at most 63)", s)
+		}
 	}
 	return nil
 }

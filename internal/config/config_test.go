@@ -18,6 +18,7 @@ func TestInvalidConfigsAreRejectedWithTheirMessage(t *testing.T) {
 		{"invalid-bad-column.yml", `pipelines[0] "orders": outbox.columns.route: "aggregate type" is not a column name (letters, digits and _)`},
 		{"invalid-bad-pipeline-name.yml", `pipelines[0] "orders east": name: "orders east" must match ^[a-zA-Z_][a-zA-Z0-9_-]*$ (it becomes a label value and a rule name)`},
 		{"invalid-bad-relay-kind.yml", `pipelines[0] "orders": relay.kind: "kafka-connect" must be "polling" or "cdc"`},
+		{"invalid-bad-slot-name.yml", `pipelines[0] "orders": watch.slot: "Demo-Shipments" is not a replication slot name (lower-case letters, digits and _, at most 63)`},
 		{"invalid-bad-sasl.yml", `pipelines[0] "orders": kafka.sasl.mechanism: "gssapi" must be plain, scram-sha-256 or scram-sha-512`},
 		{"invalid-bad-schedule.yml", `pipelines[0] "orders": canary.schedule: "every ten seconds" is not a cron spec (expected 5 to 6 fields, found 3: [every ten seconds]); write e.g. "@every 10s" or "*/15 * * * * *"`},
 		{"invalid-bad-table.yml", `pipelines[0] "orders": outbox.table: "outbox; DROP TABLE x" is not a table name (schema.table or table, letters, digits and _)`},
@@ -34,6 +35,7 @@ func TestInvalidConfigsAreRejectedWithTheirMessage(t *testing.T) {
 		{"invalid-no-signing-key.yml", `signing_key: required (set env: NAME or file: PATH); canaries are signed so a forged message cannot fake health`},
 		{"invalid-objective-over-100.yml", `pipelines[0] "orders": slo.objective: 100 must be a percentage strictly between 0 and 100, e.g. 99.9`},
 		{"invalid-published-at-on-cdc.yml", `pipelines[0] "orders": relay.published_stamp: published_at is written only by polling relays; use header or record_timestamp for cdc`},
+		{"invalid-slot-on-polling.yml", `pipelines[0] "orders": watch.slot: only for cdc relays (a polling relay reads the table, not a replication slot)`},
 		{"invalid-stamp-name-taken.yml", `pipelines[0] "orders": relay.stamps[0].name: "publish" is already a stamp`},
 		{"invalid-stamp-without-header.yml", `pipelines[0] "orders": relay.stamps[0].header: required`},
 		{"invalid-two-secret-sources.yml", `signing_key: set only one of value, env and file`},
@@ -102,6 +104,9 @@ func TestDebeziumsDefaultTableValidatesForTheCDCPath(t *testing.T) {
 	}
 	if p.Outbox.Columns.PublishedAt != "" {
 		t.Errorf("cdc got a published_at column %q; Debezium's table has none", p.Outbox.Columns.PublishedAt)
+	}
+	if p.Watch.Slot != "debezium_orders" {
+		t.Errorf("watch.slot = %q, want the configured debezium_orders", p.Watch.Slot)
 	}
 }
 
