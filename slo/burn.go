@@ -189,3 +189,23 @@ func burnAlerts(windows []config.BurnWindow, sloWindow time.Duration) ([]BurnAle
 	}
 	return out, nil
 }
+
+// BurnRate is how fast a window's SLI events spend the error budget: the
+// window's error ratio bad/total divided by the budget (1 - objective). At 1
+// the budget lasts exactly the SLO window; the SRE Workbook pages at 14.4
+// over an hour. It is computed exactly, so one bad event in a thousand at
+// 99.9% is 1, not 0.9999999999999991.
+//
+// ok is false when there is no rate to show: no events in the window (which
+// is not a burn rate of 0), or inputs out of range (bad negative or above
+// total, an objective not strictly between 0 and 100, which leaves no
+// budget to divide by).
+func BurnRate(bad, total int, objectivePercent float64) (rate float64, ok bool) {
+	if total <= 0 || bad < 0 || bad > total || !(objectivePercent > 0 && objectivePercent < 100) {
+		return 0, false
+	}
+	budget := new(big.Rat).Sub(big.NewRat(1, 1), ObjectiveRatio(objectivePercent))
+	r := new(big.Rat).SetFrac64(int64(bad), int64(total))
+	rate, _ = r.Quo(r, budget).Float64()
+	return rate, true
+}

@@ -130,3 +130,32 @@ func TestRateWindowsCoverEveryAlertWindowOnce(t *testing.T) {
 		t.Errorf("RateWindows = %s, want %s", strings.Join(got, " "), want)
 	}
 }
+
+func TestBurnRate(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		bad, total int
+		objective  float64
+		want       float64
+		wantOK     bool
+	}{
+		{"One bad event in a thousand at 99.9% spends the budget exactly as fast as the window allows.", 1, 1000, 99.9, 1, true},
+		{"1.44% bad at 99.9% is the Workbook's page threshold of 14.4.", 144, 10000, 99.9, 14.4, true},
+		{"Every event bad at 99.9% burns a thousand times too fast.", 5, 5, 99.9, 1000, true},
+		{"One bad in ten at 99% is a burn rate of 10.", 1, 10, 99, 10, true},
+		{"One bad in three at 99% keeps its repeating decimal to float precision.", 1, 3, 99, 100.0 / 3, true},
+		{"Events, none bad, are a burn rate of 0.", 0, 10, 99.9, 0, true},
+		{"No events in the window is no burn rate, not 0.", 0, 0, 99.9, 0, false},
+		{"More bad events than events is refused.", 2, 1, 99.9, 0, false},
+		{"A negative count is refused.", -1, 10, 99.9, 0, false},
+		{"An objective of 100% leaves no budget to divide by.", 1, 10, 100, 0, false},
+		{"An objective of 0% is refused as the configuration refuses it.", 1, 10, 0, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := BurnRate(tc.bad, tc.total, tc.objective)
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("BurnRate(%d, %d, %v) = %v, %v; want %v, %v", tc.bad, tc.total, tc.objective, got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
