@@ -52,48 +52,14 @@ die() {
 
 # ---------------------------------------------------------------- helpers
 
-# running PID: the process exists and is not a zombie.
-running() {
-	local stat
-	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-	stat=${stat##*) }
-	[[ ${stat%% *} != Z ]]
-}
+# running, pid_alive, stop_pid, port_busy, port_bound, free_port, tail_logs
+# and take_lock, shared with stack.sh.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/lib.sh"
 
 # connect_alive: $PIDS/connect.pid names a live process that is still our
 # worker (a pid file that survived a reboot may name another process).
-connect_alive() {
-	local f=$PIDS/connect.pid pid
-	[[ -s $f ]] || return 1
-	pid=$(<"$f")
-	running "$pid" || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- ConnectStandalone
-}
-
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-port_bound() { ss -Htan "sport = :$1" 2>/dev/null | grep -q . || port_busy "$1"; }
-
-# free_port START: sets REPLY to the first port >= START that nothing uses.
-free_port() {
-	local p=$1
-	while ((p < $1 + 500)); do
-		if ! port_bound "$p"; then
-			REPLY=$p
-			return
-		fi
-		p=$((p + 1))
-	done
-	die "no free port in $1..$p"
-}
-
-tail_logs() {
-	local f
-	for f in "$@"; do
-		[[ -s $f ]] || continue
-		log "---- last lines of $f ----"
-		tail -n 40 "$f" >&2
-	done
-}
+connect_alive() { pid_alive connect ConnectStandalone; }
 
 # env_get KEY: the value of KEY in the stack's env file.
 env_get() { sed -n "s/^$1=//p" "$ENV_FILE" | tail -n 1; }
@@ -191,30 +157,15 @@ connect_start() {
 }
 
 # connect_stop: SIGTERM (the worker stops its connectors and flushes their
-# offsets), wait up to STOP_WAIT seconds, then SIGKILL. Only ever signals
-# the pid we recorded.
+# offsets), wait up to STOP_WAIT seconds, then SIGKILL (see stop_pid in
+# lib.sh). Only ever signals the pid we recorded.
 connect_stop() {
-	if ! connect_alive; then
-		rm -f "$PIDS/connect.pid"
+	stop_pid connect ConnectStandalone TERM ""
+	if [[ -z $REPLY ]]; then
 		log "not running"
-		return 0
+	else
+		log "stopped after ${REPLY}s"
 	fi
-	local pid
-	pid=$(<"$PIDS/connect.pid")
-	log "stopping (pid $pid, SIGTERM) ..."
-	kill -s TERM "$pid" 2>/dev/null || true
-	local t0=$SECONDS start=$SECONDS
-	while ((SECONDS - start < STOP_WAIT)) && running "$pid"; do
-		sleep 0.2
-	done
-	if running "$pid"; then
-		log "still running after ${STOP_WAIT}s, sending SIGKILL"
-		kill -s KILL "$pid" 2>/dev/null || true
-		start=$SECONDS
-		while ((SECONDS - start < 10)) && running "$pid"; do sleep 0.2; done
-	fi
-	rm -f "$PIDS/connect.pid"
-	log "stopped after $((SECONDS - t0))s"
 }
 
 # write_env adds (or replaces) the worker's URL in the stack's env file,
@@ -239,8 +190,7 @@ drop_env() {
 # stack.sh may call us while it holds its lock.
 lock() {
 	mkdir -p "$CONNECT_HOME" "$PIDS" "$LOGS"
-	exec 8>"$CONNECT_HOME/.lock"
-	flock -w 600 8 || die "another connect.sh holds $CONNECT_HOME/.lock"
+	take_lock 8 "$CONNECT_HOME/.lock" connect.sh
 }
 
 cmd_up() {
@@ -250,7 +200,7 @@ cmd_up() {
 	fetch "$CONNECT_LIBS" "$HERE/connect/pom.xml"
 	fetch "$DEBEZIUM_DIR" "$HERE/connect/debezium-postgres/pom.xml"
 	if [[ -z ${CONNECT_PORT:-} ]]; then
-		free_port "$CONNECT_PORT_BASE" && CONNECT_PORT=$REPLY
+		free_port "$CONNECT_PORT_BASE" port_bound && CONNECT_PORT=$REPLY
 		printf 'CONNECT_PORT=%s\n' "$CONNECT_PORT" >"$STATE_FILE"
 		: >"$LOGS/connect.log"
 		: >"$LOGS/connect.stdout.log"

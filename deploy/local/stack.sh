@@ -56,89 +56,23 @@ die() {
 
 # ---------------------------------------------------------------- helpers
 
-# pid_alive NAME: true when $PIDS/NAME.pid names a live process whose command
-# line still matches NAME (a pid file that survived a reboot may name another
-# process by now).
-pid_alive() {
-	local f=$PIDS/$1.pid pid pattern
-	[[ -s $f ]] || return 1
-	pid=$(<"$f")
-	running "$pid" || return 1
-	case $1 in
-	postgres) pattern=postgres ;;
-	kafka) pattern=kafka.Kafka ;;
-	connect) pattern=ConnectStandalone ;;
-	*) pattern= ;;
-	esac
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$pattern"
-}
+# running, pid_alive, stop_pid, port_busy, port_taken, free_port, tail_logs
+# and take_lock, shared with connect.sh.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/lib.sh"
 
-# running PID: the process exists and is not a zombie (an orphaned server that
-# exited stays a zombie until its new parent reaps it, and kill -0 still works).
-running() {
-	local stat
-	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-	stat=${stat##*) }
-	[[ ${stat%% *} != Z ]]
-}
+# The command line of each server's process, which pid_alive checks before
+# trusting a pid file. connect is connect.sh's worker, which `down` stops
+# should connect.sh fail to.
+declare -A PATTERN=([postgres]=postgres [kafka]=kafka.Kafka [connect]=ConnectStandalone)
 
-# port_busy PORT: something accepts connections on 127.0.0.1:PORT.
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# server_alive NAME: $PIDS/NAME.pid names our running server NAME.
+server_alive() { pid_alive "$1" "${PATTERN[$1]:-}"; }
 
-# port_taken PORT: a TCP socket listens on PORT (on any address). Sockets in
-# TIME_WAIT do not count: the servers bind with SO_REUSEADDR.
-port_taken() { ss -Htln "sport = :$1" 2>/dev/null | grep -q . || port_busy "$1"; }
-
-# free_port START: sets REPLY to the first port >= START that nothing uses and
-# that no earlier call took. A fixed starting point keeps the ports easy to
-# recognise (5432x postgres, 1909x kafka) while tolerating other stacks.
-PICKED=" "
-free_port() {
-	local p=$1
-	while ((p < $1 + 500)); do
-		if [[ $PICKED != *" $p "* ]] && ! port_taken "$p"; then
-			PICKED+="$p "
-			REPLY=$p
-			return
-		fi
-		p=$((p + 1))
-	done
-	die "no free port in $1..$p"
-}
-
-# tail_logs FILE...: show why a server did not come up.
-tail_logs() {
-	local f
-	for f in "$@"; do
-		[[ -s $f ]] || continue
-		log "---- last lines of $f ----"
-		tail -n 40 "$f" >&2
-	done
-}
-
-# stop_pid NAME SIGNAL: stop the process of $PIDS/NAME.pid: SIGNAL, wait up to
-# STOP_WAIT seconds, then SIGKILL. Only ever signals the pid we recorded.
-stop_pid() {
-	local name=$1 sig=$2 pid
-	if ! pid_alive "$name"; then
-		rm -f "$PIDS/$name.pid"
-		return 0
-	fi
-	pid=$(<"$PIDS/$name.pid")
-	log "$name: stopping (pid $pid, SIG$sig) ..."
-	kill -s "$sig" "$pid" 2>/dev/null || true
-	local start=$SECONDS
-	while ((SECONDS - start < STOP_WAIT)) && running "$pid"; do
-		sleep 0.2
-	done
-	if running "$pid"; then
-		log "$name: still running after ${STOP_WAIT}s, sending SIGKILL"
-		kill -s KILL "$pid" 2>/dev/null || true
-		start=$SECONDS
-		while ((SECONDS - start < 10)) && running "$pid"; do sleep 0.2; done
-	fi
-	rm -f "$PIDS/$name.pid"
-	log "$name: stopped"
+# stop_server NAME SIGNAL: stop server NAME (see stop_pid in lib.sh).
+stop_server() {
+	stop_pid "$1" "${PATTERN[$1]:-}" "$2" "$1: "
+	[[ -z $REPLY ]] || log "$1: stopped"
 }
 
 load_state() {
@@ -257,7 +191,7 @@ pg_init() {
 }
 
 pg_start() {
-	if pid_alive postgres; then
+	if server_alive postgres; then
 		log "postgres: already running on 127.0.0.1:$PG_PORT"
 	else
 		[[ -f $PG_DATA/PG_VERSION ]] || die "postgres: no data dir at $PG_DATA (run: $0 up)"
@@ -307,7 +241,7 @@ SQL
 pg_stop() {
 	# SIGINT is PostgreSQL's "fast" shutdown: SIGTERM ("smart") would wait for
 	# every client, such as a test's connection pool, to disconnect.
-	stop_pid postgres INT
+	stop_server postgres INT
 }
 
 # ---------------------------------------------------------------- kafka
@@ -367,7 +301,7 @@ kafka_metadata() {
 }
 
 kafka_start() {
-	if pid_alive kafka; then
+	if server_alive kafka; then
 		log "kafka: already running on 127.0.0.1:$KAFKA_PORT"
 	else
 		[[ -f $KAFKA_DATA/meta.properties ]] || die "kafka: no formatted data dir at $KAFKA_DATA (run: $0 up)"
@@ -434,7 +368,7 @@ kafka_topics() {
 	done
 }
 
-kafka_stop() { stop_pid kafka TERM; }
+kafka_stop() { stop_server kafka TERM; }
 
 # ---------------------------------------------------------------- env
 
@@ -472,14 +406,13 @@ prepare_dirs() { mkdir -p "$STACK_DIR" "$PIDS" "$LOGS" "$KAFKA_HOME"; }
 # that inherited fd 9 would hold the lock for as long as it runs.
 lock() {
 	prepare_dirs
-	exec 9>"$STACK_DIR/.lock"
-	flock -w 600 9 || die "another stack.sh holds $STACK_DIR/.lock"
+	take_lock 9 "$STACK_DIR/.lock" stack.sh
 }
 
 cmd_up() {
 	lock
 	load_state
-	if [[ -f $ENV_FILE ]] && pid_alive postgres && pid_alive kafka; then
+	if [[ -f $ENV_FILE ]] && server_alive postgres && server_alive kafka; then
 		log "already up"
 		# The Kafka Connect worker (Debezium, for the CDC path) may have been
 		# stopped alone by a test; bring it back. 9>&-: it must not inherit
@@ -492,12 +425,13 @@ cmd_up() {
 	JAVA=$(java_bin)
 
 	# Ports and data dirs are picked once and kept until `down`, so that
-	# restart-* and a second `up` reuse them.
+	# restart-* and a second `up` reuse them. The bases keep the ports easy to
+	# recognise (5432x postgres, 1909x kafka).
 	if [[ ! -f $STATE_FILE ]]; then
 		choose_pg_dirs
-		free_port "$PG_PORT_BASE" && PG_PORT=$REPLY
-		free_port "$KAFKA_PORT_BASE" && KAFKA_PORT=$REPLY
-		free_port $((KAFKA_PORT_BASE + 1)) && KAFKA_CONTROLLER_PORT=$REPLY
+		free_port "$PG_PORT_BASE" port_taken && PG_PORT=$REPLY
+		free_port "$KAFKA_PORT_BASE" port_taken && KAFKA_PORT=$REPLY
+		free_port $((KAFKA_PORT_BASE + 1)) port_taken && KAFKA_CONTROLLER_PORT=$REPLY
 		printf 'PG_PORT=%s\nPG_DATA=%s\nPG_SOCKET_DIR=%s\nKAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\n' \
 			"$PG_PORT" "$PG_DATA" "$PG_SOCKET_DIR" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" >"$STATE_FILE"
 		# A fresh stack starts with fresh logs.
@@ -535,7 +469,7 @@ cmd_down() {
 	for f in "$PIDS"/*.pid; do
 		[[ -e $f ]] || continue
 		name=$(basename "$f" .pid)
-		case $name in postgres | kafka) ;; *) stop_pid "$name" TERM ;; esac
+		case $name in postgres | kafka) ;; *) stop_server "$name" TERM ;; esac
 	done
 	kafka_stop
 	pg_stop
@@ -553,13 +487,13 @@ cmd_down() {
 cmd_status() {
 	load_state
 	local rc=0
-	if pid_alive postgres; then
+	if server_alive postgres; then
 		echo "postgres: up   127.0.0.1:${PG_PORT:-?} (pid $(<"$PIDS/postgres.pid"))"
 	else
 		echo "postgres: down"
 		rc=1
 	fi
-	if pid_alive kafka; then
+	if server_alive kafka; then
 		echo "kafka:    up   127.0.0.1:${KAFKA_PORT:-?} (pid $(<"$PIDS/kafka.pid"))"
 	else
 		echo "kafka:    down"
