@@ -292,14 +292,19 @@ func (s Stack) announceTopic(ctx context.Context, name string) error {
 	addr := kafka.TCP(s.KafkaBrokers...)
 	for {
 		r, err := kafka.DefaultTransport.RoundTrip(ctx, addr, &metadata.Request{TopicNames: []string{name}, AllowAutoTopicCreation: true})
-		if err != nil {
-			return fmt.Errorf("refresh kafka-go's default transport: %w", err)
-		}
-		if m, ok := r.(*metadata.Response); ok && len(m.Topics) == 1 && m.Topics[0].ErrorCode == 0 {
-			return nil
+		// An error is retried: after a test restarted Kafka, the shared
+		// transport's pooled connection fails once (unexpected EOF) and
+		// then reconnects.
+		if err == nil {
+			if m, ok := r.(*metadata.Response); ok && len(m.Topics) == 1 && m.Topics[0].ErrorCode == 0 {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("refresh kafka-go's default transport: %w", err)
+			}
 			return fmt.Errorf("kafka-go's default transport does not see it: %w", ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
