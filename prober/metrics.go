@@ -23,8 +23,11 @@ const (
 	ReasonUnknownPipeline = "unknown_pipeline" // signed by us for a pipeline this instance does not run
 )
 
-// SkipReasons lists every skip reason, in the order the docs show them.
-var SkipReasons = []string{ReasonForeignInstance, ReasonMalformed, ReasonBadSignature, ReasonUnknownCanary, ReasonUnknownPipeline}
+// SkipReasons lists every skip reason, in the order the docs show them. A
+// function, so no caller can change the list the metrics are created from.
+func SkipReasons() []string {
+	return []string{ReasonForeignInstance, ReasonMalformed, ReasonBadSignature, ReasonUnknownCanary, ReasonUnknownPipeline}
+}
 
 // Label names used only by the prober's metrics; the shared ones (pipeline,
 // segment, outcome, reason) live in package slo.
@@ -65,7 +68,7 @@ type Metrics struct {
 	CanariesLost         *prometheus.CounterVec
 	CanariesDuplicate    *prometheus.CounterVec
 	CanariesOutOfOrder   *prometheus.CounterVec
-	MessagesSkipped      *prometheus.CounterVec // pipeline, reason (one of SkipReasons)
+	MessagesSkipped      *prometheus.CounterVec // pipeline, reason (one of SkipReasons())
 	OffsetResets         *prometheus.CounterVec // stored offsets beyond a partition's end
 	InFlight             *prometheus.GaugeVec
 	LastSent             *prometheus.GaugeVec // unix seconds
@@ -304,7 +307,7 @@ func (m *Metrics) initPipeline(p *config.Pipeline) {
 	for _, g := range []*prometheus.GaugeVec{m.InFlight, m.LastSent, m.LastReceived, m.LastSuccess} {
 		g.WithLabelValues(n)
 	}
-	for _, r := range SkipReasons {
+	for _, r := range SkipReasons() {
 		m.MessagesSkipped.WithLabelValues(n, r)
 	}
 	for _, s := range p.Segments() {

@@ -161,7 +161,7 @@ func (w *Watcher) sampleSlots(ctx context.Context) {
 		w.Metrics.SlotRetainedWAL.DeleteLabelValues(name, want)
 		w.Metrics.SlotUnconfirmedWAL.DeleteLabelValues(name, want)
 		w.Metrics.SlotSafeWALSize.DeleteLabelValues(name, want)
-		for _, status := range WALStatuses {
+		for _, status := range WALStatuses() {
 			w.Metrics.SlotWALStatus.DeleteLabelValues(name, want, status)
 		}
 		return
@@ -176,7 +176,7 @@ func (w *Watcher) sampleSlots(ctx context.Context) {
 		} else {
 			w.Metrics.SlotSafeWALSize.DeleteLabelValues(name, s.Name)
 		}
-		for _, status := range WALStatuses {
+		for _, status := range WALStatuses() {
 			w.Metrics.SlotWALStatus.WithLabelValues(name, s.Name, status).Set(boolToFloat(status == s.WALStatus))
 		}
 	}

@@ -153,7 +153,7 @@ func QuerySlots(ctx context.Context, q Querier, slot string) ([]Slot, error) {
 
 // WALStatuses are the values of pg_replication_slots.wal_status; each is a
 // series of the wal_status gauge so a change is a visible flip, not a gap.
-var WALStatuses = []string{"reserved", "extended", "unreserved", "lost"}
+func WALStatuses() []string { return []string{"reserved", "extended", "unreserved", "lost"} }
 
 func secondsToDuration(s float64) time.Duration {
 	return time.Duration(s * float64(time.Second))

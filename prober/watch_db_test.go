@@ -530,8 +530,8 @@ func TestWatchSlotConfinesTheSlotWatchersToThePipelinesSlot(t *testing.T) {
 		if got := testutil.ToFloat64(m.SlotActive.WithLabelValues("orders", ours)); got != 1 {
 			t.Errorf("slot_active{slot=%s} = %v, want 1", ours, got)
 		}
-		if n := testutil.CollectAndCount(m.SlotWALStatus); n != len(WALStatuses) {
-			t.Errorf("%d wal_status series, want %d (our slot's)", n, len(WALStatuses))
+		if n := testutil.CollectAndCount(m.SlotWALStatus); n != len(WALStatuses()) {
+			t.Errorf("%d wal_status series, want %d (our slot's)", n, len(WALStatuses()))
 		}
 		if strings.Contains(logs.String(), "watch.slot is not set") {
 			t.Errorf("warned that watch.slot is not set although it is:\n%s", logs.String())

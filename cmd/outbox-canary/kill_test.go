@@ -140,7 +140,7 @@ func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
 			if last.duplicates+final.duplicates != 0 {
 				t.Errorf("duplicates = %v + %v, want 0: the relay sends each row once, so a duplicate is a replay after the restart", last.duplicates, final.duplicates)
 			}
-			for _, reason := range prober.SkipReasons {
+			for _, reason := range prober.SkipReasons() {
 				if n := last.skipped[reason] + final.skipped[reason]; n != 0 {
 					t.Errorf("messages skipped with reason %s = %v, want 0", reason, n)
 				}
