@@ -56,5 +56,5 @@ lint: ## gofmt and go vet
 	$(GO) vet ./...
 
 .PHONY: demo
-demo: stack-up build ## start the local stack, the reference relay and the prober; live canaries until Ctrl-C
+demo: stack-up build ## three live pipelines (two polling relays, one Debezium) and the prober: a line per canary until Ctrl-C
 	deploy/local/demo.sh

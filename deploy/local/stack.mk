@@ -6,7 +6,7 @@
 STACK_SH := $(dir $(lastword $(MAKEFILE_LIST)))stack.sh
 
 .PHONY: stack-up stack-down stack-status
-stack-up: ## start PostgreSQL and Kafka under .stack (installs what is missing) and print the DSN and brokers
+stack-up: ## start PostgreSQL, Kafka and Kafka Connect under .stack (installs what is missing); prints the DSN and brokers
 	@bash $(STACK_SH) up
 
 stack-down: ## stop the local stack and delete its data (keeps the downloaded Kafka jars)
