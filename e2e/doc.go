@@ -1,0 +1,5 @@
+// Package e2e holds end-to-end tests that run the generated alert rules in
+// real Prometheus and Alertmanager servers against a real pipeline
+// (PostgreSQL -> reference relay -> Kafka -> prober). It has no code of its
+// own: see the tests, and their file headers for how to run them.
+package e2e

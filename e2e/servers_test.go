@@ -1,0 +1,242 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// readyTimeout bounds the wait for a server's /-/ready. Generous: the
+// machine has two cores shared with other test runs.
+const readyTimeout = 60 * time.Second
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// server is a Prometheus or Alertmanager process started by the test.
+type server struct {
+	name, addr, logPath string
+}
+
+// startServer runs bin with args in a process group of its own, its output
+// in a log file. When the test ends the whole group is killed (the servers
+// keep nothing the test needs), and the log is printed if the test failed.
+func startServer(t *testing.T, name, bin, addr string, args ...string) *server {
+	t.Helper()
+	dir := t.TempDir() // registered before the kill below, so removed after it
+	s := &server{name: name, addr: addr, logPath: filepath.Join(dir, name+".log")}
+	logFile, err := os.Create(s.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		t.Fatalf("start %s (%s): %v", name, bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		// Negative pid: the process group, so no child outlives the test.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s (pid %d) did not exit after SIGKILL", name, cmd.Process.Pid)
+		}
+		logFile.Close()
+		if t.Failed() {
+			out, _ := os.ReadFile(s.logPath)
+			t.Logf("%s log (%s):\n%s", name, s.logPath, out)
+		}
+	})
+	return s
+}
+
+// waitReady polls the server's /-/ready until it answers 200.
+func (s *server) waitReady(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(readyTimeout)
+	var last string
+	for {
+		resp, err := http.Get("http://" + s.addr + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s on %s not ready within %s: %s", s.name, s.addr, readyTimeout, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// promAlert is one entry of Prometheus's /api/v1/alerts.
+type promAlert struct {
+	Labels   map[string]string `json:"labels"`
+	State    string            `json:"state"` // pending or firing
+	ActiveAt time.Time         `json:"activeAt"`
+	Value    string            `json:"value"`
+}
+
+// promAlerts returns the alerts that Prometheus holds as pending or firing.
+func promAlerts(ctx context.Context, addr string) ([]promAlert, error) {
+	var out struct {
+		Alerts []promAlert `json:"alerts"`
+	}
+	if err := promAPI(ctx, addr, "/api/v1/alerts", &out); err != nil {
+		return nil, err
+	}
+	return out.Alerts, nil
+}
+
+// promSample is one series of an instant vector.
+type promSample struct {
+	Metric map[string]string
+	Value  float64
+}
+
+// promQuery evaluates an instant query that returns a vector.
+func promQuery(ctx context.Context, addr, query string) ([]promSample, error) {
+	var out struct {
+		ResultType string `json:"resultType"`
+		Result     []struct {
+			Metric map[string]string `json:"metric"`
+			Value  [2]any            `json:"value"` // [unix time, "value"]
+		} `json:"result"`
+	}
+	if err := promAPI(ctx, addr, "/api/v1/query?query="+url.QueryEscape(query), &out); err != nil {
+		return nil, err
+	}
+	if out.ResultType != "vector" {
+		return nil, fmt.Errorf("query %s: result type %q, want vector", query, out.ResultType)
+	}
+	samples := make([]promSample, 0, len(out.Result))
+	for _, r := range out.Result {
+		s, _ := r.Value[1].(string)
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("query %s: value %v: %w", query, r.Value[1], err)
+		}
+		samples = append(samples, promSample{Metric: r.Metric, Value: v})
+	}
+	return samples, nil
+}
+
+// promAPI GETs a Prometheus API path and decodes the data of its envelope.
+func promAPI(ctx context.Context, addr, path string, data any) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	var env struct {
+		Status string          `json:"status"`
+		Error  string          `json:"error"`
+		Data   json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return fmt.Errorf("GET %s: %s: %w", path, resp.Status, err)
+	}
+	if env.Status != "success" {
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, env.Error)
+	}
+	if err := json.Unmarshal(env.Data, data); err != nil {
+		return fmt.Errorf("GET %s: data: %w", path, err)
+	}
+	return nil
+}
+
+// notification is one alert of an Alertmanager webhook call (webhook
+// payload version 4), with the moment the test received it.
+type notification struct {
+	Received time.Time
+	Status   string            `json:"status"` // firing or resolved
+	Labels   map[string]string `json:"labels"`
+	StartsAt time.Time         `json:"startsAt"`
+	EndsAt   time.Time         `json:"endsAt"`
+}
+
+// webhook is the Alertmanager receiver: it records every alert of every
+// notification, so the test sees what an on-call engineer would be sent.
+type webhook struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	all []notification
+	bad []string // payloads that did not decode
+}
+
+func newWebhook(t *testing.T) *webhook {
+	t.Helper()
+	w := &webhook{}
+	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		var msg struct {
+			Version string         `json:"version"`
+			Alerts  []notification `json:"alerts"`
+		}
+		if err == nil {
+			err = json.Unmarshal(body, &msg)
+		}
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if err != nil {
+			w.bad = append(w.bad, fmt.Sprintf("%v: %s", err, body))
+			rw.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		for _, a := range msg.Alerts {
+			a.Received = now
+			w.all = append(w.all, a)
+		}
+	}))
+	t.Cleanup(w.srv.Close)
+	return w
+}
+
+// notifications returns what was received so far, and the payloads that
+// did not decode.
+func (w *webhook) notifications() ([]notification, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]notification(nil), w.all...), append([]string(nil), w.bad...)
+}
