@@ -103,10 +103,15 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 					p.Name, slo.PromDuration(time.Duration(a.OldestUnpublishedAge)))),
 		}, Rule{
 			Alert: AlertBacklogGrowing,
+			// A healthy relay empties the backlog at every poll, so a
+			// canary or a burst that is briefly unpublished makes deriv
+			// positive on a quiet pipeline (seen in e2e/ on a real
+			// Prometheus). Growth only counts if the backlog never emptied
+			// over the same range.
 			Expr: lines(
 				"deriv("+pl(slo.MetricBacklogRows)+"["+slo.PromDuration(backlogDerivRange)+"]) > 0",
 				"and",
-				pl(slo.MetricBacklogRows)+" > 0",
+				"min_over_time("+pl(slo.MetricBacklogRows)+"["+slo.PromDuration(backlogDerivRange)+"]) > 0",
 			),
 			For:    slo.PromDuration(time.Duration(a.BacklogGrowthFor)),
 			Labels: labels(config.SeverityTicket, relay),
@@ -174,6 +179,10 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	return grp
 }
 
+// proberAbsentGrace is how long the prober must stay absent before the dead
+// man pages, on top of the absent_over_time window.
+const proberAbsentGrace = time.Minute
+
 // proberAlerts is the dead man: the prober's own series are gone. absent()
 // of up{job=...} is fragile (it depends on the scrape config's job being
 // exactly one target); absent_over_time of the build info gauge fires when
@@ -188,8 +197,12 @@ func (g generator) proberAlerts() Group {
 	return Group{
 		Name: "outbox-canary-prober",
 		Rules: []Rule{{
-			Alert:  AlertProberAbsent,
-			Expr:   "absent_over_time(" + selector(slo.MetricBuildInfo, labelJob, a.ProberJob) + "[" + slo.PromDuration(absent) + "])",
+			Alert: AlertProberAbsent,
+			Expr:  "absent_over_time(" + selector(slo.MetricBuildInfo, labelJob, a.ProberJob) + "[" + slo.PromDuration(absent) + "])",
+			// A Prometheus that just started has no sample yet either; the
+			// for: keeps its first scrapes from paging (seen on a real
+			// Prometheus 2.42 in e2e/: it fired before the first scrape).
+			For:    slo.PromDuration(proberAbsentGrace),
 			Labels: g.labels(l),
 			Annotations: map[string]string{
 				"summary": "The outbox-canary prober is gone: no pipeline is being measured.",
