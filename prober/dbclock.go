@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,4 +61,58 @@ func EstimateDBOffset(ctx context.Context, q RowQuerier, now func() time.Time, s
 		return ClockOffset{}, errors.New("read database clock: the local clock went backwards in every sample")
 	}
 	return best, nil
+}
+
+// DBClock keeps the latest estimate of one database's clock offset,
+// exported as gauges.
+type DBClock struct {
+	pipeline string
+	q        RowQuerier
+	metrics  *Metrics
+	now      func() time.Time
+	log      *slog.Logger
+
+	mu  sync.Mutex
+	off ClockOffset
+	ok  bool
+}
+
+// NewDBClock returns an estimator with no estimate yet.
+func NewDBClock(pipeline string, q RowQuerier, m *Metrics, now func() time.Time, log *slog.Logger) *DBClock {
+	return &DBClock{pipeline: pipeline, q: q, metrics: m, now: now, log: log}
+}
+
+// dbClockSamples is how many round trips one estimate takes; the fastest
+// wins.
+const dbClockSamples = 5
+
+// Estimate measures the offset again and exports it. A change larger than
+// the error bounds of both estimates is logged: it means a clock stepped.
+func (d *DBClock) Estimate(ctx context.Context) error {
+	off, err := EstimateDBOffset(ctx, d.q, d.now, dbClockSamples)
+	if err != nil {
+		d.metrics.WatchErrors.WithLabelValues(d.pipeline, watcherDBClock).Inc()
+		return fmt.Errorf("estimate clock offset: %w", err)
+	}
+	d.mu.Lock()
+	prev, had := d.off, d.ok
+	d.off, d.ok = off, true
+	d.mu.Unlock()
+	d.metrics.DBClockOffset.WithLabelValues(d.pipeline).Set(off.Offset.Seconds())
+	d.metrics.DBClockOffsetError.WithLabelValues(d.pipeline).Set(off.Error.Seconds())
+	change := (off.Offset - prev.Offset).Abs()
+	switch {
+	case !had:
+		d.log.Info("database clock offset measured", "offset", off.Offset, "error", off.Error)
+	case change > off.Error+prev.Error:
+		d.log.Warn("database clock offset changed", "offset", off.Offset, "previous", prev.Offset, "error", off.Error)
+	}
+	return nil
+}
+
+// Current returns the latest estimate, if there is one.
+func (d *DBClock) Current() (ClockOffset, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.off, d.ok
 }

@@ -35,9 +35,6 @@ type SenderOptions struct {
 	Metrics *Metrics
 	Now     func() time.Time
 	Logger  *slog.Logger
-	// OnSent, optional, is told of every committed canary before the
-	// tracker, so that it knows the row before the message can arrive.
-	OnSent func(Canary)
 }
 
 // Sender inserts canary rows into one pipeline's outbox table.
@@ -50,7 +47,6 @@ type Sender struct {
 	metrics  *Metrics
 	now      func() time.Time
 	log      *slog.Logger
-	onSent   func(Canary)
 
 	insertSQL string
 	deleteSQL string
@@ -75,7 +71,7 @@ func NewSender(o SenderOptions) (*Sender, error) {
 	}
 	s := &Sender{
 		p: o.Pipeline, instance: o.Instance, db: o.DB, signer: o.Signer, tracker: o.Tracker,
-		metrics: o.Metrics, now: o.Now, log: o.Logger, onSent: o.OnSent,
+		metrics: o.Metrics, now: o.Now, log: o.Logger,
 		uuidIDs: o.Pipeline.Outbox.IDGeneration == config.IDUUID,
 	}
 	s.insertSQL, s.deleteSQL = buildInsert(o.Pipeline)
@@ -144,9 +140,6 @@ func (s *Sender) Send(ctx context.Context) (Canary, error) {
 		err = fmt.Errorf("pipeline %q: insert canary: %w", s.p.Name, err)
 		s.log.Warn("canary insert failed; not an SLI event", "pipeline", s.p.Name, "err", err)
 		return Canary{}, err
-	}
-	if s.onSent != nil {
-		s.onSent(c)
 	}
 	if s.tracker != nil {
 		if err := s.tracker.Sent(c); err != nil {

@@ -75,17 +75,13 @@ type pipelineRunner struct {
 	// lookup is lookupStamps; tests replace it to play the database.
 	lookup func(ctx context.Context, c Canary) (map[string]time.Time, error)
 
+	// publishedSQL reads a row's published_at back by primary key; built
+	// once, as it runs on every arrival of a published_at pipeline.
+	publishedSQL string
+
 	mu       sync.Mutex
 	dbOK     bool
 	dbReason string
-	// rows maps the in-flight canaries' ids to their outbox row ids, for
-	// reading published_at back on arrival.
-	rows map[string]sentRow
-}
-
-type sentRow struct {
-	id        string
-	committed time.Time
 }
 
 // New builds the service: the metrics, one pool, tracker, sender and
@@ -182,7 +178,9 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 	if err != nil {
 		return nil, fmt.Errorf("database pool: %w", err)
 	}
-	pr := &pipelineRunner{p: p, pool: pool, log: log, now: s.now, dbReason: "database not reached yet", rows: map[string]sentRow{}}
+	pr := &pipelineRunner{p: p, pool: pool, log: log, now: s.now, dbReason: "database not reached yet",
+		publishedSQL: fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1",
+			quote(p.Outbox.Columns.PublishedAt), tableIdent(p.Outbox.Table).Sanitize(), quote(p.Outbox.Columns.ID))}
 	pr.clock = NewDBClock(p.Name, pool, s.metrics, s.now, log)
 	pr.lookup = pr.lookupStamps
 
@@ -201,7 +199,7 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 	}
 	pr.tracker = tr
 	pr.sender, err = NewSender(SenderOptions{Pipeline: p, Instance: s.instance, DB: pool, Signer: s.signer,
-		Tracker: tr, Metrics: s.metrics, Now: s.now, Logger: s.log, OnSent: pr.rememberRow})
+		Tracker: tr, Metrics: s.metrics, Now: s.now, Logger: s.log})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -501,10 +499,8 @@ func (pr *pipelineRunner) lookupStamps(ctx context.Context, c Canary) (map[strin
 	if !ok {
 		return nil, errors.New("database clock offset not measured yet")
 	}
-	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1",
-		quote(pr.p.Outbox.Columns.PublishedAt), tableIdent(pr.p.Outbox.Table).Sanitize(), quote(pr.p.Outbox.Columns.ID))
 	var published *time.Time
-	if err := pr.pool.QueryRow(ctx, q, c.RowID).Scan(&published); err != nil {
+	if err := pr.pool.QueryRow(ctx, pr.publishedSQL, c.RowID).Scan(&published); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("read published_at of row %s: row not found (deleted by a cleanup?)", c.RowID)
 		}
@@ -516,23 +512,11 @@ func (pr *pipelineRunner) lookupStamps(ctx context.Context, c Canary) (map[strin
 	return map[string]time.Time{config.StampPublish: off.ToLocal(*published)}, nil
 }
 
-// rememberRow keeps a sent canary's row id until it arrives (or for
-// lost_after at most).
-func (pr *pipelineRunner) rememberRow(c Canary) {
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	for id, r := range pr.rows {
-		if c.Committed.Sub(r.committed) > time.Duration(pr.p.Canary.LostAfter) {
-			delete(pr.rows, id)
-		}
-	}
-	pr.rows[c.ID] = sentRow{id: c.RowID, committed: c.Committed}
-}
-
 // readPublished reads published_at of an arrived canary's row, once. The
-// row id comes from the sender, or, for a canary sent before a restart,
-// from the record's "id" header (which the reference relay and Debezium
-// both write).
+// row id comes from the tracker, which has it from Sent (persisted, so
+// canaries sent before a restart have it too), or, for an arrival that
+// overtook Sent, from the record's "id" header (which the reference relay
+// and Debezium both write).
 //
 // It does not wait while published_at is NULL, although it often is: the
 // reference relay (like the seed's algorithm) sets it after the broker
@@ -542,11 +526,7 @@ func (pr *pipelineRunner) rememberRow(c Canary) {
 // relay's commit. The tracker marks the arrival PendingLookup instead and
 // Sweep reads published_at again shortly after.
 func (pr *pipelineRunner) readPublished(ctx context.Context, canaryID string, msg kafka.Message) (time.Time, bool) {
-	pr.mu.Lock()
-	row, ok := pr.rows[canaryID]
-	delete(pr.rows, canaryID)
-	pr.mu.Unlock()
-	rowID := row.id
+	rowID, ok := pr.tracker.rowID(canaryID)
 	if !ok {
 		for _, h := range msg.Headers {
 			if h.Key == "id" {
@@ -564,60 +544,6 @@ func (pr *pipelineRunner) readPublished(ctx context.Context, canaryID string, ms
 	}
 	t, ok := stamps[config.StampPublish]
 	return t, ok
-}
-
-// DBClock keeps the latest estimate of one database's clock offset,
-// exported as gauges.
-type DBClock struct {
-	pipeline string
-	q        RowQuerier
-	metrics  *Metrics
-	now      func() time.Time
-	log      *slog.Logger
-
-	mu  sync.Mutex
-	off ClockOffset
-	ok  bool
-}
-
-// NewDBClock returns an estimator with no estimate yet.
-func NewDBClock(pipeline string, q RowQuerier, m *Metrics, now func() time.Time, log *slog.Logger) *DBClock {
-	return &DBClock{pipeline: pipeline, q: q, metrics: m, now: now, log: log}
-}
-
-// dbClockSamples is how many round trips one estimate takes; the fastest
-// wins.
-const dbClockSamples = 5
-
-// Estimate measures the offset again and exports it. A change larger than
-// the error bounds of both estimates is logged: it means a clock stepped.
-func (d *DBClock) Estimate(ctx context.Context) error {
-	off, err := EstimateDBOffset(ctx, d.q, d.now, dbClockSamples)
-	if err != nil {
-		d.metrics.WatchErrors.WithLabelValues(d.pipeline, watcherDBClock).Inc()
-		return fmt.Errorf("estimate clock offset: %w", err)
-	}
-	d.mu.Lock()
-	prev, had := d.off, d.ok
-	d.off, d.ok = off, true
-	d.mu.Unlock()
-	d.metrics.DBClockOffset.WithLabelValues(d.pipeline).Set(off.Offset.Seconds())
-	d.metrics.DBClockOffsetError.WithLabelValues(d.pipeline).Set(off.Error.Seconds())
-	change := (off.Offset - prev.Offset).Abs()
-	switch {
-	case !had:
-		d.log.Info("database clock offset measured", "offset", off.Offset, "error", off.Error)
-	case change > off.Error+prev.Error:
-		d.log.Warn("database clock offset changed", "offset", off.Offset, "previous", prev.Offset, "error", off.Error)
-	}
-	return nil
-}
-
-// Current returns the latest estimate, if there is one.
-func (d *DBClock) Current() (ClockOffset, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.off, d.ok
 }
 
 // newWatcher builds the pipeline's backlog, transaction, slot, consumer-lag

@@ -65,7 +65,6 @@ func TestConsumerStampsQueuedCanariesWithoutWaitingForPublishedAt(t *testing.T) 
 	for i, id := range []string{"a", "b"} {
 		c := Canary{ID: id, Seq: uint64(i + 1), Pipeline: "orders", Key: "k", RowID: fmt.Sprint(i + 1),
 			InsertStarted: t0.Add(-time.Millisecond), Committed: t0}
-		pr.rememberRow(c)
 		if err := pr.tracker.Sent(c); err != nil {
 			t.Fatal(err)
 		}

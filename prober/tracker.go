@@ -126,9 +126,6 @@ type SegmentResult struct {
 	// Outcome is "good" or "bad" once the SLI event was counted, "" if
 	// the segment is not budgeted or not (yet) judged.
 	Outcome string `json:"outcome,omitempty"`
-	// Counted is true when this call counted the SLI event; false when it
-	// was counted earlier (at a deadline) or not at all.
-	Counted bool `json:"-"`
 	// Skew is true when the duration is negative (suspected clock skew).
 	Skew bool `json:"skew,omitempty"`
 	// MissingStamp names a stamp the arrived message did not carry, which
@@ -223,6 +220,7 @@ type Tracker struct {
 	lost     time.Duration
 	skewTol  time.Duration // negatives within it are noise, not skew
 	forget   time.Duration // how long resolved canaries are kept for duplicates
+	onDone   func(Report)
 	// lookupTimeout is lookupTimeoutMax; tests shorten it.
 	lookupTimeout time.Duration
 
@@ -232,7 +230,6 @@ type Tracker struct {
 	next     map[int]int64
 	dirty    bool // state changed since the last write (offsets from Skipped)
 	waiters  map[string][]chan Report
-	onDone   func(Report)
 	// expected holds the canaries between Expect and Sent, with the
 	// arrivals that overtook Sent (parked, in arrival order).
 	expected map[string][]Arrival
@@ -268,6 +265,7 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 		path:     opts.StatePath,
 		lookup:   opts.LookupStamps,
 		lost:     time.Duration(opts.Pipeline.Canary.LostAfter),
+		forget:   2 * time.Duration(opts.Pipeline.Canary.LostAfter),
 		canaries: make(map[string]*canaryState),
 		lastSeq:  make(map[string]uint64),
 		next:     make(map[int]int64),
@@ -276,7 +274,6 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 
 		lookupTimeout: lookupTimeoutMax,
 	}
-	t.forget = 2 * t.lost
 	if t.path != "" {
 		st, err := loadState(t.path)
 		if err != nil {
@@ -901,6 +898,18 @@ func (r *canaryState) canary(pipeline string) Canary {
 		InsertStarted: r.InsertStarted, Committed: r.Stamps[config.StampCommit]}
 }
 
+// rowID returns the outbox row id Sent recorded for a canary, if it is
+// tracked: the consumer reads published_at back by it on arrival.
+func (t *Tracker) rowID(canaryID string) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.canaries[canaryID]
+	if !ok || r.RowID == "" {
+		return "", false
+	}
+	return r.RowID, true
+}
+
 // StartOffsets returns, per partition, the next offset to read: the one
 // after the last message processed. Partitions never read are absent.
 func (t *Tracker) StartOffsets() map[int]int64 {
@@ -954,7 +963,8 @@ func (t *Tracker) Recent(n int) []Report {
 }
 
 // Await returns the canary's report once it is final (arrived and no
-// longer waiting for a stamp lookup, or lost), or the context's error. It is how `check` waits for its one canary.
+// longer waiting for a stamp lookup, or lost), or the context's error. It
+// is how `check` waits for its one canary.
 func (t *Tracker) Await(ctx context.Context, canaryID string) (Report, error) {
 	t.mu.Lock()
 	r, ok := t.canaries[canaryID]
