@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"time"
 
 	"github.com/outbox-canary/outbox-canary/slo"
 )
@@ -143,7 +144,7 @@ func selector(metric string, matchers ...string) string {
 }
 
 // seconds prints a duration in seconds for PromQL, without noise.
-func seconds(d interface{ Seconds() float64 }) string {
+func seconds(d time.Duration) string {
 	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.3f", d.Seconds()), "0"), ".")
 }
 

@@ -9,24 +9,6 @@ import (
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-// Sloth's series names: its published Grafana dashboards read exactly these.
-const (
-	sliErrorRecordFmt        = "slo:sli_error:ratio_rate%s"
-	recordObjective          = "slo:objective:ratio"
-	recordErrorBudget        = "slo:error_budget:ratio"
-	recordTimePeriodDays     = "slo:time_period:days"
-	recordCurrentBurnRate    = "slo:current_burn_rate:ratio"
-	recordPeriodBurnRate     = "slo:period_burn_rate:ratio"
-	recordPeriodBudgetRemain = "slo:period_error_budget_remaining:ratio"
-	recordSlothInfo          = "sloth_slo_info"
-)
-
-// SLIErrorRecord is the name of the recorded error ratio over a window,
-// e.g. slo:sli_error:ratio_rate5m.
-func SLIErrorRecord(w time.Duration) string {
-	return fmt.Sprintf(sliErrorRecordFmt, slo.PromDuration(w))
-}
-
 // sloLabels are the identity of an SLO's series: Sloth's three labels,
 // plus ours for routing and for people.
 func sloLabels(s slo.SLO) map[string]string {
@@ -75,14 +57,14 @@ func (g generator) sliRecordings(s slo.SLO) []Rule {
 	var rules []Rule
 	for _, w := range s.RateWindows() {
 		l := withLabel(sloLabels(s), labelSlothWindow, slo.PromDuration(w))
-		rules = append(rules, Rule{Record: SLIErrorRecord(w), Expr: SLIErrorExpr(s, w), Labels: g.labels(l)})
+		rules = append(rules, Rule{Record: slo.RecordSLIError(w), Expr: SLIErrorExpr(s, w), Labels: g.labels(l)})
 	}
 	// The period ratio averages the 5m ratios, as Sloth does: cheap over
 	// 30 days, and windows without events (no sample) do not count.
-	base := sloSelector(SLIErrorRecord(slo.CurrentBurnWindow), s)
+	base := sloSelector(slo.RecordSLIError(slo.CurrentBurnWindow), s)
 	rng := "[" + slo.PromDuration(s.Window) + "]"
 	return append(rules, Rule{
-		Record: SLIErrorRecord(s.Window),
+		Record: slo.RecordSLIError(s.Window),
 		Expr: lines(
 			"sum_over_time("+base+rng+")",
 			"/ ignoring ("+labelSlothWindow+")",
@@ -104,21 +86,21 @@ func (g generator) metaRecordings(s slo.SLO) []Rule {
 	info["sloth_spec"] = "prometheus/v1"
 	info["sloth_objective"] = strconv.FormatFloat(s.Objective, 'f', -1, 64)
 	return []Rule{
-		rec(recordObjective, "vector("+s.ObjectiveExpr()+")"),
-		rec(recordErrorBudget, "vector"+s.ErrorBudgetExpr()),
-		rec(recordTimePeriodDays, "vector("+slo.FormatRat(days)+")"),
-		rec(recordCurrentBurnRate, lines(
-			sloSelector(SLIErrorRecord(slo.CurrentBurnWindow), s),
+		rec(slo.RecordObjective, "vector("+s.ObjectiveExpr()+")"),
+		rec(slo.RecordErrorBudget, "vector"+s.ErrorBudgetExpr()),
+		rec(slo.RecordTimePeriodDays, "vector("+slo.FormatRat(days)+")"),
+		rec(slo.RecordCurrentBurnRate, lines(
+			sloSelector(slo.RecordSLIError(slo.CurrentBurnWindow), s),
 			on,
-			sloSelector(recordErrorBudget, s),
+			sloSelector(slo.RecordErrorBudget, s),
 		)),
-		rec(recordPeriodBurnRate, lines(
-			sloSelector(SLIErrorRecord(s.Window), s),
+		rec(slo.RecordPeriodBurnRate, lines(
+			sloSelector(slo.RecordSLIError(s.Window), s),
 			on,
-			sloSelector(recordErrorBudget, s),
+			sloSelector(slo.RecordErrorBudget, s),
 		)),
-		rec(recordPeriodBudgetRemain, "1 - "+sloSelector(recordPeriodBurnRate, s)),
-		{Record: recordSlothInfo, Expr: "vector(1)", Labels: g.labels(info)},
+		rec(slo.RecordPeriodErrorBudgetRemaining, "1 - "+sloSelector(slo.RecordPeriodBurnRate, s)),
+		{Record: slo.RecordSLOInfo, Expr: "vector(1)", Labels: g.labels(info)},
 	}
 }
 
@@ -128,9 +110,9 @@ func (g generator) metaRecordings(s slo.SLO) []Rule {
 func BurnAlertExpr(s slo.SLO, a slo.BurnAlert) string {
 	thr := a.ThresholdExpr(s)
 	return lines(
-		sloSelector(SLIErrorRecord(a.Long), s)+" > "+thr,
+		sloSelector(slo.RecordSLIError(a.Long), s)+" > "+thr,
 		"and ignoring ("+labelSlothWindow+")",
-		sloSelector(SLIErrorRecord(a.Short), s)+" > "+thr,
+		sloSelector(slo.RecordSLIError(a.Short), s)+" > "+thr,
 	)
 }
 

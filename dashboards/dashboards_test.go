@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/slo"
@@ -314,10 +315,10 @@ func TestCDCSectionsAreCollapsedOnlyWithoutCDCPipelines(t *testing.T) {
 func TestBurnRateTableFollowsTheConfiguredWindows(t *testing.T) {
 	tests := []struct {
 		name, config string
-		want         []string
+		want         []time.Duration
 	}{
-		{"The SRE Workbook's windows are the default.", exampleConfig, []string{"5m", "30m", "1h", "2h", "6h", "1d", "3d"}},
-		{"Configured burn windows replace them.", "testdata/cdc.yml", []string{"5m", "1h", "2h", "1d"}},
+		{"The SRE Workbook's windows are the default.", exampleConfig, []time.Duration{5 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 6 * time.Hour, 24 * time.Hour, 72 * time.Hour}},
+		{"Configured burn windows replace them.", "testdata/cdc.yml", []time.Duration{5 * time.Minute, time.Hour, 2 * time.Hour, 24 * time.Hour}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -328,13 +329,16 @@ func TestBurnRateTableFollowsTheConfiguredWindows(t *testing.T) {
 					continue
 				}
 				for _, q := range p["targets"].([]any) {
-					expr := q.(map[string]any)["expr"].(string)
-					name := strings.TrimPrefix(expr[strings.Index(expr, recSLIErrorPrefix):], recSLIErrorPrefix)
-					got = append(got, name[:strings.Index(name, "{")])
+					got = append(got, q.(map[string]any)["expr"].(string))
 				}
 			}
-			if strings.Join(got, " ") != strings.Join(tt.want, " ") {
-				t.Errorf("windows %v, want %v", got, tt.want)
+			if len(got) != len(tt.want) {
+				t.Fatalf("%d columns, want one per window %v:\n%s", len(got), tt.want, strings.Join(got, "\n"))
+			}
+			for i, w := range tt.want {
+				if !strings.Contains(got[i], slo.RecordSLIError(w)+"{") {
+					t.Errorf("column %d reads %s, want the %s window", i, got[i], slo.PromDuration(w))
+				}
 			}
 		})
 	}

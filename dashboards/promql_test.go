@@ -219,9 +219,9 @@ func TestQueriesReadOnlyExportedOrRecordedMetrics(t *testing.T) {
 // alertname=~"Outbox.*" sees every alert it writes.
 func TestRecordingRulesAndAlertsMatchTheRulesGenerator(t *testing.T) {
 	records, alerts := recordedNames(t)
-	used := []string{recObjective, recErrorBudget, recCurrentBurnRate, recPeriodBurnRate, recPeriodErrorBudgetRemaining, recSLOInfo}
+	used := []string{slo.RecordObjective, slo.RecordErrorBudget, slo.RecordCurrentBurnRate, slo.RecordPeriodBurnRate, slo.RecordPeriodErrorBudgetRemaining, slo.RecordSLOInfo}
 	for _, w := range rateWindows(loadModel(t, exampleConfig)) {
-		used = append(used, recSLIErrorPrefix+slo.PromDuration(w))
+		used = append(used, slo.RecordSLIError(w))
 	}
 	for _, name := range used {
 		if !records[name] {
@@ -244,7 +244,7 @@ func TestCheckQuery(t *testing.T) {
 	known := map[string]bool{
 		slo.MetricSegmentLatency + "_bucket": true,
 		slo.MetricSegmentBudget:              true,
-		recErrorBudget:                       true,
+		slo.RecordErrorBudget:                true,
 	}
 	variables := map[string]bool{varPipeline: true, varSegment: true}
 	tests := []struct {

@@ -3,27 +3,12 @@ package dashboards
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-// Series recorded by the rules of package alerts, named as Sloth names
-// them so Sloth's own dashboards and tools read them too. Each carries
-// sloth_id, sloth_service and sloth_slo, and our pipeline and segment
-// labels; the dashboards select and group by ours, like every other query.
 const (
-	// recSLIErrorPrefix + a window ("5m", "1h") is the ratio of bad SLI
-	// events over that window.
-	recSLIErrorPrefix = "slo:sli_error:ratio_rate"
-	recObjective      = "slo:objective:ratio"
-	recErrorBudget    = "slo:error_budget:ratio"
-	// recCurrentBurnRate is the burn rate over slo.CurrentBurnWindow.
-	recCurrentBurnRate = "slo:current_burn_rate:ratio"
-	// recPeriodBurnRate is the burn rate over the whole SLO window.
-	recPeriodBurnRate             = "slo:period_burn_rate:ratio"
-	recPeriodErrorBudgetRemaining = "slo:period_error_budget_remaining:ratio"
-	recSLOInfo                    = "sloth_slo_info"
-
 	// alertsMetric is Prometheus' own series of pending and firing alerts.
 	alertsMetric = "ALERTS"
 	// alertNames matches every alert package alerts writes: OutboxCanary*
@@ -71,9 +56,9 @@ func quantile(q string, selector string) string {
 
 // burnRate is the burn rate over one recorded window, per segment: the
 // error ratio over the window divided by the error budget.
-func burnRate(window string) string {
-	return sumBy(sel(recSLIErrorPrefix+window), slo.LabelSegment) +
-		" / " + sumBy(sel(recErrorBudget), slo.LabelSegment)
+func burnRate(window time.Duration) string {
+	return sumBy(sel(slo.RecordSLIError(window)), slo.LabelSegment) +
+		" / " + sumBy(sel(slo.RecordErrorBudget), slo.LabelSegment)
 }
 
 // alertSelector selects outbox-canary's alerts of the pipeline.

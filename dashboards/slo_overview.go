@@ -29,7 +29,7 @@ func sloOverview(m *slo.Model) (dashboard.Dashboard, error) {
 		{timeSeries("Current burn rate",
 			"Burn rate over the last "+slo.PromDuration(slo.CurrentBurnWindow)+": 1 spends exactly the error budget over the SLO window; above 1 the budget runs out early.",
 			"short",
-			query(sumBy(sel(recCurrentBurnRate), slo.LabelSegment), "{{segment}}")).
+			query(sumBy(sel(slo.RecordCurrentBurnRate), slo.LabelSegment), "{{segment}}")).
 			Thresholds(burnThresholds(m)).
 			ThresholdsStyle(common.NewGraphThresholdsStyleConfigBuilder().Mode(common.GraphThresholdsStyleModeDashed)).
 			Min(0), 14, 8},
@@ -40,17 +40,17 @@ func sloOverview(m *slo.Model) (dashboard.Dashboard, error) {
 			{statPanel("Objective",
 				"Share of canaries that must cross the segment within its budget, over the SLO window.",
 				"percentunit",
-				instant(sumBy(sel(recObjective), slo.LabelSegment), "{{segment}}")).
+				instant(sumBy(sel(slo.RecordObjective), slo.LabelSegment), "{{segment}}")).
 				Decimals(3), 6, 6},
 			{statPanel("SLI over the SLO window",
 				"Share of canaries that crossed the segment within its budget over the whole SLO window: 1 - period burn rate x error budget.",
 				"percentunit",
-				instant("1 - ("+sumBy(sel(recPeriodBurnRate), slo.LabelSegment)+" * "+sumBy(sel(recErrorBudget), slo.LabelSegment)+")", "{{segment}}")).
+				instant("1 - ("+sumBy(sel(slo.RecordPeriodBurnRate), slo.LabelSegment)+" * "+sumBy(sel(slo.RecordErrorBudget), slo.LabelSegment)+")", "{{segment}}")).
 				Decimals(3), 6, 6},
 			{gaugePanel("Error budget remaining",
 				"Share of the SLO window's error budget not yet spent. Negative: the objective is already missed for this window.",
 				"percentunit",
-				instant(sumBy(sel(recPeriodErrorBudgetRemaining), slo.LabelSegment), "{{segment}}")).
+				instant(sumBy(sel(slo.RecordPeriodErrorBudgetRemaining), slo.LabelSegment), "{{segment}}")).
 				Min(0).Max(1).Decimals(1).
 				Thresholds(thresholds(step{nil, "red"}, step{at(0.25), "orange"}, step{at(0.5), "green"})), 8, 6},
 			{statPanel("Alerts firing",
@@ -65,11 +65,11 @@ func sloOverview(m *slo.Model) (dashboard.Dashboard, error) {
 			{timeSeries("Error budget remaining",
 				"How the SLO window's error budget was spent over time.",
 				"percentunit",
-				query(sumBy(sel(recPeriodErrorBudgetRemaining), slo.LabelSegment), "{{segment}}")), 12, 8},
+				query(sumBy(sel(slo.RecordPeriodErrorBudgetRemaining), slo.LabelSegment), "{{segment}}")), 12, 8},
 			{timeSeries("Period burn rate",
 				"Burn rate over the whole SLO window: above 1 the objective is missed for the window.",
 				"short",
-				query(sumBy(sel(recPeriodBurnRate), slo.LabelSegment), "{{segment}}")).
+				query(sumBy(sel(slo.RecordPeriodBurnRate), slo.LabelSegment), "{{segment}}")).
 				Thresholds(thresholds(step{nil, "green"}, step{at(1), "red"})).
 				ThresholdsStyle(common.NewGraphThresholdsStyleConfigBuilder().Mode(common.GraphThresholdsStyleModeDashed)).
 				Min(0), 12, 8},
@@ -88,7 +88,7 @@ func sloOverview(m *slo.Model) (dashboard.Dashboard, error) {
 				Decimals(0), 10, 8},
 			{tablePanel("SLOs",
 				"The SLOs the rules were generated for (sloth_slo_info).",
-				instantTable(sel(recSLOInfo))).
+				instantTable(sel(slo.RecordSLOInfo))).
 				WithTransformation(organize([]string{"Time", "Value", "__name__"}, nil)), 24, 6},
 		}},
 	}
@@ -102,7 +102,7 @@ func burnRateTable(m *slo.Model, windows []time.Duration) *table.PanelBuilder {
 	qs := make([]*prometheus.DataqueryBuilder, len(windows))
 	rename := map[string]string{}
 	for i, w := range windows {
-		qs[i] = instantTable(burnRate(slo.PromDuration(w)))
+		qs[i] = instantTable(burnRate(w))
 		rename["Value #"+string(rune('A'+i))] = slo.PromDuration(w)
 	}
 	return tablePanel("Burn rate per window",

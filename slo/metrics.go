@@ -4,6 +4,8 @@
 // between what is measured and what is alerted on lives in one place.
 package slo
 
+import "time"
+
 // Metric names exported by the prober. Labels: pipeline always; segment on
 // per-segment series; outcome on SLI events.
 const (
@@ -64,3 +66,25 @@ const (
 	OutcomeGood = "good"
 	OutcomeBad  = "bad"
 )
+
+// Series recorded by the generated rules (package alerts) and read by the
+// dashboards. They are named as Sloth names them, so Sloth's own
+// dashboards and tools read them too. Each carries sloth_id, sloth_service
+// and sloth_slo, and the pipeline, segment and owner labels.
+const (
+	RecordObjective      = "slo:objective:ratio"
+	RecordErrorBudget    = "slo:error_budget:ratio"
+	RecordTimePeriodDays = "slo:time_period:days"
+	// RecordCurrentBurnRate is the burn rate over CurrentBurnWindow.
+	RecordCurrentBurnRate = "slo:current_burn_rate:ratio"
+	// RecordPeriodBurnRate is the burn rate over the whole SLO window.
+	RecordPeriodBurnRate             = "slo:period_burn_rate:ratio"
+	RecordPeriodErrorBudgetRemaining = "slo:period_error_budget_remaining:ratio"
+	RecordSLOInfo                    = "sloth_slo_info"
+)
+
+// RecordSLIError is the name of the recorded error ratio (bad SLI events
+// over all of them) over a window, e.g. slo:sli_error:ratio_rate5m.
+func RecordSLIError(w time.Duration) string {
+	return "slo:sli_error:ratio_rate" + PromDuration(w)
+}

@@ -15,12 +15,8 @@ type Warning struct {
 	Pipeline string
 	// Segments lists the SLOs concerned, in pipeline order.
 	Segments []string
-	Severity string
 	// Window is the alert window that is too coarse.
-	Window time.Duration
-	// Long tells whether Window is the long window of its alert: then a
-	// single bad canary fires the alert, not just keeps it firing.
-	Long    bool
+	Window  time.Duration
 	Message string
 }
 
@@ -60,9 +56,7 @@ func Warnings(m *Model) []Warning {
 					out = append(out, Warning{
 						Pipeline: p.Name,
 						Segments: []string{s.Segment},
-						Severity: a.Severity,
 						Window:   w,
-						Long:     w == a.Long,
 						Message:  msg,
 					})
 				}

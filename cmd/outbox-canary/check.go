@@ -43,26 +43,22 @@ func checkCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if helped, err := parseFlags(fs, args); helped || err != nil {
 		return err
 	}
-	if *configPath == "" {
-		fs.Usage()
-		return fmt.Errorf("check: --config is required: %w", errUsage)
-	}
 	if *timeout <= 0 {
-		return fmt.Errorf("check: --timeout %s: must be positive", *timeout)
+		return usageError(fs, "check: --timeout %s: must be positive", *timeout)
 	}
 	logger, err := newLogger(stderr, *logLevel, "logfmt")
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
 	}
-	cfg, err := config.LoadFile(*configPath)
+	cfg, err := loadConfig(fs, *configPath)
 	if err != nil {
+		return err
+	}
+	if _, err := selectPipelines(cfg, *pipeline, *configPath, stderr); err != nil {
 		return fmt.Errorf("check: %w", err)
 	}
-	var only []string
+	var only []string // all
 	if *pipeline != "" {
-		if _, ok := cfg.Pipeline(*pipeline); !ok {
-			return fmt.Errorf("check: --pipeline %q: not in %s", *pipeline, *configPath)
-		}
 		only = []string{*pipeline}
 	}
 	var suffix [4]byte

@@ -41,11 +41,41 @@ func TestHelpExplainsEachCommandWithAnExample(t *testing.T) {
 }
 
 func TestCommandsWithoutConfigAreUsageErrors(t *testing.T) {
-	for _, cmd := range []string{"run", "validate", "check"} {
-		t.Run(fmt.Sprintf("%s without --config is a usage error.", cmd), func(t *testing.T) {
-			err := Run(context.Background(), []string{cmd}, io.Discard, io.Discard)
+	for _, cmd := range []string{"run", "validate", "check", "diagnose", "lint", "rules", "dashboards"} {
+		t.Run(fmt.Sprintf("%s without --config is a usage error that says so.", cmd), func(t *testing.T) {
+			var stderr bytes.Buffer
+			err := Run(context.Background(), []string{cmd}, io.Discard, &stderr)
 			if !errors.Is(err, errUsage) {
 				t.Fatalf("err = %v, want a usage error", err)
+			}
+			if want := cmd + ": --config is required"; !strings.Contains(stderr.String(), want) {
+				t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+			}
+		})
+	}
+}
+
+// check's help promises exit status 2 on a usage error; these need no
+// server, as they are refused before any connection.
+func TestCheckFlagErrorsAreUsageErrors(t *testing.T) {
+	const example = "../../examples/outbox-canary.yml"
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"A pipeline not in the file is a usage error.", []string{"--config", example, "--pipeline", "nosuch"}, `--pipeline "nosuch": not in`},
+		{"A timeout that is not positive is a usage error.", []string{"--config", example, "--timeout", "0s"}, "check: --timeout 0s: must be positive"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			err := Run(context.Background(), append([]string{"check"}, tc.args...), io.Discard, &stderr)
+			if !errors.Is(err, errUsage) {
+				t.Fatalf("err = %v, want a usage error", err)
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr lacks %q:\n%s", tc.want, stderr.String())
 			}
 		})
 	}

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
 	"github.com/outbox-canary/outbox-canary/dashboards"
-	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -37,18 +35,13 @@ func dashboardsCommand(_ context.Context, args []string, stdout, stderr io.Write
 	if helped || err != nil {
 		return err
 	}
-	switch {
-	case *configPath == "":
-		fs.Usage()
-		return errors.New("dashboards: --config is required")
-	case *out == "":
-		fs.Usage()
-		return errors.New("dashboards: --out is required")
-	}
-
-	cfg, err := config.LoadFile(*configPath)
+	cfg, err := loadConfig(fs, *configPath)
 	if err != nil {
-		return fmt.Errorf("dashboards: %w", err)
+		return err
+	}
+	if *out == "" {
+		fs.Usage()
+		return usageError(fs, "dashboards: --out is required")
 	}
 	model, err := slo.FromConfig(cfg)
 	if err != nil {

@@ -47,17 +47,12 @@ func diagnoseCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	if helped, err := parseFlags(fs, args); helped || err != nil {
 		return err
 	}
-	if *configPath == "" {
-		fs.Usage()
-		return fmt.Errorf("diagnose: --config is required: %w", errUsage)
-	}
 	if *timeout <= 0 {
-		fmt.Fprintf(stderr, "diagnose: --timeout %s: must be positive\n", *timeout)
-		return fmt.Errorf("diagnose: --timeout: %w", errUsage)
+		return usageError(fs, "diagnose: --timeout %s: must be positive", *timeout)
 	}
-	cfg, err := config.LoadFile(*configPath)
+	cfg, err := loadConfig(fs, *configPath)
 	if err != nil {
-		return fmt.Errorf("diagnose: %w", err)
+		return err
 	}
 	pipes, err := selectPipelines(cfg, *pipeline, *configPath, stderr)
 	if err != nil {

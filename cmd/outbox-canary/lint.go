@@ -48,17 +48,12 @@ func lintCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if helped, err := parseFlags(fs, args); helped || err != nil {
 		return err
 	}
-	if *configPath == "" {
-		fs.Usage()
-		return fmt.Errorf("lint: --config is required: %w", errUsage)
-	}
 	if *timeout <= 0 {
-		fmt.Fprintf(stderr, "lint: --timeout %s: must be positive\n", *timeout)
-		return fmt.Errorf("lint: --timeout: %w", errUsage)
+		return usageError(fs, "lint: --timeout %s: must be positive", *timeout)
 	}
-	cfg, err := config.LoadFile(*configPath)
+	cfg, err := loadConfig(fs, *configPath)
 	if err != nil {
-		return fmt.Errorf("lint: %w", err)
+		return err
 	}
 	pipes, err := selectPipelines(cfg, *pipeline, *configPath, stderr)
 	if err != nil {

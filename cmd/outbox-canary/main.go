@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
 )
 
 // command is one subcommand: its one-line summary and its entry point.
@@ -108,6 +110,28 @@ func parseFlags(fs *flag.FlagSet, args []string) (helped bool, err error) {
 		return false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	return false, nil
+}
+
+// loadConfig loads the --config file that every command but version
+// requires. Without one it prints the usage and returns a usage error.
+func loadConfig(fs *flag.FlagSet, path string) (*config.Config, error) {
+	if path == "" {
+		fs.Usage()
+		return nil, usageError(fs, "%s: --config is required", fs.Name())
+	}
+	cfg, err := config.LoadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fs.Name(), err)
+	}
+	return cfg, nil
+}
+
+// usageError explains a bad flag value on the flag set's output, since
+// main prints nothing for usage errors, and returns it as one (exit 2).
+func usageError(fs *flag.FlagSet, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintln(fs.Output(), msg)
+	return fmt.Errorf("%s: %w", msg, errUsage)
 }
 
 func main() {

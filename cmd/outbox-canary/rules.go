@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/outbox-canary/outbox-canary/alerts"
-	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -33,13 +32,9 @@ func rulesCommand(_ context.Context, args []string, stdout, stderr io.Writer) er
 	if helped, err := parseFlags(fs, args); helped || err != nil {
 		return err
 	}
-	if *configPath == "" {
-		fs.Usage()
-		return fmt.Errorf("rules: --config is required")
-	}
-	cfg, err := config.LoadFile(*configPath)
+	cfg, err := loadConfig(fs, *configPath)
 	if err != nil {
-		return fmt.Errorf("rules: %w", err)
+		return err
 	}
 	model, err := slo.FromConfig(cfg)
 	if err != nil {

@@ -50,17 +50,13 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if helped, err := parseFlags(fs, args); helped || err != nil {
 		return err
 	}
-	if *configPath == "" {
-		fs.Usage()
-		return fmt.Errorf("run: --config is required: %w", errUsage)
-	}
 	logger, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	cfg, err := config.LoadFile(*configPath)
+	cfg, err := loadConfig(fs, *configPath)
 	if err != nil {
-		return fmt.Errorf("run: %w", err)
+		return err
 	}
 	if *webConfig != "" {
 		// Fail at start, not at the first scrape, on a bad TLS or auth file.

@@ -35,13 +35,9 @@ func validateCommand(_ context.Context, args []string, stdout, stderr io.Writer)
 	if helped, err := parseFlags(fs, args); helped || err != nil {
 		return err
 	}
-	if *configPath == "" {
-		fs.Usage()
-		return fmt.Errorf("validate: --config is required: %w", errUsage)
-	}
-	cfg, err := config.LoadFile(*configPath)
+	cfg, err := loadConfig(fs, *configPath)
 	if err != nil {
-		return fmt.Errorf("validate: %w", err)
+		return err
 	}
 	if err := resolveSecrets(cfg); err != nil {
 		return fmt.Errorf("validate: config %s: %w", *configPath, err)
