@@ -104,8 +104,8 @@ func TestQuietVersusStalledThroughPrometheusAndAlertmanager(t *testing.T) {
 	rulesPath := filepath.Join(dir, "outbox-canary.rules.yml")
 	wantStallLabels := writeRules(t, cfg, rulesPath)
 	hook := newWebhook(t)
-	am := startAlertmanager(t, hook.srv.URL)
-	prom := startPrometheus(t, rulesPath, proberAddr, am.addr)
+	am := startAlertmanager(t, s.AlertmanagerPath, hook.srv.URL)
+	prom := startPrometheus(t, s.PrometheusPath, rulesPath, proberAddr, am.addr)
 	am.waitReady(t)
 	prom.waitReady(t)
 	moment("Prometheus (%s) and Alertmanager (%s) ready", prom.addr, am.addr)
@@ -448,9 +448,8 @@ func writeRules(t *testing.T, cfg *config.Config, path string) map[string]string
 // startAlertmanager starts Alertmanager with one route to the webhook:
 // every alert is its own group (group_by: ['...']), notified after 1s and
 // re-notified only after hours, so each notification is a state change.
-func startAlertmanager(t *testing.T, webhookURL string) *server {
+func startAlertmanager(t *testing.T, bin, webhookURL string) *server {
 	t.Helper()
-	s := stacktest.Load(t)
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "alertmanager.yml")
 	cfg := fmt.Sprintf(`route:
@@ -469,7 +468,7 @@ receivers:
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	return startServer(t, "alertmanager", s.AlertmanagerPath, addr,
+	return startServer(t, "alertmanager", bin, addr,
 		"--config.file="+cfgPath,
 		"--storage.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr,
@@ -480,9 +479,8 @@ receivers:
 // startPrometheus starts Prometheus scraping the prober every second under
 // proberJob, evaluating the rule file every second and sending alerts to
 // Alertmanager.
-func startPrometheus(t *testing.T, rulesPath, proberAddr, amAddr string) *server {
+func startPrometheus(t *testing.T, bin, rulesPath, proberAddr, amAddr string) *server {
 	t.Helper()
-	s := stacktest.Load(t)
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	cfg := fmt.Sprintf(`global:
@@ -504,7 +502,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	return startServer(t, "prometheus", s.PrometheusPath, addr,
+	return startServer(t, "prometheus", bin, addr,
 		"--config.file="+cfgPath,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr,

@@ -47,9 +47,8 @@ func main() {
 
 type options struct {
 	dsn             string
-	brokers         string
+	brokers         []string
 	schema          string
-	columns         relay.Columns
 	cfg             relay.Config
 	listenAddress   string
 	logLevel        string
@@ -62,16 +61,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs := flag.NewFlagSet("outbox-relay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.dsn, "dsn", "", "PostgreSQL connection string of the database that holds the outbox table (default $"+dsnEnv+"; prefer the variable, so the password stays out of ps)")
-	fs.StringVar(&o.brokers, "brokers", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers, host:port")
+	brokers := fs.String("brokers", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers, host:port")
 	fs.StringVar(&o.schema, "schema", "a", "column preset: a = seed schema A (route by aggregate_type), b = seed schema B (route by event_type, sent as header event-type too); --table and --column.* override single names")
-	fs.StringVar(&o.columns.Table, "table", "", "outbox table, optionally schema-qualified as schema.table (default outbox)")
-	fs.StringVar(&o.columns.ID, "column.id", "", "monotonic integer id column: claim order and header \"id\" (default id)")
-	fs.StringVar(&o.columns.Route, "column.route", "", "column whose value fills {{.Route}} in --topic-template (default aggregate_type, or event_type with --schema=b)")
-	fs.StringVar(&o.columns.Key, "column.key", "", "column sent as the Kafka message key (default aggregate_id)")
-	fs.StringVar(&o.columns.Payload, "column.payload", "", "column sent as the Kafka message value (default payload)")
-	fs.StringVar(&o.columns.CreatedAt, "column.created-at", "", "database-stamped creation time, sent as header outbox-created-at (default created_at)")
-	fs.StringVar(&o.columns.PublishedAt, "column.published-at", "", "column set to clock_timestamp() once the broker acknowledged the row; NULL means unpublished (default published_at)")
-	fs.StringVar(&o.columns.EventType, "column.event-type", "", "optional column sent as header event-type and available as {{.EventType}} (default none, or event_type with --schema=b)")
+	fs.StringVar(&o.cfg.Columns.Table, "table", "", "outbox table, optionally schema-qualified as schema.table (default outbox)")
+	fs.StringVar(&o.cfg.Columns.ID, "column.id", "", "monotonic integer id column: claim order and header \"id\" (default id)")
+	fs.StringVar(&o.cfg.Columns.Route, "column.route", "", "column whose value fills {{.Route}} in --topic-template (default aggregate_type, or event_type with --schema=b)")
+	fs.StringVar(&o.cfg.Columns.Key, "column.key", "", "column sent as the Kafka message key (default aggregate_id)")
+	fs.StringVar(&o.cfg.Columns.Payload, "column.payload", "", "column sent as the Kafka message value (default payload)")
+	fs.StringVar(&o.cfg.Columns.CreatedAt, "column.created-at", "", "database-stamped creation time, sent as header outbox-created-at (default created_at)")
+	fs.StringVar(&o.cfg.Columns.PublishedAt, "column.published-at", "", "column set to clock_timestamp() once the broker acknowledged the row; NULL means unpublished (default published_at)")
+	fs.StringVar(&o.cfg.Columns.EventType, "column.event-type", "", "optional column sent as header event-type and available as {{.EventType}} (default none, or event_type with --schema=b)")
 	fs.StringVar(&o.cfg.TopicTemplate, "topic-template", relay.DefaultTopicTemplate, "Go text/template naming each row's topic from {{.Route}} and {{.EventType}}, as Debezium's outbox event router does")
 	fs.DurationVar(&o.cfg.PollInterval, "poll-interval", relay.DefaultPollInterval, "pause between polls; a full batch is followed by the next poll at once")
 	fs.IntVar(&o.cfg.BatchSize, "batch-size", relay.DefaultBatchSize, "most rows claimed and sent per poll")
@@ -144,20 +143,13 @@ Examples:
 	default:
 		return o, fmt.Errorf("--schema %q: want a or b", o.schema)
 	}
-	for _, f := range []struct{ v, def *string }{
-		{&o.columns.Table, &preset.Table}, {&o.columns.ID, &preset.ID}, {&o.columns.Route, &preset.Route},
-		{&o.columns.Key, &preset.Key}, {&o.columns.Payload, &preset.Payload}, {&o.columns.CreatedAt, &preset.CreatedAt},
-		{&o.columns.PublishedAt, &preset.PublishedAt}, {&o.columns.EventType, &preset.EventType},
-	} {
-		if *f.v == "" {
-			*f.v = *f.def
+	o.cfg.Columns = o.cfg.Columns.Fill(preset)
+	for _, b := range strings.Split(*brokers, ",") {
+		b = strings.TrimSpace(b)
+		if b == "" {
+			return o, fmt.Errorf("--brokers %q: empty broker address", *brokers)
 		}
-	}
-	o.cfg.Columns = o.columns
-	for _, b := range strings.Split(o.brokers, ",") {
-		if strings.TrimSpace(b) == "" {
-			return o, fmt.Errorf("--brokers %q: empty broker address", o.brokers)
-		}
+		o.brokers = append(o.brokers, b)
 	}
 	if o.cfg.PollInterval <= 0 {
 		return o, fmt.Errorf("--poll-interval %s: must be positive", o.cfg.PollInterval)
@@ -199,7 +191,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer pool.Close()
 
-	writer := relay.NewKafkaWriter(strings.Split(o.brokers, ","))
+	writer := relay.NewKafkaWriter(o.brokers)
 	defer func() {
 		if err := writer.Close(); err != nil {
 			logger.Warn("closing Kafka writer", "err", err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,16 @@ func TestParseFlags(t *testing.T) {
 				want.Table, want.Key = "sales.outbox", "order_id"
 				if o.cfg.Columns != want || o.cfg.TopicTemplate != "sales.events" || !o.cfg.DeletePublished {
 					t.Errorf("config = %+v, want columns %+v", o.cfg, want)
+				}
+			},
+		},
+		{
+			name:   "Spaces around the brokers of the list are not part of their addresses.",
+			args:   []string{"--brokers=a:9092, b:9092 "},
+			getenv: withDSN,
+			check: func(t *testing.T, o options) {
+				if want := []string{"a:9092", "b:9092"}; !slices.Equal(o.brokers, want) {
+					t.Errorf("brokers = %q, want %q", o.brokers, want)
 				}
 			},
 		},

@@ -52,8 +52,8 @@ die() {
 
 # ---------------------------------------------------------------- helpers
 
-# running, pid_alive, stop_pid, port_busy, port_bound, free_port, tail_logs
-# and take_lock, shared with stack.sh.
+# running, pid_alive, stop_pid, port_busy, port_bound, free_port,
+# start_java, await_ready, tail_logs and take_lock, shared with stack.sh.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$HERE/lib.sh"
 
@@ -69,6 +69,11 @@ load_stack() {
 	BROKERS=$(env_get OUTBOX_CANARY_KAFKA_BROKERS)
 	JAVA=$(env_get OUTBOX_CANARY_JAVA)
 	[[ -n $BROKERS && -n $JAVA ]] || die "$ENV_FILE lacks OUTBOX_CANARY_KAFKA_BROKERS or OUTBOX_CANARY_JAVA"
+	load_state
+}
+
+# load_state: CONNECT_PORT, if a worker was set up before.
+load_state() {
 	if [[ -f $STATE_FILE ]]; then
 		# shellcheck disable=SC1090
 		source "$STATE_FILE"
@@ -120,40 +125,24 @@ connect_start() {
 			-e "s|@PLUGIN_PATH@|$PLUGIN_PATH|g" "$HERE/connect/worker.properties.in" >"$CONNECT_HOME/worker.properties"
 		sed -e "s|@LOG_FILE@|$LOGS/connect.log|g" "$HERE/connect/log4j2.xml.in" >"$CONNECT_HOME/log4j2.xml"
 		log "starting Kafka Connect standalone on $(url) (Kafka $BROKERS) with $("$JAVA" -version 2>&1 | head -n1) ..."
-		# setsid: the worker outlives this shell and ignores signals sent to
-		# its process group. 8>&- 9>&-: it must not inherit our lock nor
-		# stack.sh's, or it would hold them for as long as it runs.
-		# shellcheck disable=SC2086 # CONNECT_HEAP holds several JVM flags
-		setsid "$JAVA" $CONNECT_HEAP -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
-			-XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
-			-Dlog4j2.configurationFile="$CONNECT_HOME/log4j2.xml" \
-			-cp "$CONNECT_LIBS/*" org.apache.kafka.connect.cli.ConnectStandalone "$CONNECT_HOME/worker.properties" \
-			</dev/null >>"$LOGS/connect.stdout.log" 2>&1 8>&- 9>&- &
-		echo $! >"$PIDS/connect.pid"
+		start_java connect "$CONNECT_HEAP" "$CONNECT_HOME/log4j2.xml" "$CONNECT_LIBS/*" \
+			org.apache.kafka.connect.cli.ConnectStandalone "$CONNECT_HOME/worker.properties"
 	fi
-	# Ready when the REST API answers GET /: the worker registers its REST
-	# resources only after its herder has started, so a PUT of a connector
-	# works from then on. Wait even when it was already running: it may
-	# still be starting.
-	local start=$SECONDS
-	while ((SECONDS - start < CONNECT_WAIT)); do
-		if ! running "$(<"$PIDS/connect.pid")"; then
-			tail_logs "$LOGS/connect.log" "$LOGS/connect.stdout.log"
-			die "exited during start-up"
-		fi
-		if rest / >/dev/null; then
-			# Fail here, not in every test, when the plugin is not loaded.
-			if ! rest /connector-plugins | grep -q "$DEBEZIUM_CONNECTOR"; then
-				tail_logs "$LOGS/connect.log"
-				die "the worker runs but does not list $DEBEZIUM_CONNECTOR (plugin.path $PLUGIN_PATH)"
-			fi
-			log "ready after $((SECONDS - start))s: $(rest /)"
-			return
-		fi
-		sleep 0.5
-	done
-	tail_logs "$LOGS/connect.log" "$LOGS/connect.stdout.log"
-	die "not ready after ${CONNECT_WAIT}s"
+	# Wait even when it was already running: it may still be starting.
+	await_ready connect "$CONNECT_WAIT" 0.5 "" connect_ready "$LOGS/connect.log" "$LOGS/connect.stdout.log"
+	log "REST API: $(rest /)"
+}
+
+# connect_ready: the REST API answers GET /. The worker registers its REST
+# resources only after its herder has started, so a PUT of a connector works
+# from then on. Dies, here rather than in every test, when the worker runs
+# without the Debezium plugin.
+connect_ready() {
+	rest / >/dev/null || return 1
+	if ! rest /connector-plugins | grep -q "$DEBEZIUM_CONNECTOR"; then
+		tail_logs "$LOGS/connect.log"
+		die "the worker runs but does not list $DEBEZIUM_CONNECTOR (plugin.path $PLUGIN_PATH)"
+	fi
 }
 
 # connect_stop: SIGTERM (the worker stops its connectors and flushes their
@@ -213,7 +202,7 @@ cmd_up() {
 
 cmd_down() {
 	lock
-	[[ -f $STATE_FILE ]] && source "$STATE_FILE"
+	load_state
 	connect_stop
 	drop_env
 	# The offsets name LSNs of a database that stack.sh down deletes.
@@ -222,7 +211,7 @@ cmd_down() {
 }
 
 cmd_status() {
-	[[ -f $STATE_FILE ]] && source "$STATE_FILE"
+	load_state
 	if connect_alive && [[ -n ${CONNECT_PORT:-} ]] && rest / >/dev/null; then
 		echo "connect:  up   $(url) (pid $(<"$PIDS/connect.pid"))"
 		return 0

@@ -7,7 +7,6 @@
 # p50/p99 summary per segment. DEMO_SECONDS=300 stops by itself after 300 s.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$PWD
 
 log() { printf '[demo] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }

@@ -6,7 +6,8 @@
 #
 # The sourcing script provides log and die (so every line carries its own
 # prefix, [stack] or [connect]) and sets PIDS (the directory of the pid files)
-# and STOP_WAIT (seconds) before it sources this file.
+# and STOP_WAIT (seconds) before it sources this file; LOGS (the log
+# directory) and JAVA (the java binary) before it calls start_java.
 : "${PIDS:?set PIDS before sourcing lib.sh}" "${STOP_WAIT:?set STOP_WAIT before sourcing lib.sh}"
 
 # running PID: the process exists and is not a zombie (an orphaned server that
@@ -90,6 +91,48 @@ free_port() {
 		p=$((p + 1))
 	done
 	die "no free port in $1..$p"
+}
+
+# start_java NAME HEAP LOG4J CLASSPATH MAIN ARG [JVM_FLAG...]: start one of
+# the stack's JVM servers (Kafka, the Kafka Connect worker) in the background
+# and record its pid in $PIDS/NAME.pid; its stdout and stderr go to
+# $LOGS/NAME.stdout.log. setsid: the server outlives this shell and ignores
+# signals sent to its process group (Ctrl-C, a killed job). 8>&- 9>&-: it
+# must not inherit the lock of connect.sh (8) nor stack.sh's (9), or it would
+# hold them for as long as it runs.
+start_java() {
+	local name=$1 heap=$2 log4j=$3 cp=$4 main=$5 arg=$6
+	shift 6
+	# shellcheck disable=SC2086 # heap holds several JVM flags
+	setsid "$JAVA" $heap -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+		-XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
+		-Dlog4j2.configurationFile="$log4j" "$@" -cp "$cp" "$main" "$arg" \
+		</dev/null >>"$LOGS/$name.stdout.log" 2>&1 8>&- 9>&- &
+	echo $! >"$PIDS/$name.pid"
+}
+
+# await_ready NAME WAIT INTERVAL LABEL READY LOG...: wait up to WAIT seconds
+# for the command READY to succeed, polling every INTERVAL seconds, and die
+# with the last lines of each LOG when the process of $PIDS/NAME.pid exits
+# first or READY still fails at the end. The pid alone is checked, not its
+# command line: until setsid has exec'd, that is still the starting shell's.
+# Progress lines start with LABEL (may be empty).
+await_ready() {
+	local name=$1 wait=$2 interval=$3 label=$4 ready=$5 start=$SECONDS
+	shift 5
+	while ((SECONDS - start < wait)); do
+		if ! running "$(<"$PIDS/$name.pid")"; then
+			tail_logs "$@"
+			die "${label}exited during start-up"
+		fi
+		if "$ready"; then
+			log "${label}ready after $((SECONDS - start))s"
+			return
+		fi
+		sleep "$interval"
+	done
+	tail_logs "$@"
+	die "${label}not ready after ${wait}s"
 }
 
 # tail_logs FILE...: show why a server did not come up.

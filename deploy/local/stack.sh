@@ -56,8 +56,8 @@ die() {
 
 # ---------------------------------------------------------------- helpers
 
-# running, pid_alive, stop_pid, port_busy, port_taken, free_port, tail_logs
-# and take_lock, shared with connect.sh.
+# running, pid_alive, stop_pid, port_busy, port_taken, free_port,
+# start_java, await_ready, tail_logs and take_lock, shared with connect.sh.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$HERE/lib.sh"
 
@@ -99,6 +99,7 @@ ensure_packages() {
 	command -v mvn >/dev/null || want+=(maven)
 	command -v ss >/dev/null || want+=(iproute2)
 	command -v curl >/dev/null || want+=(curl)
+	command -v pgrep >/dev/null || want+=(procps) # debian_daemons
 	local missing=() p
 	for p in "${want[@]}"; do installed "$p" || missing+=("$p"); done
 	if ((${#missing[@]} == 0)); then
@@ -207,24 +208,11 @@ pg_start() {
 			"$PG_BIN/postgres" -D "$PG_DATA" </dev/null >>"$LOGS/postgres.log" 2>&1 9>&- &
 		echo $! >"$PIDS/postgres.pid"
 	fi
-	# Wait even when it was already running: it may still be starting. While
-	# it starts, check the pid alone: until setsid has exec'd, the command
-	# line is still this script's.
-	local start=$SECONDS
-	while ((SECONDS - start < PG_WAIT)); do
-		if ! running "$(<"$PIDS/postgres.pid")"; then
-			tail_logs "$LOGS/postgres.log"
-			die "postgres: exited during start-up"
-		fi
-		if "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -t 1; then
-			log "postgres: ready after $((SECONDS - start))s"
-			return
-		fi
-		sleep 0.2
-	done
-	tail_logs "$LOGS/postgres.log"
-	die "postgres: not ready after ${PG_WAIT}s"
+	# Wait even when it was already running: it may still be starting.
+	await_ready postgres "$PG_WAIT" 0.2 "postgres: " pg_ready "$LOGS/postgres.log"
 }
+
+pg_ready() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -t 1; }
 
 # pg_bootstrap creates the role and database of the DSNs unless they exist,
 # so an `up` that was interrupted after initdb completes them next time.
@@ -314,30 +302,14 @@ kafka_start() {
 		# Rendered at every start, so a changed template applies on restart.
 		sed -e "s|@LOG_FILE@|$LOGS/kafka.log|g" "$HERE/kafka/log4j2.xml.in" >"$KAFKA_HOME/log4j2.xml"
 		log "kafka: starting Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT (controller :$KAFKA_CONTROLLER_PORT) with $("$JAVA" -version 2>&1 | head -n1) ..."
-		# shellcheck disable=SC2086 # KAFKA_HEAP holds several JVM flags
-		setsid "$JAVA" $KAFKA_HEAP -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
-			-XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
-			-Dlog4j2.configurationFile="$KAFKA_HOME/log4j2.xml" -Dkafka.logs.dir="$LOGS" \
-			-cp "$KAFKA_LIBS/*" kafka.Kafka "$KAFKA_HOME/server.properties" \
-			</dev/null >>"$LOGS/kafka.stdout.log" 2>&1 9>&- &
-		echo $! >"$PIDS/kafka.pid"
+		start_java kafka "$KAFKA_HEAP" "$KAFKA_HOME/log4j2.xml" "$KAFKA_LIBS/*" \
+			kafka.Kafka "$KAFKA_HOME/server.properties" -Dkafka.logs.dir="$LOGS"
 	fi
-	local start=$SECONDS
-	while ((SECONDS - start < KAFKA_WAIT)); do
-		if ! running "$(<"$PIDS/kafka.pid")"; then
-			tail_logs "$LOGS/kafka.log" "$LOGS/kafka.stdout.log"
-			die "kafka: exited during start-up"
-		fi
-		# Ready when the broker is registered (unfenced): metadata lists it.
-		if kafka_metadata | grep -q "broker 1 at 127.0.0.1:$KAFKA_PORT"; then
-			log "kafka: ready after $((SECONDS - start))s"
-			return
-		fi
-		sleep 0.5
-	done
-	tail_logs "$LOGS/kafka.log" "$LOGS/kafka.stdout.log"
-	die "kafka: not ready after ${KAFKA_WAIT}s"
+	await_ready kafka "$KAFKA_WAIT" 0.5 "kafka: " kafka_ready "$LOGS/kafka.log" "$LOGS/kafka.stdout.log"
 }
+
+# kafka_ready: the broker is registered (unfenced): metadata lists it.
+kafka_ready() { kafka_metadata | grep -q "broker 1 at 127.0.0.1:$KAFKA_PORT"; }
 
 kafka_topics() {
 	local spec name parts config args

@@ -61,12 +61,18 @@ func SchemaBColumns() Columns {
 	return c
 }
 
-// withDefaults fills empty fields from SchemaAColumns.
-func (c Columns) withDefaults() Columns {
-	d := SchemaAColumns()
+// withDefaults fills empty fields from SchemaAColumns (whose EventType is
+// empty, so EventType stays unset unless given).
+func (c Columns) withDefaults() Columns { return c.Fill(SchemaAColumns()) }
+
+// Fill returns c with every empty field, EventType included, taken from
+// preset: a preset (SchemaAColumns, SchemaBColumns) with single names
+// overridden.
+func (c Columns) Fill(preset Columns) Columns {
 	for _, f := range []struct{ v, def *string }{
-		{&c.Table, &d.Table}, {&c.ID, &d.ID}, {&c.Route, &d.Route}, {&c.Key, &d.Key},
-		{&c.Payload, &d.Payload}, {&c.CreatedAt, &d.CreatedAt}, {&c.PublishedAt, &d.PublishedAt},
+		{&c.Table, &preset.Table}, {&c.ID, &preset.ID}, {&c.Route, &preset.Route}, {&c.Key, &preset.Key},
+		{&c.Payload, &preset.Payload}, {&c.CreatedAt, &preset.CreatedAt}, {&c.PublishedAt, &preset.PublishedAt},
+		{&c.EventType, &preset.EventType},
 	} {
 		if *f.v == "" {
 			*f.v = *f.def

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -375,7 +374,7 @@ func TestRelayPublishesInsertedRows(t *testing.T) {
 			if tt.wantEventType {
 				wantHeaders += ",event-type=" + tt.route
 			}
-			lines := kcat(t, s.KcatPath, s.KafkaBrokers, topic)
+			lines := strings.FieldsFunc(s.Kcat(t, topic, "%k|%h|%s\n"), func(r rune) bool { return r == '\n' })
 			if len(lines) != 1 {
 				t.Fatalf("kcat printed %d messages %q, want 1", len(lines), lines)
 			}
@@ -384,24 +383,6 @@ func TestRelayPublishesInsertedRows(t *testing.T) {
 			}
 		})
 	}
-}
-
-// kcat consumes topic from the beginning to its end and returns one
-// "key|headers|value" line per message.
-func kcat(t *testing.T, path string, brokers []string, topic string) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "-b", strings.Join(brokers, ","), "-t", topic,
-		"-C", "-e", "-q", "-o", "beginning", "-f", "%k|%h|%s\n").Output()
-	if err != nil {
-		msg := ""
-		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
-			msg = string(ee.Stderr)
-		}
-		t.Fatalf("kcat: %v %s", err, msg)
-	}
-	return strings.FieldsFunc(string(out), func(r rune) bool { return r == '\n' })
 }
 
 func TestRelayKeepsEachKeyOnOnePartitionInOrder(t *testing.T) {

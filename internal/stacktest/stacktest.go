@@ -355,6 +355,26 @@ func closeClient(c *kafka.Client) {
 	}
 }
 
+// Kcat reads topic from its beginning to its end with kcat, an independent
+// client, and returns kcat's output: one format (kcat -f, for example
+// "%k|%h|%s\n") per message, without the trailing newline. It fails the test
+// with kcat's stderr if kcat fails.
+func (s Stack) Kcat(t testing.TB, topic, format string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, s.KcatPath, "-C", "-b", strings.Join(s.KafkaBrokers, ","),
+		"-t", topic, "-e", "-q", "-o", "beginning", "-f", format).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("stacktest: kcat -t %s: %v\n%s", topic, err, ee.Stderr)
+		}
+		t.Fatalf("stacktest: kcat -t %s: %v", topic, err)
+	}
+	return strings.TrimSuffix(string(out), "\n")
+}
+
 // Script runs deploy/local/stack.sh with args, for example "restart-postgres"
 // or "stop-kafka", and fails the test with the script's output if it fails.
 // The restart commands wait until the server is ready again.

@@ -5,9 +5,7 @@ package stacktest_test
 
 import (
 	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -105,7 +103,7 @@ func TestNewTopicRoundTripsAMessage(t *testing.T) {
 		t.Errorf("kafka-go read headers %v, want id=42", got.Headers)
 	}
 
-	out := kcat(t, s, topic, "%k %s %h\n")
+	out := s.Kcat(t, topic, "%k %s %h\n")
 	if want := "order-1 hello id=42"; out != want {
 		t.Errorf("kcat read %q, want %q", out, want)
 	}
@@ -171,7 +169,7 @@ func TestDisruptiveScriptRestartsTheServers(t *testing.T) {
 
 	s.Script(t, "restart-kafka")
 	produce(t, s, topic, kafka.Message{Value: []byte("after")})
-	if out := kcat(t, s, topic, "%s\n"); out != "before\nafter" {
+	if out := s.Kcat(t, topic, "%s\n"); out != "before\nafter" {
 		t.Errorf("after restart-kafka kcat read %q, want both messages", out)
 	}
 }
@@ -210,30 +208,11 @@ func consume(t *testing.T, s stacktest.Stack, topic string) kafka.Message {
 	return m
 }
 
-// kcat reads the whole topic with kcat and returns its output, formatted by
-// format, without the trailing newline.
-func kcat(t *testing.T, s stacktest.Stack, topic, format string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, s.KcatPath, "-C", "-b", strings.Join(s.KafkaBrokers, ","),
-		"-t", topic, "-e", "-q", "-o", "beginning", "-f", format)
-	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("kcat: %v\n%s", err, ee.Stderr)
-		}
-		t.Fatalf("kcat: %v", err)
-	}
-	return strings.TrimSuffix(string(out), "\n")
-}
-
 // kcatTime returns the timestamp that kcat reports (%T, milliseconds) for
 // the topic's only message.
 func kcatTime(t *testing.T, s stacktest.Stack, topic string) time.Time {
 	t.Helper()
-	out := kcat(t, s, topic, "%T\n")
+	out := s.Kcat(t, topic, "%T\n")
 	ms, err := strconv.ParseInt(out, 10, 64)
 	if err != nil {
 		t.Fatalf("kcat %%T printed %q: %v", out, err)
