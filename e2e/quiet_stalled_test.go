@@ -24,30 +24,26 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-canary/outbox-canary/alerts"
 	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/relay"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
-	"github.com/outbox-canary/outbox-canary/prober"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -95,8 +91,8 @@ func TestQuietVersusStalledThroughPrometheusAndAlertmanager(t *testing.T) {
 	}
 
 	// 1. The pipeline: schema A, the reference relay, the prober.
-	faults, cfg := startPipeline(t, s)
-	proberAddr, proberLog := startProber(t, cfg)
+	faults, cfg, cfgPath := startPipeline(t, s)
+	proberAddr, proberLog := startProber(t, cfgPath)
 	moment("pipeline up: relay polling every 20ms, prober on %s sending a canary every 1s", proberAddr)
 
 	// 2. The generated rules, Alertmanager and Prometheus.
@@ -318,7 +314,7 @@ func TestQuietVersusStalledThroughPrometheusAndAlertmanager(t *testing.T) {
 // startPipeline creates a schema A database and a canary topic, runs the
 // reference relay on them, and returns its fault switches and the prober's
 // configuration for the pipeline.
-func startPipeline(t *testing.T, s stacktest.Stack) (*relay.Faults, *config.Config) {
+func startPipeline(t *testing.T, s stacktest.Stack) (*relay.Faults, *config.Config, string) {
 	t.Helper()
 	ctx := context.Background()
 	dsn, topic := s.NewDatabase(t), s.NewTopic(t, 1, nil)
@@ -361,51 +357,49 @@ pipelines:
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yml)
 	}
-	return r.Faults(), cfg
-}
-
-// startProber runs what `outbox-canary run` runs, in-process: the prober
-// service and its HTTP handler on a free loopback port. It returns the
-// address and the prober's log.
-func startProber(t *testing.T, cfg *config.Config) (string, *syncBuffer) {
-	t.Helper()
-	logs := &syncBuffer{}
-	reg := prometheus.NewRegistry()
-	svc, err := prober.New(prober.Options{
-		Config: cfg, Registerer: reg, Now: time.Now,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
-	})
-	if err != nil {
-		t.Fatalf("prober: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	path := filepath.Join(t.TempDir(), "outbox-canary.yml")
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: prober.NewHandler(svc, reg), ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- svc.Run(ctx) }()
+	return r.Faults(), cfg, path
+}
+
+// startProber runs `outbox-canary run` (the binary users run: prober,
+// watchers and HTTP server) on the configuration file at path, on a free
+// loopback port. It returns the address and the prober's log.
+func startProber(t *testing.T, path string) (string, *stacktest.SyncBuffer) {
+	t.Helper()
+	bin := stacktest.BuildCommand(t, "outbox-canary")
+	addr := stacktest.FreeAddr(t)
+	logs := &stacktest.SyncBuffer{}
+	cmd := exec.Command(bin, "run", "--config.file", path, "--web.listen-address", addr)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the prober: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
-		cancel()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case err := <-ran:
+		case err := <-exited:
 			if err != nil {
-				t.Errorf("prober: %v", err)
+				t.Errorf("prober: %v\n%s", err, logs.String())
 			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("prober did not stop within 15s of cancel")
-		}
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = srv.Shutdown(sctx)
-		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("prober HTTP server: %v", err)
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("prober did not stop within 30s of SIGTERM")
 		}
 	})
-	return ln.Addr().String(), logs
+	stacktest.Eventually(t, time.Minute, "the prober to serve /healthz", func() (bool, string) {
+		res, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false, err.Error() + "\n" + logs.String()
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, res.Status
+	})
+	return addr, logs
 }
 
 // writeRules generates the rule file of cfg with the alerts package and
@@ -586,22 +580,4 @@ func sortedLabels(l map[string]string) string {
 		out = append(out, k+"="+l[k])
 	}
 	return "{" + strings.Join(out, ", ") + "}"
-}
-
-// syncBuffer is a bytes.Buffer safe for the prober's concurrent logging.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -40,12 +40,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 
 	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/connect"
+	"github.com/outbox-canary/outbox-canary/internal/diagnose"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
+	"github.com/outbox-canary/outbox-canary/internal/watch"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -238,7 +243,7 @@ func (p *cdcPipeline) createConnector(t *testing.T) {
 	}
 	var last string
 	waitFor(t, "connector "+p.connector+" to run", func() bool {
-		st, err := QueryConnector(ctx, http.DefaultClient, p.connectURL, p.connector)
+		st, err := connect.QueryStatus(ctx, http.DefaultClient, p.connectURL, p.connector)
 		if err != nil {
 			last = err.Error()
 			return false
@@ -337,7 +342,9 @@ func TestCDCCanariesAreMeasuredEndToEnd(t *testing.T) {
 	s := stacktest.Load(t)
 	t.Parallel()
 	p := newCDCPipeline(t, s)
-	r := startService(t, p.config(t, "@every 1s", "{commit_to_publish: 8s, end_to_end: 10s}"), t.TempDir(), false)
+	cfg := p.config(t, "@every 1s", "{commit_to_publish: 8s, end_to_end: 10s}")
+	r := startService(t, cfg, t.TempDir(), false)
+	wm := startWatcher(t, cfg)
 	tr := r.tracker(t)
 	m := r.svc.Metrics()
 	const n = 3
@@ -384,25 +391,25 @@ func TestCDCCanariesAreMeasuredEndToEnd(t *testing.T) {
 		t.Errorf("outbox rows = %d, want 0 with canary.delete_after_insert", rows)
 	}
 	waitFor(t, "the watchers to see the slot active and the connector running", func() bool {
-		return testutil.ToFloat64(m.SlotActive.WithLabelValues("e2e", p.slot)) == 1 &&
-			testutil.ToFloat64(m.ConnectorRunning.WithLabelValues("e2e", p.connector)) == 1
+		return testutil.ToFloat64(wm.SlotActive.WithLabelValues("e2e", p.slot)) == 1 &&
+			testutil.ToFloat64(wm.ConnectorRunning.WithLabelValues("e2e", p.connector)) == 1
 	})
 	// With watch.slot the watcher reports this pipeline's slot alone, even
 	// though the server holds the slots of the tests running alongside.
-	if n := testutil.CollectAndCount(m.SlotActive); n != 1 {
+	if n := testutil.CollectAndCount(wm.SlotActive); n != 1 {
 		t.Errorf("%d replication slot series, want 1 (watch.slot %s)", n, p.slot)
 	}
 	// The restart count reads worker_id: the real worker reports one for
 	// the connector and each task, and a connector that keeps running
 	// counts no restart however often it is sampled.
-	st, err := QueryConnector(context.Background(), http.DefaultClient, p.connectURL, p.connector)
+	st, err := connect.QueryStatus(context.Background(), http.DefaultClient, p.connectURL, p.connector)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Connector.WorkerID == "" || len(st.Tasks) == 0 || st.Tasks[0].WorkerID == "" {
 		t.Errorf("status %+v: want the worker_id of the connector and of its task", st)
 	}
-	if n := testutil.ToFloat64(m.ConnectorRestarts.WithLabelValues("e2e", p.connector)); n != 0 {
+	if n := testutil.ToFloat64(wm.ConnectorRestarts.WithLabelValues("e2e", p.connector)); n != 0 {
 		t.Errorf("connector restarts = %v on a connector that never stopped, want 0", n)
 	}
 
@@ -463,6 +470,7 @@ func TestDisruptiveConnectStopped(t *testing.T) {
 	p := newCDCPipeline(t, s)
 	cfg := p.config(t, "@every 500ms", "{commit_to_publish: 2s, end_to_end: 3s}")
 	r := startService(t, cfg, t.TempDir(), false)
+	wm := startWatcher(t, cfg)
 	tr := r.tracker(t)
 	m := r.svc.Metrics()
 	ctx := context.Background()
@@ -488,16 +496,16 @@ func TestDisruptiveConnectStopped(t *testing.T) {
 	stopped := time.Now()
 
 	waitFor(t, "the slot watcher to see the slot inactive", func() bool {
-		return testutil.ToFloat64(m.SlotActive.WithLabelValues("e2e", p.slot)) == 0 && !p.slotActive(t)
+		return testutil.ToFloat64(wm.SlotActive.WithLabelValues("e2e", p.slot)) == 0 && !p.slotActive(t)
 	})
-	slotNow := func() Slot {
+	slotNow := func() postgres.Slot {
 		t.Helper()
-		slots, err := QuerySlots(ctx, p.pool, p.slot)
+		slots, err := postgres.QuerySlots(ctx, p.pool, p.slot)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(slots) != 1 || slots[0].Name != p.slot {
-			t.Fatalf("QuerySlots(%s) = %+v, want that slot alone", p.slot, slots)
+			t.Fatalf("postgres.QuerySlots(%s) = %+v, want that slot alone", p.slot, slots)
 		}
 		return slots[0]
 	}
@@ -508,7 +516,7 @@ func TestDisruptiveConnectStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the watcher to report the retained WAL growing", func() bool {
-		return testutil.ToFloat64(m.SlotRetainedWAL.WithLabelValues("e2e", p.slot)) >= float64(before.RetainedWAL+wal*3/4)
+		return testutil.ToFloat64(wm.SlotRetainedWAL.WithLabelValues("e2e", p.slot)) >= float64(before.RetainedWAL+wal*3/4)
 	})
 	after := slotNow()
 	t.Logf("Connect stopped: slot %s retained WAL %d -> %d bytes (+%d), unconfirmed %d -> %d",
@@ -527,12 +535,12 @@ func TestDisruptiveConnectStopped(t *testing.T) {
 	if lost := r.counter(m.CanariesLost); lost != 0 {
 		t.Errorf("lost = %v: a stall must be counted at the deadline, not at lost_after", lost)
 	}
-	d := Diagnose(ctx, &cfg.Pipelines[0], DiagnoseOptions{})
-	if d.FirstUnhealthy != StageRelay {
-		t.Errorf("diagnose names %q first, want %q (the connector); stages %+v", d.FirstUnhealthy, StageRelay, d.Stages)
+	d := diagnose.Pipeline(ctx, &cfg.Pipelines[0], diagnose.Options{})
+	if d.FirstUnhealthy != diagnose.StageRelay {
+		t.Errorf("diagnose names %q first, want %q (the connector); stages %+v", d.FirstUnhealthy, diagnose.StageRelay, d.Stages)
 	}
 	for _, st := range d.Stages {
-		if st.Name == StageRelay {
+		if st.Name == diagnose.StageRelay {
 			t.Logf("diagnose: %s %s: %v; next: %s", st.Name, st.Status, st.Evidence, st.NextStep)
 			if !strings.Contains(strings.Join(st.Evidence, " "), "unreachable") {
 				t.Errorf("relay evidence %v, want Kafka Connect unreachable", st.Evidence)
@@ -551,7 +559,7 @@ func TestDisruptiveConnectStopped(t *testing.T) {
 	restarted := time.Now()
 	waitFor(t, "a good canary after the restart", goodSince(restarted))
 	waitFor(t, "the watcher to see the slot active again", func() bool {
-		return testutil.ToFloat64(m.SlotActive.WithLabelValues("e2e", p.slot)) == 1
+		return testutil.ToFloat64(wm.SlotActive.WithLabelValues("e2e", p.slot)) == 1
 	})
 	// Every canary of the outage arrives (late): none was lost with the
 	// worker. Their commit_to_publish spans the outage because the record
@@ -584,7 +592,26 @@ func TestDisruptiveConnectStopped(t *testing.T) {
 	if lost := r.counter(m.CanariesLost); lost != 0 {
 		t.Errorf("lost = %v, want 0: the worker resumed from its offsets", lost)
 	}
-	if d := Diagnose(ctx, &cfg.Pipelines[0], DiagnoseOptions{}); !d.Healthy {
+	if d := diagnose.Pipeline(ctx, &cfg.Pipelines[0], diagnose.Options{}); !d.Healthy {
 		t.Errorf("diagnose after recovery: first unhealthy %q; stages %+v", d.FirstUnhealthy, d.Stages)
 	}
+}
+
+// startWatcher runs the pipeline's watchers, as `outbox-canary run` does
+// beside the prober, until the test ends, and returns their metrics.
+func startWatcher(t *testing.T, cfg *config.Config) *watch.Metrics {
+	t.Helper()
+	wm, err := watch.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, closeWatcher, err := watch.Open(ctx, &cfg.Pipelines[0], wm, testLogger(t, "watcher"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); defer closeWatcher(); w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return wm
 }

@@ -2,23 +2,18 @@ package prober
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
-	"github.com/segmentio/kafka-go/sasl/plain"
-	"github.com/segmentio/kafka-go/sasl/scram"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/retry"
 )
 
 // How the "publish" stamp of a record_timestamp pipeline is to be read.
@@ -36,56 +31,6 @@ import (
 // record_timestamp is therefore taken as a relay-clock publish stamp, with
 // no correction, and a negative segment it causes is counted as suspected
 // skew by the tracker rather than clamped.
-
-// NewKafkaDialer returns a dialer with the pipeline's TLS and SASL settings.
-// Secrets are resolved here, once, and never logged.
-func NewKafkaDialer(k config.Kafka) (*kafka.Dialer, error) {
-	d := &kafka.Dialer{ClientID: k.ClientID, Timeout: 10 * time.Second, DualStack: true}
-	if k.TLS.Enabled {
-		tc := &tls.Config{ServerName: k.TLS.ServerName, InsecureSkipVerify: k.TLS.InsecureSkipVerify, MinVersion: tls.VersionTLS12} // #nosec G402 -- opt-in by config
-		if k.TLS.CAFile != "" {
-			pem, err := os.ReadFile(k.TLS.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("kafka.tls.ca_file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("kafka.tls.ca_file %s: no PEM certificate found", k.TLS.CAFile)
-			}
-			tc.RootCAs = pool
-		}
-		if k.TLS.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(k.TLS.CertFile, k.TLS.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("kafka.tls.cert_file: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
-		}
-		d.TLS = tc
-	}
-	if k.SASL.Mechanism != "" {
-		password, err := k.SASL.Password.Resolve()
-		if err != nil {
-			return nil, fmt.Errorf("kafka.sasl.password: %w", err)
-		}
-		var mech sasl.Mechanism
-		switch k.SASL.Mechanism {
-		case "plain":
-			mech = plain.Mechanism{Username: k.SASL.Username, Password: password}
-		case "scram-sha-256":
-			mech, err = scram.Mechanism(scram.SHA256, k.SASL.Username, password)
-		case "scram-sha-512":
-			mech, err = scram.Mechanism(scram.SHA512, k.SASL.Username, password)
-		default:
-			err = fmt.Errorf("unknown mechanism %q", k.SASL.Mechanism)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("kafka.sasl: %w", err)
-		}
-		d.SASLMechanism = mech
-	}
-	return d, nil
-}
 
 // ConsumerOptions configures a Consumer.
 type ConsumerOptions struct {
@@ -183,11 +128,16 @@ func (c *Consumer) setHealth(ok bool, reason string) {
 	was, wasReason := c.healthy, c.reason
 	c.healthy, c.reason = ok, reason
 	c.mu.Unlock()
+	up := 0.0
+	if ok {
+		up = 1
+	}
+	c.metrics.DependencyUp.WithLabelValues(c.p.Name, DependencyKafka).Set(up)
 	switch {
 	case ok && !was:
-		c.log.Info("kafka reachable, consuming the canary topic", "pipeline", c.p.Name, "topic", c.p.Kafka.Topic)
+		c.log.Info("kafka reachable, consuming the canary topic", "topic", c.p.Kafka.Topic)
 	case !ok && (was || reason != wasReason):
-		c.log.Warn("kafka unhealthy; readers retry by themselves", "pipeline", c.p.Name, "topic", c.p.Kafka.Topic, "reason", reason)
+		c.log.Warn("kafka unhealthy; readers retry by themselves", "topic", c.p.Kafka.Topic, "reason", reason)
 	}
 }
 
@@ -196,7 +146,7 @@ func (c *Consumer) setHealth(ok bool, reason string) {
 func (c *Consumer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	failures := 0
+	retryWait := retry.Backoff(500*time.Millisecond, 10*time.Second)
 	for {
 		err := c.check(ctx, &wg)
 		if ctx.Err() != nil {
@@ -204,12 +154,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		wait := consumerCheckInterval
 		if err != nil {
-			failures++
-			c.metrics.WatchErrors.WithLabelValues(c.p.Name, watcherConsumer).Inc()
+			c.metrics.DependencyErrors.WithLabelValues(c.p.Name, DependencyKafka).Inc()
 			c.setHealth(false, err.Error())
-			wait = min(time.Duration(failures)*500*time.Millisecond, 10*time.Second)
+			wait = retryWait.NextBackOff()
 		} else {
-			failures = 0
+			retryWait.Reset()
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -221,12 +170,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// watcherConsumer and watcherDBClock label the errors of the consumer's
-// health checks and of the clock estimator in outbox_canary_watch_errors_total.
+// The prober's own dependencies, the values of the dependency label of
+// outbox_canary_dependency_up and outbox_canary_dependency_errors_total.
+// A failed clock estimate is counted as db_clock (the database answered,
+// its clock could not be sampled), apart from database errors.
 const (
-	watcherConsumer = "kafka_consumer"
-	watcherDBClock  = "db_clock"
-	watcherDB       = "database"
+	DependencyDatabase = "database"
+	DependencyKafka    = "kafka"
+	DependencyDBClock  = "db_clock"
 )
 
 // check looks the topic up and starts a reader for every partition that has
@@ -370,24 +321,24 @@ func (c *Consumer) readPartition(ctx context.Context, partition int, start int64
 		// startOffset, which resets the offset.
 		OffsetOutOfRangeError: true,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			c.log.Debug("kafka reader: "+fmt.Sprintf(msg, args...), "pipeline", c.p.Name, "partition", partition)
+			c.log.Debug("kafka reader: "+fmt.Sprintf(msg, args...), "partition", partition)
 		}),
 	})
 	defer r.Close()
 	if err := r.SetOffset(start); err != nil {
-		c.log.Error("kafka reader: set offset", "pipeline", c.p.Name, "partition", partition, "offset", start, "err", err)
+		c.log.Error("kafka reader: set offset", "partition", partition, "offset", start, "err", err)
 		c.mu.Lock()
 		delete(c.readers, partition)
 		c.mu.Unlock()
 		return
 	}
-	c.log.Info("reading canary partition", "pipeline", c.p.Name, "topic", c.p.Kafka.Topic, "partition", partition,
+	c.log.Info("reading canary partition", "topic", c.p.Kafka.Topic, "partition", partition,
 		"offset", start, "from_state", stored)
 	for {
 		msg, err := r.FetchMessage(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				c.log.Warn("kafka reader stopped", "pipeline", c.p.Name, "partition", partition, "err", err)
+				c.log.Warn("kafka reader stopped", "partition", partition, "err", err)
 				c.mu.Lock()
 				delete(c.readers, partition)
 				c.mu.Unlock()
@@ -422,7 +373,7 @@ func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 			return
 		}
 		c.metrics.MessagesSkipped.WithLabelValues(c.p.Name, reason).Inc()
-		c.log.Debug("message skipped", "pipeline", c.p.Name, "partition", msg.Partition, "offset", msg.Offset, "reason", reason)
+		c.log.Debug("message skipped", "partition", msg.Partition, "offset", msg.Offset, "reason", reason)
 		return
 	}
 	a := Arrival{
@@ -444,7 +395,7 @@ func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 		cancel()
 	}
 	out := c.tracker.Arrived(a)
-	c.log.Debug("canary arrived", "pipeline", c.p.Name, "canary", a.CanaryID, "partition", a.Partition,
+	c.log.Debug("canary arrived", "canary", a.CanaryID, "partition", a.Partition,
 		"offset", a.Offset, "kind", out.Kind, "late", out.Late, "out_of_order", out.OutOfOrder)
 }
 

@@ -91,7 +91,7 @@ const dbClockSamples = 5
 func (d *DBClock) Estimate(ctx context.Context) error {
 	off, err := EstimateDBOffset(ctx, d.q, d.now, dbClockSamples)
 	if err != nil {
-		d.metrics.WatchErrors.WithLabelValues(d.pipeline, watcherDBClock).Inc()
+		d.metrics.DependencyErrors.WithLabelValues(d.pipeline, DependencyDBClock).Inc()
 		return fmt.Errorf("estimate clock offset: %w", err)
 	}
 	d.mu.Lock()

@@ -10,6 +10,7 @@ package prober
 // servers, so it is not parallel.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 
 	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/relay"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 	"github.com/outbox-canary/outbox-canary/slo"
@@ -111,12 +113,12 @@ func (o *e2eOutbox) config(t *testing.T, py pipelineYAML) *config.Config {
 	var b strings.Builder
 	fmt.Fprintf(&b, "instance_id: e2e\nsigning_key: {value: %q}\npipelines:\n  - name: e2e\n", e2eKey)
 	fmt.Fprintf(&b, "    database: {dsn: {value: %q}, clock_offset_interval: 10s}\n", o.dsn)
-	fmt.Fprintf(&b, "    outbox:\n      table: %s\n      columns: {route: %s", cmpOr(py.Table, "outbox"), cmpOr(py.Route, "aggregate_type"))
+	fmt.Fprintf(&b, "    outbox:\n      table: %s\n      columns: {route: %s", cmp.Or(py.Table, "outbox"), cmp.Or(py.Route, "aggregate_type"))
 	if py.EventType != "" {
 		fmt.Fprintf(&b, ", event_type: %s", py.EventType)
 	}
 	b.WriteString("}\n    relay: {kind: polling, stamps: [{name: read, header: outbox-relay-read-at}]}\n")
-	fmt.Fprintf(&b, "    canary: {schedule: %q, lost_after: %s}\n", cmpOr(py.Schedule, "@every 1s"), cmpOr(py.LostAfter, "30s"))
+	fmt.Fprintf(&b, "    canary: {schedule: %q, lost_after: %s}\n", cmp.Or(py.Schedule, "@every 1s"), cmp.Or(py.LostAfter, "30s"))
 	fmt.Fprintf(&b, "    kafka: {brokers: [%s], topic: %s}\n", strings.Join(o.brokers, ", "), o.topic)
 	b.WriteString("    budgets:\n")
 	keys := make([]string, 0, len(py.Budgets))
@@ -254,11 +256,6 @@ func TestE2EHealthyFlowOnSchemasAAndB(t *testing.T) {
 			}
 			if bad := r.sli("end_to_end", slo.OutcomeBad); bad != 0 {
 				t.Errorf("bad end_to_end events = %v, want 0 on a healthy pipeline", bad)
-			}
-			// The service runs the pipeline's watchers: the backlog and
-			// transaction series exist only once a watcher measured them.
-			if n := testutil.CollectAndCount(r.svc.Metrics().BacklogRows) + testutil.CollectAndCount(r.svc.Metrics().OldestTransactionAge); n < 2 {
-				t.Errorf("watcher series = %d, want the backlog and transaction gauges of the pipeline", n)
 			}
 			if got := testutil.ToFloat64(r.svc.Metrics().DBClockOffsetError.WithLabelValues("e2e")); got <= 0 {
 				t.Errorf("db clock offset error = %v, want a measured positive bound", got)
@@ -565,7 +562,7 @@ func TestE2ECanariesInsertIntoAllThreeOutboxTables(t *testing.T) {
 				t.Fatalf("rows = %d, want 1", count)
 			}
 			col := p.Outbox.Columns
-			q := fmt.Sprintf("SELECT %s::text, %s, %s, %s::text FROM outbox", quote(col.ID), quote(col.Route), quote(col.Key), quote(col.Payload))
+			q := fmt.Sprintf("SELECT %s::text, %s, %s, %s::text FROM outbox", postgres.QuoteIdent(col.ID), postgres.QuoteIdent(col.Route), postgres.QuoteIdent(col.Key), postgres.QuoteIdent(col.Payload))
 			var id, route, key, payload string
 			if err := pool.QueryRow(ctx, q).Scan(&id, &route, &key, &payload); err != nil {
 				t.Fatal(err)
@@ -583,7 +580,7 @@ func TestE2ECanariesInsertIntoAllThreeOutboxTables(t *testing.T) {
 			}
 			if col.EventType != "" && col.EventType != col.Route {
 				var et string
-				if err := pool.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM outbox", quote(col.EventType))).Scan(&et); err != nil || et != p.Canary.EventType {
+				if err := pool.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM outbox", postgres.QuoteIdent(col.EventType))).Scan(&et); err != nil || et != p.Canary.EventType {
 					t.Errorf("event type %q (%v), want %q", et, err, p.Canary.EventType)
 				}
 			}
@@ -614,23 +611,23 @@ func TestDisruptiveServerRestarts(t *testing.T) {
 	}
 	waitFor(t, "a first good canary", newGoodAfter(time.Time{}))
 
-	before := r.counter(m.CanaryInsertFailures) + r.counter(m.WatchErrors, watcherDB)
+	before := r.counter(m.CanaryInsertFailures) + r.counter(m.DependencyErrors, DependencyDatabase)
 	s.Script(t, "restart-postgres")
 	restarted := time.Now()
 	waitFor(t, "a good canary after the PostgreSQL restart", newGoodAfter(restarted))
-	after := r.counter(m.CanaryInsertFailures) + r.counter(m.WatchErrors, watcherDB)
+	after := r.counter(m.CanaryInsertFailures) + r.counter(m.DependencyErrors, DependencyDatabase)
 	t.Logf("PostgreSQL restart: insert failures %v, database watch errors %v",
-		r.counter(m.CanaryInsertFailures), r.counter(m.WatchErrors, watcherDB))
+		r.counter(m.CanaryInsertFailures), r.counter(m.DependencyErrors, DependencyDatabase))
 	if after <= before {
 		t.Errorf("insert failures + database errors %v -> %v: the outage left no trace in the metrics", before, after)
 	}
 
-	before = r.counter(m.WatchErrors, watcherConsumer)
+	before = r.counter(m.DependencyErrors, DependencyKafka)
 	s.Script(t, "restart-kafka")
 	restarted = time.Now()
 	waitFor(t, "a good canary after the Kafka restart", newGoodAfter(restarted))
-	t.Logf("Kafka restart: consumer errors %v", r.counter(m.WatchErrors, watcherConsumer))
-	if r.counter(m.WatchErrors, watcherConsumer) <= before {
+	t.Logf("Kafka restart: consumer errors %v", r.counter(m.DependencyErrors, DependencyKafka))
+	if r.counter(m.DependencyErrors, DependencyKafka) <= before {
 		t.Errorf("consumer errors did not grow across a Kafka restart")
 	}
 	if lost := r.counter(m.CanariesLost); lost != 0 {

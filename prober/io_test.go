@@ -2,11 +2,6 @@ package prober
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,27 +10,12 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
 // unitConfig points at servers that do not exist: nothing here connects.
 func unitConfig(t *testing.T, extra string) *config.Config {
-	t.Helper()
-	cfg, err := config.Load([]byte(`
-instance_id: unit
-signing_key: {value: unit-key}
-pipelines:
-  - name: orders
-    database: {dsn: {value: "postgres://u:hunter2@127.0.0.1:1/x?connect_timeout=1"}}
-    relay:
-      kind: polling
-      stamps: [{name: read, header: outbox-relay-read-at}]
-    kafka: {brokers: ["127.0.0.1:1"], topic: canaries}
-    budgets: {end_to_end: 2s, commit_to_read: 1s}
-` + extra))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return stacktest.UnreachableConfig(t, extra)
 }
 
 func TestBuildInsertQuotesEveryIdentifierAndFollowsTheMapping(t *testing.T) {
@@ -187,64 +167,6 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 	}
 }
 
-func TestHTTPEndpoints(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	svc, err := New(Options{Config: unitConfig(t, ""), Registerer: reg, StateDir: "-"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.closePools()
-	srv := httptest.NewServer(NewHandler(svc, reg))
-	defer srv.Close()
-	cases := []struct {
-		name     string
-		path     string
-		wantCode int
-		want     []string
-		notWant  []string
-	}{
-		{"Liveness does not depend on the servers.", "/healthz", 200, []string{"ok"}, nil},
-		{"Readiness names the parts not working yet.", "/readyz", 503,
-			[]string{`pipeline "orders": database: database not reached yet`, `pipeline "orders": kafka: not connected to Kafka yet`}, []string{"hunter2"}},
-		{"Metrics include the build info and the budgets.", "/metrics", 200,
-			[]string{"outbox_canary_build_info{", `outbox_canary_segment_budget_seconds{pipeline="orders",segment="end_to_end"} 2`}, nil},
-		{"The JSON status lists budgets and owners per segment.", "/api/status", 200,
-			[]string{`"name": "orders"`, `"name": "commit_to_read"`, `"budget_seconds": 1`, `"ready": false`}, []string{"hunter2"}},
-		{"The status page is an HTML table.", "/", 200, []string{"<table>", "commit_to_read", "budget 1s", "no canary yet"}, nil},
-		{"Unknown paths are not the status page.", "/nope", 404, nil, nil},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			resp, err := http.Get(srv.URL + tc.path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			body := string(b)
-			if resp.StatusCode != tc.wantCode {
-				t.Errorf("status %d, want %d", resp.StatusCode, tc.wantCode)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(body, w) {
-					t.Errorf("body lacks %q:\n%.800s", w, body)
-				}
-			}
-			for _, w := range tc.notWant {
-				if strings.Contains(body, w) {
-					t.Errorf("body shows %q", w)
-				}
-			}
-			if tc.path == "/api/status" {
-				var st Status
-				if err := json.Unmarshal(b, &st); err != nil {
-					t.Errorf("status is not JSON: %v", err)
-				}
-			}
-		})
-	}
-}
-
 func TestServiceRunStopsPromptlyWhenServersAreDown(t *testing.T) {
 	svc, err := New(Options{Config: unitConfig(t, ""), Registerer: prometheus.NewRegistry(), StateDir: t.TempDir(), HealthInterval: 50 * time.Millisecond})
 	if err != nil {
@@ -256,7 +178,7 @@ func TestServiceRunStopsPromptlyWhenServersAreDown(t *testing.T) {
 	// Poll for the expected state: database errors are counted while it
 	// keeps retrying instead of crashing.
 	deadline := time.Now().Add(20 * time.Second)
-	for testutil.ToFloat64(svc.Metrics().WatchErrors.WithLabelValues("orders", watcherDB)) < 2 {
+	for testutil.ToFloat64(svc.Metrics().DependencyErrors.WithLabelValues("orders", DependencyDatabase)) < 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("no database errors counted against an unreachable database")
 		}

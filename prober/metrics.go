@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/metricsdoc"
 	"github.com/outbox-canary/outbox-canary/internal/version"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
@@ -32,16 +33,11 @@ func SkipReasons() []string {
 // Label names used only by the prober's metrics; the shared ones (pipeline,
 // segment, outcome, reason) live in package slo.
 const (
-	labelVersion   = "version"
-	labelRevision  = "revision"
-	labelGoVersion = "goversion"
-	labelWatcher   = "watcher"
-	labelSlot      = "slot"
-	labelWALStatus = "wal_status"
-	labelGroup     = "group"
-	labelTopic     = "topic"
-	labelConnector = "connector"
-	labelStamp     = "stamp"
+	labelVersion    = "version"
+	labelRevision   = "revision"
+	labelGoVersion  = "goversion"
+	labelStamp      = "stamp"
+	labelDependency = "dependency"
 )
 
 // Native histogram settings of the segment latency histogram: a 10% bucket
@@ -88,40 +84,10 @@ type Metrics struct {
 	DBClockOffset      *prometheus.GaugeVec
 	DBClockOffsetError *prometheus.GaugeVec
 
-	// Watchers. Created empty: a series appears once its watcher has
-	// measured something, so a watcher that is not configured does not
-	// report a reassuring zero.
-	BacklogRows           *prometheus.GaugeVec   // pipeline
-	OldestUnpublishedAge  *prometheus.GaugeVec   // pipeline
-	WatchErrors           *prometheus.CounterVec // pipeline, watcher
-	SlotRetainedWAL       *prometheus.GaugeVec   // pipeline, slot
-	SlotUnconfirmedWAL    *prometheus.GaugeVec   // pipeline, slot
-	SlotActive            *prometheus.GaugeVec   // pipeline, slot
-	SlotWALStatus         *prometheus.GaugeVec   // pipeline, slot, wal_status
-	SlotSafeWALSize       *prometheus.GaugeVec   // pipeline, slot
-	OldestTransactionAge  *prometheus.GaugeVec   // pipeline
-	LongTransactions      *prometheus.GaugeVec   // pipeline
-	ConsumerLagMessages   *prometheus.GaugeVec   // pipeline, group, topic
-	ConsumerLagSeconds    *prometheus.GaugeVec   // pipeline, group, topic
-	ConnectorRunning      *prometheus.GaugeVec   // pipeline, connector
-	ConnectorTaskFailures *prometheus.GaugeVec   // pipeline, connector
-	ConnectorRestarts     *prometheus.CounterVec // pipeline, connector
+	// The prober's own dependencies, label dependency (database, kafka).
+	DependencyUp     *prometheus.GaugeVec
+	DependencyErrors *prometheus.CounterVec
 }
-
-// MetricInfo describes one exported metric family; docs/metrics.md is
-// generated from Catalogue, which is also what NewMetrics registers.
-type MetricInfo struct {
-	Name   string
-	Type   string // counter, gauge or histogram
-	Help   string
-	Labels []string
-}
-
-const (
-	typeCounter   = "counter"
-	typeGauge     = "gauge"
-	typeHistogram = "histogram"
-)
 
 var (
 	lp   = []string{slo.LabelPipeline}
@@ -131,122 +97,78 @@ var (
 
 // catalogue is the single list of what the prober exports. Order is the
 // order of docs/metrics.md.
-var catalogue = []MetricInfo{
-	{slo.MetricBuildInfo, typeGauge, "Always 1; the labels say which build of outbox-canary is running.", []string{labelVersion, labelRevision, labelGoVersion}},
+var catalogue = []metricsdoc.Family{
+	{Name: slo.MetricBuildInfo, Type: metricsdoc.Gauge, Help: "Always 1; the labels say which build of outbox-canary is running.", Labels: []string{labelVersion, labelRevision, labelGoVersion}},
 
-	{slo.MetricCanariesSent, typeCounter, "Canary rows whose insert transaction committed.", lp},
-	{slo.MetricCanaryInsertFailures, typeCounter, "Canary inserts that failed; not SLI events (the pipeline was not exercised), watch them separately.", lp},
-	{slo.MetricCanariesReceived, typeCounter, "First arrivals of this instance's canaries on the canary topic, late ones included.", lp},
-	{slo.MetricCanariesLate, typeCounter, "First arrivals of canaries after their end_to_end deadline (lost ones that turned up included); each was already counted bad, and is counted here once.", lp},
-	{slo.MetricCanariesLost, typeCounter, "Canaries that did not arrive within canary.lost_after of their commit.", lp},
-	{slo.MetricCanariesDuplicate, typeCounter, "Second and later arrivals of a canary (at-least-once delivery); never SLI events.", lp},
-	{slo.MetricCanariesOutOfOrder, typeCounter, "Canaries that arrived after a later canary of the same message key.", lp},
-	{slo.MetricMessagesSkipped, typeCounter, "Messages on the canary topic that were not counted as canaries, by reason.", []string{slo.LabelPipeline, slo.LabelReason}},
-	{slo.MetricConsumerOffsetResets, typeCounter, "Partitions of the canary topic whose stored next offset was beyond the partition's end (topic deleted and recreated): read again from the start position instead of waiting there forever.", lp},
-	{slo.MetricCanariesInFlight, typeGauge, "Canaries sent that have neither arrived nor been declared lost.", lp},
-	{slo.MetricLastSentTimestamp, typeGauge, "Unix time of the last committed canary insert; 0 until the first.", lp},
-	{slo.MetricLastReceivedTimestamp, typeGauge, "Unix time of the last first arrival of a canary; 0 until the first.", lp},
-	{slo.MetricLastSuccessTimestamp, typeGauge, "Unix time of the last canary good end to end; 0 until the first.", lp},
+	{Name: slo.MetricCanariesSent, Type: metricsdoc.Counter, Help: "Canary rows whose insert transaction committed.", Labels: lp},
+	{Name: slo.MetricCanaryInsertFailures, Type: metricsdoc.Counter, Help: "Canary inserts that failed; not SLI events (the pipeline was not exercised), watch them separately.", Labels: lp},
+	{Name: slo.MetricCanariesReceived, Type: metricsdoc.Counter, Help: "First arrivals of this instance's canaries on the canary topic, late ones included.", Labels: lp},
+	{Name: slo.MetricCanariesLate, Type: metricsdoc.Counter, Help: "First arrivals of canaries after their end_to_end deadline (lost ones that turned up included); each was already counted bad, and is counted here once.", Labels: lp},
+	{Name: slo.MetricCanariesLost, Type: metricsdoc.Counter, Help: "Canaries that did not arrive within canary.lost_after of their commit.", Labels: lp},
+	{Name: slo.MetricCanariesDuplicate, Type: metricsdoc.Counter, Help: "Second and later arrivals of a canary (at-least-once delivery); never SLI events.", Labels: lp},
+	{Name: slo.MetricCanariesOutOfOrder, Type: metricsdoc.Counter, Help: "Canaries that arrived after a later canary of the same message key.", Labels: lp},
+	{Name: slo.MetricMessagesSkipped, Type: metricsdoc.Counter, Help: "Messages on the canary topic that were not counted as canaries, by reason.", Labels: []string{slo.LabelPipeline, slo.LabelReason}},
+	{Name: slo.MetricConsumerOffsetResets, Type: metricsdoc.Counter, Help: "Partitions of the canary topic whose stored next offset was beyond the partition's end (topic deleted and recreated): read again from the start position instead of waiting there forever.", Labels: lp},
+	{Name: slo.MetricCanariesInFlight, Type: metricsdoc.Gauge, Help: "Canaries sent that have neither arrived nor been declared lost.", Labels: lp},
+	{Name: slo.MetricLastSentTimestamp, Type: metricsdoc.Gauge, Help: "Unix time of the last committed canary insert; 0 until the first.", Labels: lp},
+	{Name: slo.MetricLastReceivedTimestamp, Type: metricsdoc.Gauge, Help: "Unix time of the last first arrival of a canary; 0 until the first.", Labels: lp},
+	{Name: slo.MetricLastSuccessTimestamp, Type: metricsdoc.Gauge, Help: "Unix time of the last canary good end to end; 0 until the first.", Labels: lp},
 
-	{slo.MetricSegmentLatency, typeHistogram, "Latency of each segment of each arrived canary (late ones included); negative segments are not observed but counted as suspected clock skew. Classic buckets are fractions and multiples of the pipeline's budgets; native buckets too.", lps},
-	{slo.MetricSLIEvents, typeCounter, "One event per canary and budgeted segment, good if the segment ended within its budget, bad once its deadline passed without it.", lpso},
-	{slo.MetricClockSkew, typeCounter, "Segments measured negative: their stamps come from clocks that disagree by more than the segment lasted.", lps},
-	{slo.MetricSegmentBudget, typeGauge, "The configured latency budget of each budgeted segment.", lps},
-	{slo.MetricStampsMissing, typeCounter, "Canaries that arrived without a configured stamp (a relay header, the publish time); the segments next to it are not judged.", []string{slo.LabelPipeline, labelStamp}},
+	{Name: slo.MetricSegmentLatency, Type: metricsdoc.Histogram, Help: "Latency of each segment of each arrived canary (late ones included); negative segments are not observed but counted as suspected clock skew. Classic buckets are fractions and multiples of the pipeline's budgets; native buckets too.", Labels: lps},
+	{Name: slo.MetricSLIEvents, Type: metricsdoc.Counter, Help: "One event per canary and budgeted segment, good if the segment ended within its budget, bad once its deadline passed without it.", Labels: lpso},
+	{Name: slo.MetricClockSkew, Type: metricsdoc.Counter, Help: "Segments measured negative: their stamps come from clocks that disagree by more than the segment lasted.", Labels: lps},
+	{Name: slo.MetricSegmentBudget, Type: metricsdoc.Gauge, Help: "The configured latency budget of each budgeted segment.", Labels: lps},
+	{Name: slo.MetricStampsMissing, Type: metricsdoc.Counter, Help: "Canaries that arrived without a configured stamp (a relay header, the publish time); the segments next to it are not judged.", Labels: []string{slo.LabelPipeline, labelStamp}},
 
-	{slo.MetricDBClockOffset, typeGauge, "Estimated database clock minus prober clock, from the lowest round-trip sample.", lp},
-	{slo.MetricDBClockOffsetError, typeGauge, "Error bound of the database clock offset: half the round trip of the sample used.", lp},
+	{Name: slo.MetricDBClockOffset, Type: metricsdoc.Gauge, Help: "Estimated database clock minus prober clock, from the lowest round-trip sample.", Labels: lp},
+	{Name: slo.MetricDBClockOffsetError, Type: metricsdoc.Gauge, Help: "Error bound of the database clock offset: half the round trip of the sample used.", Labels: lp},
 
-	{slo.MetricBacklogRows, typeGauge, "Outbox rows not yet published.", lp},
-	{slo.MetricOldestUnpublishedAge, typeGauge, "Age of the oldest unpublished outbox row; 0 when there is none.", lp},
-	{slo.MetricWatchErrors, typeCounter, "Failed watcher runs, by watcher.", []string{slo.LabelPipeline, labelWatcher}},
-	{slo.MetricSlotRetainedWAL, typeGauge, "WAL retained by the replication slot (current LSN minus restart_lsn).", []string{slo.LabelPipeline, labelSlot}},
-	{slo.MetricSlotUnconfirmedWAL, typeGauge, "WAL not yet confirmed by the slot's consumer (current LSN minus confirmed_flush_lsn).", []string{slo.LabelPipeline, labelSlot}},
-	{slo.MetricSlotActive, typeGauge, "1 if a consumer is attached to the replication slot, else 0.", []string{slo.LabelPipeline, labelSlot}},
-	{slo.MetricSlotWALStatus, typeGauge, "1 for the slot's current wal_status (reserved, extended, unreserved, lost), 0 for the others.", []string{slo.LabelPipeline, labelSlot, labelWALStatus}},
-	{slo.MetricSlotSafeWALSize, typeGauge, "WAL that can still be written before the slot is in danger of losing required WAL; absent when unlimited.", []string{slo.LabelPipeline, labelSlot}},
-	{slo.MetricOldestTransactionAge, typeGauge, "Age of the oldest open transaction in the database; its outbox rows stay invisible until it commits.", lp},
-	{slo.MetricLongTransactions, typeGauge, "Open transactions older than watch.long_transaction_threshold.", lp},
-	{slo.MetricConsumerLagMessages, typeGauge, "Messages a watched business consumer group has yet to consume, by group and topic.", []string{slo.LabelPipeline, labelGroup, labelTopic}},
-	{slo.MetricConsumerLagSeconds, typeGauge, "Age of the oldest message a watched consumer group has yet to consume, by group and topic.", []string{slo.LabelPipeline, labelGroup, labelTopic}},
-	{slo.MetricConnectorRunning, typeGauge, "1 if the Kafka Connect connector and all its tasks are RUNNING, else 0.", []string{slo.LabelPipeline, labelConnector}},
-	{slo.MetricConnectorTaskFailures, typeGauge, "Tasks of the Kafka Connect connector in state FAILED.", []string{slo.LabelPipeline, labelConnector}},
-	{slo.MetricConnectorRestarts, typeCounter, "Restarts of the connector or its tasks seen by sampling Kafka Connect's status (a lower bound: restarts between samples are missed).", []string{slo.LabelPipeline, labelConnector}},
+	{Name: slo.MetricDependencyUp, Type: metricsdoc.Gauge, Help: "1 while the prober reaches its dependency (its database pool, its Kafka readers), else 0. Not readiness: a downstream outage must not make the prober's pod unready.", Labels: []string{slo.LabelPipeline, labelDependency}},
+	{Name: slo.MetricDependencyErrors, Type: metricsdoc.Counter, Help: "Failed checks of a dependency of the prober (database pings and clock samples, Kafka metadata requests).", Labels: []string{slo.LabelPipeline, labelDependency}},
 }
 
-// Catalogue returns a copy of the list of metric families the prober
-// exports, with their type, help and labels.
-func Catalogue() []MetricInfo {
-	out := make([]MetricInfo, len(catalogue))
-	for i, m := range catalogue {
-		m.Labels = slices.Clone(m.Labels)
-		out[i] = m
-	}
-	return out
+// Catalogue describes every family the prober's canary engine exports.
+func Catalogue() []metricsdoc.Family {
+	return metricsdoc.Clone(catalogue)
 }
 
-func info(name string) MetricInfo {
-	for _, m := range catalogue {
-		if m.Name == name {
-			return m
-		}
-	}
-	// Unreachable: every name passed here is in the catalogue, which
-	// TestMetricsDoc checks against the registry.
-	return MetricInfo{Name: name, Help: name}
+func family(name string) metricsdoc.Family {
+	f, _ := metricsdoc.Find(catalogue, name) // every name used here is in the catalogue (TestMetricsDoc)
+	return f
 }
 
-func counterVec(name string) *prometheus.CounterVec {
-	i := info(name)
-	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: i.Name, Help: i.Help}, i.Labels)
-}
+func counterVec(name string) *prometheus.CounterVec { return family(name).CounterVec() }
 
-func gaugeVec(name string) *prometheus.GaugeVec {
-	i := info(name)
-	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: i.Name, Help: i.Help}, i.Labels)
-}
+func gaugeVec(name string) *prometheus.GaugeVec { return family(name).GaugeVec() }
 
 // NewMetrics creates and registers the prober's metrics for the given
 // pipelines, creates the per-pipeline series at zero (every skip reason,
 // every budgeted segment and outcome) and sets the budget gauges.
 func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metrics, error) {
 	m := &Metrics{
-		BuildInfo:             gaugeVec(slo.MetricBuildInfo),
-		CanariesSent:          counterVec(slo.MetricCanariesSent),
-		CanaryInsertFailures:  counterVec(slo.MetricCanaryInsertFailures),
-		CanariesReceived:      counterVec(slo.MetricCanariesReceived),
-		CanariesLate:          counterVec(slo.MetricCanariesLate),
-		CanariesLost:          counterVec(slo.MetricCanariesLost),
-		CanariesDuplicate:     counterVec(slo.MetricCanariesDuplicate),
-		CanariesOutOfOrder:    counterVec(slo.MetricCanariesOutOfOrder),
-		MessagesSkipped:       counterVec(slo.MetricMessagesSkipped),
-		OffsetResets:          counterVec(slo.MetricConsumerOffsetResets),
-		InFlight:              gaugeVec(slo.MetricCanariesInFlight),
-		LastSent:              gaugeVec(slo.MetricLastSentTimestamp),
-		LastReceived:          gaugeVec(slo.MetricLastReceivedTimestamp),
-		LastSuccess:           gaugeVec(slo.MetricLastSuccessTimestamp),
-		SegmentLatency:        make(map[string]*prometheus.HistogramVec, len(pipelines)),
-		SLIEvents:             counterVec(slo.MetricSLIEvents),
-		ClockSkew:             counterVec(slo.MetricClockSkew),
-		SegmentBudget:         gaugeVec(slo.MetricSegmentBudget),
-		StampsMissing:         counterVec(slo.MetricStampsMissing),
-		DBClockOffset:         gaugeVec(slo.MetricDBClockOffset),
-		DBClockOffsetError:    gaugeVec(slo.MetricDBClockOffsetError),
-		BacklogRows:           gaugeVec(slo.MetricBacklogRows),
-		OldestUnpublishedAge:  gaugeVec(slo.MetricOldestUnpublishedAge),
-		WatchErrors:           counterVec(slo.MetricWatchErrors),
-		SlotRetainedWAL:       gaugeVec(slo.MetricSlotRetainedWAL),
-		SlotUnconfirmedWAL:    gaugeVec(slo.MetricSlotUnconfirmedWAL),
-		SlotActive:            gaugeVec(slo.MetricSlotActive),
-		SlotWALStatus:         gaugeVec(slo.MetricSlotWALStatus),
-		SlotSafeWALSize:       gaugeVec(slo.MetricSlotSafeWALSize),
-		OldestTransactionAge:  gaugeVec(slo.MetricOldestTransactionAge),
-		LongTransactions:      gaugeVec(slo.MetricLongTransactions),
-		ConsumerLagMessages:   gaugeVec(slo.MetricConsumerLagMessages),
-		ConsumerLagSeconds:    gaugeVec(slo.MetricConsumerLagSeconds),
-		ConnectorRunning:      gaugeVec(slo.MetricConnectorRunning),
-		ConnectorTaskFailures: gaugeVec(slo.MetricConnectorTaskFailures),
-		ConnectorRestarts:     counterVec(slo.MetricConnectorRestarts),
+		BuildInfo:            gaugeVec(slo.MetricBuildInfo),
+		CanariesSent:         counterVec(slo.MetricCanariesSent),
+		CanaryInsertFailures: counterVec(slo.MetricCanaryInsertFailures),
+		CanariesReceived:     counterVec(slo.MetricCanariesReceived),
+		CanariesLate:         counterVec(slo.MetricCanariesLate),
+		CanariesLost:         counterVec(slo.MetricCanariesLost),
+		CanariesDuplicate:    counterVec(slo.MetricCanariesDuplicate),
+		CanariesOutOfOrder:   counterVec(slo.MetricCanariesOutOfOrder),
+		MessagesSkipped:      counterVec(slo.MetricMessagesSkipped),
+		OffsetResets:         counterVec(slo.MetricConsumerOffsetResets),
+		InFlight:             gaugeVec(slo.MetricCanariesInFlight),
+		LastSent:             gaugeVec(slo.MetricLastSentTimestamp),
+		LastReceived:         gaugeVec(slo.MetricLastReceivedTimestamp),
+		LastSuccess:          gaugeVec(slo.MetricLastSuccessTimestamp),
+		SegmentLatency:       make(map[string]*prometheus.HistogramVec, len(pipelines)),
+		SLIEvents:            counterVec(slo.MetricSLIEvents),
+		ClockSkew:            counterVec(slo.MetricClockSkew),
+		SegmentBudget:        gaugeVec(slo.MetricSegmentBudget),
+		StampsMissing:        counterVec(slo.MetricStampsMissing),
+		DBClockOffset:        gaugeVec(slo.MetricDBClockOffset),
+		DBClockOffsetError:   gaugeVec(slo.MetricDBClockOffsetError),
+		DependencyUp:         gaugeVec(slo.MetricDependencyUp),
+		DependencyErrors:     counterVec(slo.MetricDependencyErrors),
 	}
 	m.BuildInfo.WithLabelValues(version.Version, version.Revision, version.GoVersion()).Set(1)
 
@@ -254,13 +176,10 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 		m.BuildInfo, m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived, m.CanariesLate, m.CanariesLost, m.OffsetResets,
 		m.CanariesDuplicate, m.CanariesOutOfOrder, m.MessagesSkipped, m.InFlight, m.LastSent,
 		m.LastReceived, m.LastSuccess, m.SLIEvents, m.ClockSkew, m.SegmentBudget, m.StampsMissing,
-		m.DBClockOffset, m.DBClockOffsetError, m.BacklogRows, m.OldestUnpublishedAge, m.WatchErrors,
-		m.SlotRetainedWAL, m.SlotUnconfirmedWAL, m.SlotActive, m.SlotWALStatus, m.SlotSafeWALSize,
-		m.OldestTransactionAge, m.LongTransactions, m.ConsumerLagMessages, m.ConsumerLagSeconds,
-		m.ConnectorRunning, m.ConnectorTaskFailures, m.ConnectorRestarts,
+		m.DBClockOffset, m.DBClockOffsetError, m.DependencyUp, m.DependencyErrors,
 	}
 
-	latency := info(slo.MetricSegmentLatency)
+	latency := family(slo.MetricSegmentLatency)
 	for i := range pipelines {
 		p := &pipelines[i]
 		if _, dup := m.SegmentLatency[p.Name]; dup {

@@ -2,7 +2,6 @@ package prober
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,9 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
 // TxBeginner is what the sender needs of a pgx pool: a transaction of its
@@ -56,6 +58,7 @@ type Sender struct {
 
 	mu      sync.Mutex
 	lastSeq uint64
+	failing bool // the last insert failed
 }
 
 // NewSender builds the pipeline's INSERT once, with every identifier quoted.
@@ -78,19 +81,13 @@ func NewSender(o SenderOptions) (*Sender, error) {
 	return s, nil
 }
 
-// tableIdent splits "schema.table" (validated by config) into a pgx
-// identifier, so that each part is quoted on its own.
-func tableIdent(table string) pgx.Identifier { return pgx.Identifier(strings.Split(table, ".")) }
-
-func quote(name string) string { return pgx.Identifier{name}.Sanitize() }
-
 // buildInsert returns the canary INSERT and the DELETE of cdc hygiene. The
 // payload is passed as a string parameter without a cast: PostgreSQL infers
 // the column's type (jsonb, json or text) for the parameter, and pgx sends a
 // string to a json/jsonb parameter as raw JSON text.
 func buildInsert(p *config.Pipeline) (insert, del string) {
 	c := p.Outbox.Columns
-	table := tableIdent(p.Outbox.Table).Sanitize()
+	table := postgres.QuoteTable(p.Outbox.Table)
 	var cols []string
 	if p.Outbox.IDGeneration == config.IDUUID {
 		cols = append(cols, c.ID)
@@ -103,15 +100,15 @@ func buildInsert(p *config.Pipeline) (insert, del string) {
 	quoted := make([]string, len(cols))
 	params := make([]string, len(cols))
 	for i, col := range cols {
-		quoted[i] = quote(col)
+		quoted[i] = postgres.QuoteIdent(col)
 		params[i] = fmt.Sprintf("$%d", i+1)
 	}
 	insert = fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) RETURNING %s::text",
-		table, strings.Join(quoted, ", "), strings.Join(params, ", "), quote(c.ID))
+		table, strings.Join(quoted, ", "), strings.Join(params, ", "), postgres.QuoteIdent(c.ID))
 	// The id goes back as text: pgx sends a string parameter in text
 	// format, which PostgreSQL parses as the column's own type (bigint or
 	// uuid), so the primary key index is used.
-	del = fmt.Sprintf("DELETE FROM %s WHERE %s = $1", table, quote(c.ID))
+	del = fmt.Sprintf("DELETE FROM %s WHERE %s = $1", table, postgres.QuoteIdent(c.ID))
 	return insert, del
 }
 
@@ -137,25 +134,29 @@ func (s *Sender) Send(ctx context.Context) (Canary, error) {
 	c, err := s.insert(ctx)
 	if err != nil {
 		s.metrics.CanaryInsertFailures.WithLabelValues(s.p.Name).Inc()
-		err = fmt.Errorf("pipeline %q: insert canary: %w", s.p.Name, err)
-		s.log.Warn("canary insert failed; not an SLI event", "pipeline", s.p.Name, "err", err)
+		err = fmt.Errorf("insert canary: %w", err)
+		s.logInsert(err)
 		return Canary{}, err
 	}
+	s.logInsert(nil)
 	if s.tracker != nil {
 		if err := s.tracker.Sent(c); err != nil {
-			return c, fmt.Errorf("pipeline %q: track canary %s: %w", s.p.Name, c.ID, err)
+			return c, fmt.Errorf("track canary %s: %w", c.ID, err)
 		}
 	}
-	s.log.Debug("canary sent", "pipeline", s.p.Name, "canary", c.ID, "seq", c.Seq, "row", c.RowID,
+	s.log.Debug("canary sent", "canary", c.ID, "seq", c.Seq, "row", c.RowID,
 		"insert_to_commit", c.Committed.Sub(c.InsertStarted))
 	return c, nil
 }
 
 func (s *Sender) insert(ctx context.Context) (_ Canary, err error) {
-	id, err := newUUID()
+	// A time-ordered (version 7) id: rows the prober supplies the key of
+	// stay in index order, and ids sort by the time they were made.
+	uid, err := uuid.NewV7()
 	if err != nil {
-		return Canary{}, err
+		return Canary{}, fmt.Errorf("canary id: %w", err)
 	}
+	id := uid.String()
 	if s.tracker != nil {
 		// Sent or Abandon follows every Expect (see Tracker.Expect).
 		defer func() {
@@ -214,13 +215,20 @@ func (s *Sender) insert(ctx context.Context) (_ Canary, err error) {
 	return c, nil
 }
 
-// newUUID returns a random (version 4) UUID in its canonical text form.
-func newUUID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("random canary id: %w", err)
+// logInsert logs a failed insert when inserts start failing and once more
+// when they work again; the failures in between go to debug (the counter
+// has them all), so a database outage is not a warning per canary tick.
+func (s *Sender) logInsert(err error) {
+	s.mu.Lock()
+	was := s.failing
+	s.failing = err != nil
+	s.mu.Unlock()
+	switch {
+	case err != nil && !was:
+		s.log.Warn("canary inserts failing; not SLI events, counted in outbox_canary_canary_insert_failures_total", "err", err)
+	case err != nil:
+		s.log.Debug("canary insert failed", "err", err)
+	case was:
+		s.log.Info("canary inserts work again")
 	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
 }

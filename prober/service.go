@@ -1,10 +1,12 @@
 package prober
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +20,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
 // Options configures a Service.
@@ -81,6 +85,7 @@ type pipelineRunner struct {
 
 	mu       sync.Mutex
 	dbOK     bool
+	dbKnown  bool // dbOK was set by a check, not just initialised
 	dbReason string
 }
 
@@ -107,8 +112,8 @@ func New(o Options) (*Service, error) {
 		o.ShutdownTimeout = 5 * time.Second
 	}
 	cfg := o.Config
-	instance := cmpOr(o.InstanceID, cfg.InstanceID)
-	stateDir := cmpOr(o.StateDir, cfg.StateDir)
+	instance := cmp.Or(o.InstanceID, cfg.InstanceID)
+	stateDir := cmp.Or(o.StateDir, cfg.StateDir)
 
 	var pipelines []config.Pipeline
 	for _, p := range cfg.Pipelines {
@@ -150,37 +155,18 @@ func New(o Options) (*Service, error) {
 	return s, nil
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRunner, error) {
 	log := s.log.With("pipeline", p.Name)
-	dsn, err := p.Database.DSN.Resolve()
-	if err != nil {
-		return nil, fmt.Errorf("database.dsn: %w", err)
-	}
-	pcfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		// pgx redacts the password in its parse errors; the DSN itself is
-		// never logged here.
-		return nil, fmt.Errorf("database.dsn: %w", err)
-	}
-	pcfg.MaxConns = 4
-	pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	// Reconnect quickly after a database restart: broken idle connections
 	// are found by the health check, not only by a failed canary.
-	pcfg.HealthCheckPeriod = 5 * time.Second
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	pool, err := postgres.NewPool(context.Background(), p.Database, postgres.PoolOptions{
+		MaxConns: 4, ConnectTimeout: 5 * time.Second, HealthCheckPeriod: 5 * time.Second})
 	if err != nil {
-		return nil, fmt.Errorf("database pool: %w", err)
+		return nil, err
 	}
 	pr := &pipelineRunner{p: p, pool: pool, log: log, now: s.now, dbReason: "database not reached yet",
 		publishedSQL: fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1",
-			quote(p.Outbox.Columns.PublishedAt), tableIdent(p.Outbox.Table).Sanitize(), quote(p.Outbox.Columns.ID))}
+			postgres.QuoteIdent(p.Outbox.Columns.PublishedAt), postgres.QuoteTable(p.Outbox.Table), postgres.QuoteIdent(p.Outbox.Columns.ID))}
 	pr.clock = NewDBClock(p.Name, pool, s.metrics, s.now, log)
 	pr.lookup = pr.lookupStamps
 
@@ -189,7 +175,7 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 		statePath = filepath.Join(stateDir, p.Name+".json")
 	}
 	tr, err := NewTracker(TrackerOptions{
-		Pipeline: p, Instance: s.instance, Metrics: s.metrics, Now: s.now, Logger: s.log, // the tracker, sender and consumer add the pipeline themselves
+		Pipeline: p, Instance: s.instance, Metrics: s.metrics, Now: s.now, Logger: log,
 		StatePath: statePath, OnDone: s.opts.OnCanaryDone,
 		LookupStamps: func(ctx context.Context, c Canary) (map[string]time.Time, error) { return pr.lookup(ctx, c) },
 	})
@@ -199,12 +185,12 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 	}
 	pr.tracker = tr
 	pr.sender, err = NewSender(SenderOptions{Pipeline: p, Instance: s.instance, DB: pool, Signer: s.signer,
-		Tracker: tr, Metrics: s.metrics, Now: s.now, Logger: s.log})
+		Tracker: tr, Metrics: s.metrics, Now: s.now, Logger: log})
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	dialer, err := NewKafkaDialer(p.Kafka)
+	dialer, err := kafkaclient.NewDialer(p.Kafka)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -214,7 +200,7 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 		readPublished = pr.readPublished
 	}
 	pr.consumer, err = NewConsumer(ConsumerOptions{Pipeline: p, Instance: s.instance, Signer: s.signer, Tracker: tr,
-		Metrics: s.metrics, Dialer: dialer, Now: s.now, Logger: s.log, ReadPublished: readPublished,
+		Metrics: s.metrics, Dialer: dialer, Now: s.now, Logger: log, ReadPublished: readPublished,
 		// A little before the start, for the relay's clock.
 		Since: s.started.Add(-5 * time.Second)})
 	if err != nil {
@@ -223,6 +209,10 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 	}
 	return pr, nil
 }
+
+// Close releases the database pools of a service that is not run (Run
+// releases them itself when it returns); closing twice is harmless.
+func (s *Service) Close() { s.closePools() }
 
 func (s *Service) closePools() {
 	for _, pr := range s.pipes {
@@ -318,31 +308,8 @@ func (s *Service) run(ctx context.Context, flush bool) error {
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
 
-	// Everything that can fail is built before the first goroutine starts,
-	// so that an error returns with nothing left running.
-	type watcherRun struct {
-		w     *Watcher
-		close func()
-	}
-	var watchers []watcherRun
-	if !s.opts.NoSchedule {
-		// check sends one canary and leaves the watchers to the service.
-		for _, pr := range s.pipes {
-			w, closeWatcher, err := s.newWatcher(pr)
-			if err != nil {
-				for _, built := range watchers {
-					built.close()
-				}
-				return err
-			}
-			watchers = append(watchers, watcherRun{w, closeWatcher})
-		}
-	}
 	c, err := s.newCron(sendCtx)
 	if err != nil {
-		for _, built := range watchers {
-			built.close()
-		}
 		return err
 	}
 
@@ -352,10 +319,6 @@ func (s *Service) run(ctx context.Context, flush bool) error {
 		go func() { defer wg.Done(); pr.watchDB(ctx, s.opts.HealthInterval) }()
 		go func() { defer wg.Done(); _ = pr.consumer.Run(ctx) }()
 		go func() { defer wg.Done(); pr.sweep(ctx, s.opts.SweepInterval) }()
-	}
-	for _, wr := range watchers {
-		wg.Add(1)
-		go func() { defer wg.Done(); defer wr.close(); wr.w.Run(ctx) }()
 	}
 	if c != nil {
 		c.Start()
@@ -451,7 +414,7 @@ func (pr *pipelineRunner) watchDB(ctx context.Context, every time.Duration) {
 		}
 		pr.setDB(err)
 		if pingFailed {
-			pr.clock.metrics.WatchErrors.WithLabelValues(pr.p.Name, watcherDB).Inc()
+			pr.clock.metrics.DependencyErrors.WithLabelValues(pr.p.Name, DependencyDatabase).Inc()
 		}
 		if err != nil {
 			lastEstimate = time.Time{}
@@ -468,20 +431,26 @@ func (pr *pipelineRunner) watchDB(ctx context.Context, every time.Duration) {
 
 func (pr *pipelineRunner) setDB(err error) {
 	pr.mu.Lock()
-	was := pr.dbOK
-	pr.dbOK = err == nil
+	was, known := pr.dbOK, pr.dbKnown
+	pr.dbOK, pr.dbKnown = err == nil, true
 	if err != nil {
 		pr.dbReason = err.Error()
 	} else {
 		pr.dbReason = ""
 	}
 	pr.mu.Unlock()
+	up := 0.0
+	if err == nil {
+		up = 1
+	}
+	pr.clock.metrics.DependencyUp.WithLabelValues(pr.p.Name, DependencyDatabase).Set(up)
+	// One line per change of state, not one per check.
 	switch {
 	case err == nil && !was:
 		pr.log.Info("database reachable")
-	case err != nil && was:
+	case err != nil && (was || !known):
 		pr.log.Warn("database unreachable; canary inserts fail until it is back", "err", err)
-	case err != nil && !was:
+	case err != nil:
 		pr.log.Debug("database still unreachable", "err", err)
 	}
 }
@@ -546,17 +515,34 @@ func (pr *pipelineRunner) readPublished(ctx context.Context, canaryID string, ms
 	return t, ok
 }
 
-// newWatcher builds the pipeline's backlog, transaction, slot, consumer-lag
-// and connector watcher on the pipeline's own pool.
-func (s *Service) newWatcher(pr *pipelineRunner) (*Watcher, func(), error) {
-	w := &Watcher{Pipeline: pr.p, DB: pr.pool, Metrics: s.metrics, Logger: pr.log, Now: s.now}
-	closeFn := func() {}
-	if len(pr.p.Watch.ConsumerGroups) > 0 {
-		client, closeIdle, err := NewKafkaClient(pr.p.Kafka, 10*time.Second)
-		if err != nil {
-			return nil, nil, fmt.Errorf("pipeline %q: consumer lag watcher: %w", pr.p.Name, err)
+// PipelineView is what the status page reads of one pipeline: its
+// configuration, its canaries as the tracker knows them, and its database
+// clock offset.
+type PipelineView struct {
+	Pipeline *config.Pipeline
+	// InFlight is every canary sent that has neither arrived nor been
+	// declared lost, oldest first.
+	InFlight []Report
+	// LastReceived is when a canary last arrived; zero before the first.
+	LastReceived time.Time
+	// Resolved is every final canary the tracker remembers, newest first.
+	Resolved []Report
+	// Memory is how long the tracker remembers a canary after its commit:
+	// burn rates over a longer window only see that much of it.
+	Memory time.Duration
+	// ClockOffset is the database clock offset, if measured.
+	ClockOffset *ClockOffset
+}
+
+// Views returns a view of every pipeline, in configuration order.
+func (s *Service) Views() []PipelineView {
+	out := make([]PipelineView, 0, len(s.pipes))
+	for _, pr := range s.pipes {
+		v := PipelineView{Pipeline: pr.p, InFlight: pr.tracker.InFlightReports(), LastReceived: pr.tracker.LastReceived(), Resolved: pr.tracker.Recent(math.MaxInt), Memory: pr.tracker.forget}
+		if off, ok := pr.clock.Current(); ok {
+			v.ClockOffset = &off
 		}
-		w.Kafka, closeFn = client, closeIdle
+		out = append(out, v)
 	}
-	return w, closeFn, nil
+	return out
 }

@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -179,56 +177,10 @@ func TestWatchDB(t *testing.T) {
 	t.Run("A failed clock estimate is counted once, as db_clock, not as database too.", func(t *testing.T) {
 		_, _, _, m := start(t, true)
 		waitFor(t, "two failed estimates", func() bool {
-			return testutil.ToFloat64(m.WatchErrors.WithLabelValues("orders", watcherDBClock)) >= 2
+			return testutil.ToFloat64(m.DependencyErrors.WithLabelValues("orders", DependencyDBClock)) >= 2
 		})
-		if got := testutil.ToFloat64(m.WatchErrors.WithLabelValues("orders", watcherDB)); got != 0 {
+		if got := testutil.ToFloat64(m.DependencyErrors.WithLabelValues("orders", DependencyDatabase)); got != 0 {
 			t.Errorf("database errors = %v, want 0: the database answered, only the estimate failed", got)
 		}
 	})
-}
-
-func TestServiceRunStartsNothingWhenAWatcherCannotBeBuilt(t *testing.T) {
-	secret := filepath.Join(t.TempDir(), "kafka-password")
-	if err := os.WriteFile(secret, []byte("pw"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(fmt.Appendf(nil, `
-instance_id: unit
-signing_key: {value: unit-key}
-pipelines:
-  - name: orders
-    database: {dsn: {value: "postgres://u:p@127.0.0.1:1/x?connect_timeout=1"}}
-    relay: {kind: polling}
-    kafka:
-      brokers: ["127.0.0.1:1"]
-      topic: canaries
-      sasl: {mechanism: plain, username: u, password: {file: %q}}
-    watch: {consumer_groups: [{group: billing, topic: orders}]}
-    budgets: {end_to_end: 2s}
-`, secret))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := New(Options{Config: cfg, Registerer: prometheus.NewRegistry(), StateDir: "-", HealthInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.closePools()
-	// The secret disappears between New and Run: the consumer lag
-	// watcher's Kafka client cannot be built.
-	if err := os.Remove(secret); err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Run(context.Background()); err == nil {
-		t.Fatal("Run succeeded without the Kafka password")
-	}
-	// A goroutine left running would ping the unreachable database and
-	// count the failure within milliseconds, forever.
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		if got := testutil.ToFloat64(svc.Metrics().WatchErrors.WithLabelValues("orders", watcherDB)); got != 0 {
-			t.Fatalf("database errors = %v after Run returned its error: a goroutine was left running", got)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -63,8 +63,10 @@ type canaryState struct {
 
 // segmentState records what was emitted for one segment of one canary.
 type segmentState struct {
-	// Outcome is "good" or "bad" once the SLI event was counted.
-	Outcome string `json:"outcome,omitempty"`
+	// Outcome is "good" or "bad" once the SLI event was counted, at
+	// JudgedAt.
+	Outcome  string    `json:"outcome,omitempty"`
+	JudgedAt time.Time `json:"judged_at,omitzero"`
 	// Observed is set once the duration went into the histogram (or, if
 	// negative, into the skew counter).
 	Observed bool `json:"observed,omitempty"`

@@ -11,9 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/retry"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -126,6 +128,9 @@ type SegmentResult struct {
 	// Outcome is "good" or "bad" once the SLI event was counted, "" if
 	// the segment is not budgeted or not (yet) judged.
 	Outcome string `json:"outcome,omitempty"`
+	// JudgedAt is when the SLI event was counted (an arrival, or a
+	// deadline that passed): burn rates over a window count it then.
+	JudgedAt time.Time `json:"judged_at,omitzero"`
 	// Skew is true when the duration is negative (suspected clock skew).
 	Skew bool `json:"skew,omitempty"`
 	// MissingStamp names a stamp the arrived message did not carry, which
@@ -167,6 +172,11 @@ type Report struct {
 	Consumed   time.Time                `json:"consumed,omitzero"`
 	OutOfOrder bool                     `json:"out_of_order,omitempty"`
 	Segments   map[string]SegmentResult `json:"segments"`
+	// Where, for a canary in flight, is the segment it is waiting in as
+	// far as the evidence goes, and Deadline when that segment's budget
+	// runs out (zero for a segment without a budget).
+	Where    string    `json:"where,omitempty"`
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // TrackerOptions configures a Tracker.
@@ -193,8 +203,8 @@ type TrackerOptions struct {
 }
 
 // Lookup retry backoff: the first lookup happens at the deadline, retries
-// double from lookupBackoffMin so a long stall costs a few queries per
-// canary, not four a second.
+// double (with jitter) from lookupBackoffMin so a long stall costs a few
+// queries per canary, not four a second.
 const (
 	lookupBackoffMin = 500 * time.Millisecond
 	lookupBackoffMax = 30 * time.Second
@@ -230,6 +240,9 @@ type Tracker struct {
 	next     map[int]int64
 	dirty    bool // state changed since the last write (offsets from Skipped)
 	waiters  map[string][]chan Report
+	// lookupWaits spaces the lookups of each canary; in memory only (a
+	// restart starts each canary's backoff again).
+	lookupWaits map[string]*backoff.ExponentialBackOff
 	// expected holds the canaries between Expect and Sent, with the
 	// arrivals that overtook Sent (parked, in arrival order).
 	expected map[string][]Arrival
@@ -270,7 +283,9 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 		lastSeq:  make(map[string]uint64),
 		next:     make(map[int]int64),
 		waiters:  make(map[string][]chan Report),
-		expected: make(map[string][]Arrival),
+
+		lookupWaits: make(map[string]*backoff.ExponentialBackOff),
+		expected:    make(map[string][]Arrival),
 
 		lookupTimeout: lookupTimeoutMax,
 	}
@@ -620,7 +635,7 @@ func (t *Tracker) judge(r *canaryState, s segment, from, to time.Time, fx *effec
 	if d <= s.budget {
 		outcome = slo.OutcomeGood
 	}
-	st.Outcome = outcome
+	st.Outcome, st.JudgedAt = outcome, t.now()
 	t.count(s.name, outcome, fx)
 }
 
@@ -661,7 +676,7 @@ func (t *Tracker) result(r *canaryState, s segment) SegmentResult {
 		res.Measured, res.Duration = true, to.Sub(from)
 		res.Skew = t.isSkew(res.Duration)
 	}
-	res.Outcome = r.segment(s.name).Outcome
+	res.Outcome, res.JudgedAt = r.segment(s.name).Outcome, r.segment(s.name).JudgedAt
 	return res
 }
 
@@ -767,7 +782,12 @@ func (t *Tracker) Sweep(ctx context.Context) {
 		}
 		changed = true
 		r.Lookups++
-		r.NextLookup = now.Add(min(lookupBackoffMin<<min(r.Lookups-1, 16), lookupBackoffMax))
+		wait, ok := t.lookupWaits[r.ID]
+		if !ok {
+			wait = retry.Backoff(lookupBackoffMin, lookupBackoffMax)
+			t.lookupWaits[r.ID] = wait
+		}
+		r.NextLookup = now.Add(wait.NextBackOff())
 		if r.Arrived {
 			// One last try at the end of the window, then give up.
 			r.NextLookup = minTime(r.NextLookup, r.Stamps[config.StampConsume].Add(arrivedLookupWindow))
@@ -798,6 +818,9 @@ func (t *Tracker) Sweep(ctx context.Context) {
 			changed = true
 		}
 		if r.Arrived || r.Lost {
+			if !r.PendingLookup {
+				delete(t.lookupWaits, id)
+			}
 			if !r.PendingLookup && now.Sub(r.Stamps[config.StampCommit]) > t.forget {
 				delete(t.canaries, id)
 				changed = true
@@ -806,13 +829,13 @@ func (t *Tracker) Sweep(ctx context.Context) {
 		}
 		commit := r.Stamps[config.StampCommit]
 		if e2e := t.plan.endToEnd; now.After(commit.Add(e2e.budget)) && r.segment(e2e.name).Outcome == "" {
-			r.segment(e2e.name).Outcome = slo.OutcomeBad
+			r.segment(e2e.name).Outcome, r.segment(e2e.name).JudgedAt = slo.OutcomeBad, now
 			t.count(e2e.name, slo.OutcomeBad, &fx)
 			changed = true
 			t.log.Info("canary missed its end_to_end deadline", "canary", r.ID, "seq", r.Seq, "budget", e2e.budget)
 		}
 		if s := t.plan.stuck(r.Stamps); s.budgeted && r.segment(s.name).Outcome == "" && now.After(r.Stamps[s.from].Add(s.budget)) {
-			r.segment(s.name).Outcome = slo.OutcomeBad
+			r.segment(s.name).Outcome, r.segment(s.name).JudgedAt = slo.OutcomeBad, now
 			t.count(s.name, slo.OutcomeBad, &fx)
 			changed = true
 			t.log.Info("canary stuck past a segment deadline", "canary", r.ID, "seq", r.Seq, "segment", s.name, "budget", s.budget)
@@ -1028,7 +1051,39 @@ func (t *Tracker) report(r *canaryState) Report {
 	for _, s := range t.plan.all() {
 		rep.Segments[s.name] = t.finalResult(r, s)
 	}
+	if rep.State == StateInFlight {
+		s := t.plan.stuck(r.Stamps)
+		rep.Where = s.name
+		if s.budgeted {
+			rep.Deadline = r.Stamps[s.from].Add(s.budget)
+		}
+	}
 	return rep
+}
+
+// InFlightReports returns the canaries in flight, oldest first.
+func (t *Tracker) InFlightReports() []Report {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var rs []*canaryState
+	for _, r := range t.canaries {
+		if !r.Arrived && !r.Lost {
+			rs = append(rs, r)
+		}
+	}
+	slices.SortFunc(rs, func(a, b *canaryState) int { return cmp.Compare(a.Seq, b.Seq) })
+	out := make([]Report, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, t.report(r))
+	}
+	return out
+}
+
+// LastReceived is when the last canary first arrived; zero before any.
+func (t *Tracker) LastReceived() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastReceived
 }
 
 // persistLocked writes the whole state atomically; a no-op without a path.

@@ -550,7 +550,7 @@ func TestTrackerSegments(t *testing.T) {
 				}()
 				h.sweep(750 * time.Millisecond) // lookup finds nothing yet
 				h.sweep(800 * time.Millisecond) // backing off: no lookup
-				h.sweep(1300 * time.Millisecond)
+				h.sweep(2 * time.Second)        // past the jittered backoff (500ms ± 50%)
 				r := <-done
 				if s := r.Segments[segPublish]; !s.Measured || s.Duration != 450*time.Millisecond || s.Outcome != slo.OutcomeGood {
 					t.Errorf("report commit_to_publish = %+v, want 450ms good", s)

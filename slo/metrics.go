@@ -33,6 +33,11 @@ const (
 	MetricSegmentBudget  = "outbox_canary_segment_budget_seconds" // gauge: the configured budget, for dashboards
 	MetricStampsMissing  = "outbox_canary_stamps_missing_total"   // label stamp: arrivals without a configured stamp (their segments are not judged)
 
+	// The prober's own dependencies (its database pool and its canary
+	// readers), label dependency: database or kafka.
+	MetricDependencyUp     = "outbox_canary_dependency_up"
+	MetricDependencyErrors = "outbox_canary_dependency_errors_total"
+
 	// Clocks.
 	MetricDBClockOffset      = "outbox_canary_db_clock_offset_seconds"       // DB clock minus prober clock
 	MetricDBClockOffsetError = "outbox_canary_db_clock_offset_error_seconds" // half the best sample's RTT
@@ -40,7 +45,9 @@ const (
 	// Watchers (database, relay, consumers).
 	MetricBacklogRows           = "outbox_canary_outbox_backlog_rows"
 	MetricOldestUnpublishedAge  = "outbox_canary_outbox_oldest_unpublished_age_seconds"
-	MetricWatchErrors           = "outbox_canary_watch_errors_total" // label watcher
+	MetricWatchErrors           = "outbox_canary_watch_errors_total"                     // label watcher
+	MetricWatcherUp             = "outbox_canary_watcher_up"                             // label watcher: 1 if its last sample succeeded
+	MetricWatcherLastSuccess    = "outbox_canary_watcher_last_success_timestamp_seconds" // label watcher
 	MetricSlotRetainedWAL       = "outbox_canary_replication_slot_retained_wal_bytes"
 	MetricSlotUnconfirmedWAL    = "outbox_canary_replication_slot_unconfirmed_wal_bytes"
 	MetricSlotActive            = "outbox_canary_replication_slot_active"

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
@@ -18,10 +19,10 @@ import (
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-const checkDescription = `
-Send one canary through each pipeline (or only --pipeline) now, wait for it
-on the canary topic, and print where its time went: every segment against its
-budget, then a verdict.
+const checkHelp = `Send one canary through each pipeline now and print where its time went.
+
+Send one canary through each pipeline (or only --pipeline), wait for it on
+the canary topic, and print every segment against its budget, then a verdict.
 
 It does not disturb a running 'outbox-canary run' on the same topic: its
 canaries carry the instance id "<instance_id>-check-<random>", which the
@@ -31,50 +32,49 @@ Exit status: 0 when every canary arrived within every budget; 1 when one was
 over a budget, or did not arrive before --timeout; 2 on a usage error.
 
 Example:
-  outbox-canary check --config /etc/outbox-canary.yml --pipeline orders --timeout 30s
-`
+  outbox-canary check --config.file=/etc/outbox-canary.yml --pipeline=orders --timeout=30s`
 
-func checkCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("check", "--config FILE [--pipeline NAME] [--timeout 30s]", checkDescription, stderr)
-	configPath := fs.String("config", "", "configuration file (required)")
-	pipeline := fs.String("pipeline", "", "check only this pipeline (default: all)")
-	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the servers and for the canaries")
-	logLevel := fs.String("log.level", "warn", "log level of the prober's messages on stderr")
-	if helped, err := parseFlags(fs, args); helped || err != nil {
-		return err
+func checkCommand(app *kingpin.Application, c *cli) action {
+	cmd := command(app, "check", checkHelp)
+	configPath := configFlag(cmd)
+	pipeline := cmd.Flag("pipeline", "Check only this pipeline (default: all).").PlaceHolder("NAME").String()
+	timeout := cmd.Flag("timeout", "How long to wait for the servers and for the canaries.").Default("30s").Duration()
+	return func(ctx context.Context) error {
+		if *timeout <= 0 {
+			return usagef(c, "--timeout %s: must be positive", *timeout)
+		}
+		cfg, err := loadConfig(*configPath)
+		if err != nil {
+			return fmt.Errorf("check: %w", err)
+		}
+		if _, err := selectPipelines(c, cfg, *pipeline, *configPath); err != nil {
+			return err
+		}
+		return check(ctx, c, cfg, *pipeline, *timeout)
 	}
-	if *timeout <= 0 {
-		return usageError(fs, "check: --timeout %s: must be positive", *timeout)
-	}
-	logger, err := newLogger(stderr, *logLevel, "logfmt")
-	if err != nil {
-		return fmt.Errorf("check: %w", err)
-	}
-	cfg, err := loadConfig(fs, *configPath)
-	if err != nil {
-		return err
-	}
-	if _, err := selectPipelines(cfg, *pipeline, *configPath, stderr); err != nil {
-		return fmt.Errorf("check: %w", err)
-	}
+}
+
+func check(ctx context.Context, c *cli, cfg *config.Config, pipeline string, timeout time.Duration) error {
+	stdout := c.stdout
 	var only []string // all
-	if *pipeline != "" {
-		only = []string{*pipeline}
+	if pipeline != "" {
+		only = []string{pipeline}
 	}
 	var suffix [4]byte
 	if _, err := rand.Read(suffix[:]); err != nil {
 		return fmt.Errorf("check: instance id: %w", err)
 	}
 	svc, err := prober.New(prober.Options{
-		Config: cfg, Registerer: prometheus.NewRegistry(), Now: time.Now, Logger: logger,
+		Config: cfg, Registerer: prometheus.NewRegistry(), Now: time.Now, Logger: c.logger(true),
 		InstanceID: cfg.InstanceID + "-check-" + hex.EncodeToString(suffix[:]),
 		Pipelines:  only, NoSchedule: true, StateDir: "-",
 	})
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
 	}
+	defer svc.Close()
 
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})

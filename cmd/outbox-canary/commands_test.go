@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,70 +10,93 @@ import (
 	"testing"
 )
 
-func TestHelpExplainsEachCommandWithAnExample(t *testing.T) {
+func TestHelpGoesToStdoutAndExplainsEachCommandWithAnExample(t *testing.T) {
 	cases := []struct {
-		name    string
-		command string
-		want    []string
+		name string
+		args []string
+		want []string
 	}{
-		{"run's help names its flags, its endpoints and an example.", "run",
-			[]string{"Usage: outbox-canary run --config FILE", "-web.listen-address", "/readyz", "SIGTERM", "Example:"}},
-		{"validate's help says secrets are hidden and gives an example.", "validate",
-			[]string{"Usage: outbox-canary validate --config FILE", "<secret>", "Example:"}},
-		{"check's help explains the instance id suffix, the exit status and an example.", "check",
-			[]string{"Usage: outbox-canary check --config FILE", "-check-", "-timeout", "-pipeline", "Exit status", "Example:"}},
+		{"The top-level help lists every command with its summary.", []string{"--help"},
+			[]string{"usage: outbox-canary [<flags>] <command>", "run --config.file=FILE", "check --config.file=FILE", "diagnose", "lint", "validate", "rules", "dashboards", "version", "--log.level", "--log.format"}},
+		{"help run is run's help.", []string{"help", "run"},
+			[]string{"usage: outbox-canary run --config.file=FILE", "--web.listen-address", "--web.config.file", "web.systemd-socket", "--state.dir", "/readyz", "SIGTERM", "Example:"}},
+		{"run's help names its flags, its endpoints and an example.", []string{"run", "--help"},
+			[]string{"usage: outbox-canary run --config.file=FILE", "--web.listen-address", "/readyz", "SIGTERM", "Example:"}},
+		{"validate's help says secrets are hidden and gives an example.", []string{"validate", "--help"},
+			[]string{"usage: outbox-canary validate --config.file=FILE", "<secret>", "Example:"}},
+		{"check's help explains the instance id suffix, the exit status and an example.", []string{"check", "-h"},
+			[]string{"usage: outbox-canary check --config.file=FILE", "-check-", "--timeout", "--pipeline", "Exit status", "Example:"}},
+		{"diagnose's help lists the stages in order.", []string{"diagnose", "--help"},
+			[]string{"1. commit:", "2. relay:", "3. replication slot:", "4. broker:", "5. consumers:", "Example:"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			if err := Run(context.Background(), []string{tc.command, "--help"}, &stdout, &stderr); err != nil {
-				t.Fatalf("--help: %v", err)
+			if err := Run(context.Background(), tc.args, &stdout, &stderr); err != nil {
+				t.Fatalf("%v: %v", tc.args, err)
 			}
 			for _, w := range tc.want {
-				if !strings.Contains(stderr.String(), w) {
-					t.Errorf("help lacks %q:\n%s", w, stderr.String())
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("help on stdout lacks %q:\n%s", w, stdout.String())
 				}
 			}
-		})
-	}
-}
-
-func TestCommandsWithoutConfigAreUsageErrors(t *testing.T) {
-	for _, cmd := range []string{"run", "validate", "check", "diagnose", "lint", "rules", "dashboards"} {
-		t.Run(fmt.Sprintf("%s without --config is a usage error that says so.", cmd), func(t *testing.T) {
-			var stderr bytes.Buffer
-			err := Run(context.Background(), []string{cmd}, io.Discard, &stderr)
-			if !errors.Is(err, errUsage) {
-				t.Fatalf("err = %v, want a usage error", err)
-			}
-			if want := cmd + ": --config is required"; !strings.Contains(stderr.String(), want) {
-				t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+			if stderr.Len() != 0 {
+				t.Errorf("help wrote to stderr:\n%s", stderr.String())
 			}
 		})
 	}
 }
 
-// check's help promises exit status 2 on a usage error; these need no
-// server, as they are refused before any connection.
-func TestCheckFlagErrorsAreUsageErrors(t *testing.T) {
+func TestVersionPrintsTheBuild(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		var stdout bytes.Buffer
+		if err := Run(context.Background(), args, &stdout, io.Discard); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if !strings.HasPrefix(stdout.String(), "outbox-canary ") || !strings.Contains(stdout.String(), "revision") {
+			t.Errorf("%v printed %q", args, stdout.String())
+		}
+	}
+}
+
+// Every usage error exits 2 and says what is wrong on stderr, as
+// Prometheus's tools do.
+func TestUsageErrorsExitTwoAndSayWhy(t *testing.T) {
 	const example = "../../examples/outbox-canary.yml"
 	cases := []struct {
 		name string
 		args []string
 		want string
 	}{
-		{"A pipeline not in the file is a usage error.", []string{"--config", example, "--pipeline", "nosuch"}, `--pipeline "nosuch": not in`},
-		{"A timeout that is not positive is a usage error.", []string{"--config", example, "--timeout", "0s"}, "check: --timeout 0s: must be positive"},
+		{"No command at all is a usage error.", nil, ""},
+		{"An unknown command is a usage error.", []string{"bogus"}, `expected command but got "bogus"`},
+		{"An unknown flag is a usage error.", []string{"run", "--config.file", example, "--bogus"}, "unknown long flag '--bogus'"},
+		{"A log level that does not exist is a usage error.", []string{"--log.level", "loud", "version"}, "unrecognized log level loud"},
+		{"A log format that does not exist is a usage error.", []string{"--log.format", "xml", "version"}, "unrecognized log format xml"},
+		{"A rules format that does not exist is a usage error.", []string{"rules", "--config.file", example, "--format", "yaml"}, "enum value must be one of rules,prometheusrule"},
+		{"A pipeline not in the file is a usage error.", []string{"check", "--config.file", example, "--pipeline", "nosuch"}, `--pipeline "nosuch": not in`},
+		{"A timeout that is not positive is a usage error.", []string{"check", "--config.file", example, "--timeout", "0s"}, "--timeout 0s: must be positive"},
+		{"dashboards without --out is a usage error.", []string{"dashboards", "--config.file", example}, "required flag(s) '--out' not provided"},
+	}
+	for _, cmd := range []string{"run", "validate", "check", "diagnose", "lint", "rules", "dashboards"} {
+		cases = append(cases, struct {
+			name string
+			args []string
+			want string
+		}{cmd + " without --config.file is a usage error that says so.", []string{cmd}, "'--config.file'"})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var stderr bytes.Buffer
-			err := Run(context.Background(), append([]string{"check"}, tc.args...), io.Discard, &stderr)
-			if !errors.Is(err, errUsage) {
-				t.Fatalf("err = %v, want a usage error", err)
+			var stdout, stderr bytes.Buffer
+			err := Run(context.Background(), tc.args, &stdout, &stderr)
+			if code := exitCode(err); code != 2 {
+				t.Fatalf("exit %d (%v), want 2", code, err)
 			}
-			if !strings.Contains(stderr.String(), tc.want) {
+			if tc.want != "" && !strings.Contains(stderr.String(), tc.want) {
 				t.Errorf("stderr lacks %q:\n%s", tc.want, stderr.String())
+			}
+			if stderr.Len() == 0 && stdout.Len() == 0 {
+				t.Error("nothing explains the usage error")
 			}
 		})
 	}
@@ -119,7 +140,7 @@ pipelines:
 				t.Setenv(k, v)
 			}
 			var stdout, stderr bytes.Buffer
-			err := Run(context.Background(), []string{"validate", "--config", tc.file}, &stdout, &stderr)
+			err := Run(context.Background(), []string{"validate", "--config.file", tc.file}, &stdout, &stderr)
 			out := stdout.String()
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

@@ -3,13 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
+
+	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/outbox-canary/outbox-canary/dashboards"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-const dashboardsDescription = `
+const dashboardsHelp = `Generate Grafana dashboards and provisioning files.
+
 Generate the Grafana dashboards of the pipelines in the configuration (SLO
 overview, segment latency, pipeline health) as JSON files, and Grafana
 provisioning files that load them, into DIR:
@@ -23,37 +25,31 @@ those into the Prometheus the dashboards query. The output depends only on
 the configuration, so regenerating gives the same files.`
 
 // dashboardsCommand writes the dashboards and provisioning files.
-func dashboardsCommand(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dashboards", "--config FILE --out DIR", dashboardsDescription, stderr)
-	configPath := fs.String("config", "", "the outbox-canary configuration `file` (required)")
-	out := fs.String("out", "", "the `directory` to write the files into, created if missing (required)")
+func dashboardsCommand(app *kingpin.Application, c *cli) action {
+	cmd := command(app, "dashboards", dashboardsHelp)
+	configPath := configFlag(cmd)
+	out := cmd.Flag("out", "The directory to write the files into, created if missing.").PlaceHolder("DIR").Required().String()
 	opts := dashboards.DefaultOptions()
-	fs.StringVar(&opts.DashboardsPath, "grafana-dashboards-path", opts.DashboardsPath, "where Grafana will read the dashboard JSON files from (the provider's path)")
-	fs.StringVar(&opts.Folder, "grafana-folder", opts.Folder, "the Grafana folder the dashboards are provisioned into")
-	fs.StringVar(&opts.PrometheusURL, "prometheus-url", opts.PrometheusURL, "the URL of the example Prometheus datasource")
-	helped, err := parseFlags(fs, args)
-	if helped || err != nil {
-		return err
+	cmd.Flag("grafana-dashboards-path", "Where Grafana will read the dashboard JSON files from (the provider's path).").Default(opts.DashboardsPath).StringVar(&opts.DashboardsPath)
+	cmd.Flag("grafana-folder", "The Grafana folder the dashboards are provisioned into.").Default(opts.Folder).StringVar(&opts.Folder)
+	cmd.Flag("prometheus-url", "The URL of the example Prometheus datasource.").Default(opts.PrometheusURL).StringVar(&opts.PrometheusURL)
+	return func(context.Context) error {
+		cfg, err := loadConfig(*configPath)
+		if err != nil {
+			return fmt.Errorf("dashboards: %w", err)
+		}
+		model, err := slo.FromConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("dashboards: config %s: %w", *configPath, err)
+		}
+		files, err := dashboards.Generate(model, opts)
+		if err != nil {
+			return fmt.Errorf("dashboards: %w", err)
+		}
+		if err := dashboards.WriteFiles(*out, files); err != nil {
+			return fmt.Errorf("dashboards: %w", err)
+		}
+		fmt.Fprintf(c.stdout, "wrote %d dashboards and provisioning files to %s\n", len(files), *out)
+		return nil
 	}
-	cfg, err := loadConfig(fs, *configPath)
-	if err != nil {
-		return err
-	}
-	if *out == "" {
-		fs.Usage()
-		return usageError(fs, "dashboards: --out is required")
-	}
-	model, err := slo.FromConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("dashboards: config %s: %w", *configPath, err)
-	}
-	files, err := dashboards.Generate(model, opts)
-	if err != nil {
-		return fmt.Errorf("dashboards: %w", err)
-	}
-	if err := dashboards.WriteFiles(*out, files); err != nil {
-		return fmt.Errorf("dashboards: %w", err)
-	}
-	fmt.Fprintf(stdout, "wrote %d dashboards and provisioning files to %s\n", len(files), *out)
-	return nil
 }

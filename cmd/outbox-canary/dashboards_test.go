@@ -25,29 +25,25 @@ func TestDashboardsCommand(t *testing.T) {
 		wantStderr string
 	}{
 		{
-			name:       "Help prints the usage, the files written and the flags, and is not an error.",
-			args:       []string{"--help"},
-			wantStderr: "Usage: outbox-canary dashboards --config FILE --out DIR",
-		},
-		{
-			name:       "Without --config the command says it is required.",
+			name:       "Without --config.file the command says it is required.",
 			args:       []string{"--out", "x"},
-			wantErr:    "dashboards: --config is required",
-			wantStderr: "-config file",
+			wantUsage:  true,
+			wantStderr: "required flag(s) '--config.file' not provided",
 		},
 		{
-			name:    "Without --out the command says it is required.",
-			args:    []string{"--config", "../../examples/outbox-canary.yml"},
-			wantErr: "dashboards: --out is required",
+			name:       "Without --out the command says it is required.",
+			args:       []string{"--config.file", "../../examples/outbox-canary.yml"},
+			wantUsage:  true,
+			wantStderr: "required flag(s) '--out' not provided",
 		},
 		{
 			name:    "A configuration file that does not exist is named in the error.",
-			args:    []string{"--config", "testdata/no-such-file.yml", "--out", "x"},
+			args:    []string{"--config.file", "testdata/no-such-file.yml", "--out", "x"},
 			wantErr: "dashboards: read config: open testdata/no-such-file.yml: no such file or directory",
 		},
 		{
 			name:      "An unknown flag is a usage error.",
-			args:      []string{"--config", "../../examples/outbox-canary.yml", "--bogus"},
+			args:      []string{"--config.file", "../../examples/outbox-canary.yml", "--bogus"},
 			wantUsage: true,
 		},
 	}
@@ -78,7 +74,7 @@ func TestDashboardsCommand(t *testing.T) {
 func TestDashboardsCommandWritesTheExampleFiles(t *testing.T) {
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	err := Run(context.Background(), []string{"dashboards", "--config", "../../examples/outbox-canary.yml", "--out", out}, &stdout, &stderr)
+	err := Run(context.Background(), []string{"dashboards", "--config.file", "../../examples/outbox-canary.yml", "--out", out}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
@@ -116,7 +112,7 @@ func TestDashboardsCommandRejectsAnInvalidConfig(t *testing.T) {
 	}
 	out := filepath.Join(dir, "out")
 	var stdout, stderr bytes.Buffer
-	err := Run(context.Background(), []string{"dashboards", "--config", cfg, "--out", out}, &stdout, &stderr)
+	err := Run(context.Background(), []string{"dashboards", "--config.file", cfg, "--out", out}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), cfg) || !strings.Contains(err.Error(), "bogus_field") {
 		t.Fatalf("error %v, want one naming %s and bogus_field", err, cfg)
 	}

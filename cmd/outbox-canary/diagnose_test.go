@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -27,28 +26,14 @@ import (
 
 	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/diagnose"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/relay"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
-	"github.com/outbox-canary/outbox-canary/prober"
 )
 
 // diagWait bounds every wait for an expected state.
 const diagWait = 45 * time.Second
-
-// diagExitCode is the status main would exit with for err.
-func diagExitCode(err error) int {
-	var ee *exitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, errUsage):
-		return 2
-	case errors.As(err, &ee):
-		return ee.code
-	default:
-		return 1
-	}
-}
 
 // diagPipeline is one fresh database with seed schema A, a fresh canary
 // topic and a configuration file pointing at both.
@@ -124,26 +109,26 @@ func insertOrderEvent(ctx context.Context, tx pgx.Tx) error {
 
 // diagnose runs the command in text and in JSON form and returns the text,
 // the diagnosis and the exit code (the same for both forms).
-func (d *diagPipeline) diagnose(t *testing.T) (string, prober.Diagnosis, int) {
+func (d *diagPipeline) diagnose(t *testing.T) (string, diagnose.Diagnosis, int) {
 	t.Helper()
 	var text, stderr bytes.Buffer
-	err := Run(context.Background(), []string{"diagnose", "--config", d.config, "--timeout", "5s"}, &text, &stderr)
-	code := diagExitCode(err)
+	err := Run(context.Background(), []string{"diagnose", "--config.file", d.config, "--timeout", "5s"}, &text, &stderr)
+	code := exitCode(err)
 	t.Logf("outbox-canary diagnose (exit %d):\n%s", code, text.String())
 	var js bytes.Buffer
-	jerr := Run(context.Background(), []string{"diagnose", "--config", d.config, "--pipeline", "orders", "--json", "--timeout", "5s"}, &js, &stderr)
-	var ds []prober.Diagnosis
+	jerr := Run(context.Background(), []string{"diagnose", "--config.file", d.config, "--pipeline", "orders", "--json", "--timeout", "5s"}, &js, &stderr)
+	var ds []diagnose.Diagnosis
 	if err := json.Unmarshal(js.Bytes(), &ds); err != nil || len(ds) != 1 {
 		t.Fatalf("--json output %q: %v", js.String(), err)
 	}
-	if jcode := diagExitCode(jerr); jcode != code {
+	if jcode := exitCode(jerr); jcode != code {
 		t.Errorf("exit %d with --json, %d without", jcode, code)
 	}
 	return text.String(), ds[0], code
 }
 
 // wantUnhealthyAt checks the command named stage, and only it, with exit 1.
-func wantUnhealthyAt(t *testing.T, text string, diag prober.Diagnosis, code int, stage string) {
+func wantUnhealthyAt(t *testing.T, text string, diag diagnose.Diagnosis, code int, stage string) {
 	t.Helper()
 	if code != 1 {
 		t.Errorf("exit %d, want 1", code)
@@ -163,7 +148,7 @@ func wantUnhealthyAt(t *testing.T, text string, diag prober.Diagnosis, code int,
 }
 
 // stageEvidence returns the evidence of the named stage, one string.
-func stageEvidence(diag prober.Diagnosis, stage string) string {
+func stageEvidence(diag diagnose.Diagnosis, stage string) string {
 	for _, s := range diag.Stages {
 		if s.Name == stage {
 			return strings.Join(s.Evidence, "\n")
@@ -210,22 +195,6 @@ func diagConsume(t *testing.T, brokers []string, group, topic string, k int) {
 	}
 }
 
-// diagWaitUntil polls cond until it holds or diagWait passes.
-func diagWaitUntil(t *testing.T, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(diagWait)
-	for {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s (last error: %v)", what, diagWait, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func (d *diagPipeline) pipeline(t *testing.T) *config.Pipeline {
 	t.Helper()
 	cfg, err := config.LoadFile(d.config)
@@ -252,11 +221,11 @@ func TestDiagnoseHealthyPipeline(t *testing.T) {
 		t.Error("the text lacks the healthy verdict")
 	}
 	for _, s := range diag.Stages {
-		if s.Status == prober.StatusUnhealthy || s.Status == prober.StatusNotChecked {
+		if s.Status == diagnose.StatusUnhealthy || s.Status == diagnose.StatusNotChecked {
 			t.Errorf("stage %s: %s", s.Name, s.Status)
 		}
 	}
-	if ev := stageEvidence(diag, prober.StageConsumers); !strings.Contains(ev, "0 messages behind") {
+	if ev := stageEvidence(diag, diagnose.StageConsumers); !strings.Contains(ev, "0 messages behind") {
 		t.Errorf("consumer evidence %q, want the caught-up group", ev)
 	}
 }
@@ -279,13 +248,13 @@ func TestDiagnoseNamesTheCommitStageForALongTransaction(t *testing.T) {
 	if err := insertOrderEvent(ctx, tx); err != nil {
 		t.Fatalf("business change: %v", err)
 	}
-	diagWaitUntil(t, "the transaction is older than 1s", func() (bool, error) {
-		tr, err := prober.QueryTransactions(ctx, d.pool, time.Second)
+	waitUntil(t, "the transaction is older than 1s", func() (bool, error) {
+		tr, err := postgres.QueryTransactions(ctx, d.pool, time.Second)
 		return tr.OverLimit > 0, err
 	})
 
 	text, diag, code := d.diagnose(t)
-	wantUnhealthyAt(t, text, diag, code, prober.StageCommit)
+	wantUnhealthyAt(t, text, diag, code, diagnose.StageCommit)
 	if !strings.Contains(text, "pg_terminate_backend") {
 		t.Error("the next step does not say how to end the session")
 	}
@@ -294,8 +263,8 @@ func TestDiagnoseNamesTheCommitStageForALongTransaction(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("COMMIT: %v", err)
 	}
-	diagWaitUntil(t, "the relay publishes the row", func() (bool, error) {
-		b, err := prober.QueryBacklog(ctx, d.pool, d.pipeline(t))
+	waitUntil(t, "the relay publishes the row", func() (bool, error) {
+		b, err := postgres.QueryBacklog(ctx, d.pool, d.pipeline(t))
 		return b.Rows == 0, err
 	})
 	if _, diag, code := d.diagnose(t); code != 0 {
@@ -314,20 +283,20 @@ func TestDiagnoseNamesTheRelayWhenItIsPaused(t *testing.T) {
 		t.Fatalf("business change: %v", err)
 	}
 	p := d.pipeline(t)
-	diagWaitUntil(t, "the unpublished row is older than the 500ms budget", func() (bool, error) {
-		b, err := prober.QueryBacklog(ctx, d.pool, p)
+	waitUntil(t, "the unpublished row is older than the 500ms budget", func() (bool, error) {
+		b, err := postgres.QueryBacklog(ctx, d.pool, p)
 		return b.OldestAge > 500*time.Millisecond, err
 	})
 
 	text, diag, code := d.diagnose(t)
-	wantUnhealthyAt(t, text, diag, code, prober.StageRelay)
-	if ev := stageEvidence(diag, prober.StageRelay); !strings.Contains(ev, "backlog 1 rows") || !strings.Contains(ev, "budget commit_to_publish 500ms") {
+	wantUnhealthyAt(t, text, diag, code, diagnose.StageRelay)
+	if ev := stageEvidence(diag, diagnose.StageRelay); !strings.Contains(ev, "backlog 1 rows") || !strings.Contains(ev, "budget commit_to_publish 500ms") {
 		t.Errorf("relay evidence %q, want the backlog and the budget", ev)
 	}
 
 	r.Faults().Resume()
-	diagWaitUntil(t, "the resumed relay publishes the row", func() (bool, error) {
-		b, err := prober.QueryBacklog(ctx, d.pool, p)
+	waitUntil(t, "the resumed relay publishes the row", func() (bool, error) {
+		b, err := postgres.QueryBacklog(ctx, d.pool, p)
 		return b.Rows == 0, err
 	})
 	if _, diag, code := d.diagnose(t); code != 0 {
@@ -345,8 +314,8 @@ func TestDiagnoseNamesTheConsumersWhenAGroupStoppedWithLag(t *testing.T) {
 	diagConsume(t, st.KafkaBrokers, "billing", business, 4)
 
 	text, diag, code := d.diagnose(t)
-	wantUnhealthyAt(t, text, diag, code, prober.StageConsumers)
-	if ev := stageEvidence(diag, prober.StageConsumers); !strings.Contains(ev, "group billing on "+business+": 6 messages behind") {
+	wantUnhealthyAt(t, text, diag, code, diagnose.StageConsumers)
+	if ev := stageEvidence(diag, diagnose.StageConsumers); !strings.Contains(ev, "group billing on "+business+": 6 messages behind") {
 		t.Errorf("consumer evidence %q, want 6 messages behind", ev)
 	}
 }
@@ -362,7 +331,7 @@ func TestDisruptiveDiagnoseNamesTheBrokerWhenKafkaIsDown(t *testing.T) {
 		// Back means the canary topic has a leader again, not only that the
 		// port answers: the other tests produce to their topics at once.
 		client := st.KafkaClient()
-		diagWaitUntil(t, "Kafka is back", func() (bool, error) {
+		waitUntil(t, "Kafka is back", func() (bool, error) {
 			md, err := client.Metadata(context.Background(), &kafka.MetadataRequest{Topics: []string{d.topic}})
 			if err != nil {
 				return false, err
@@ -373,8 +342,8 @@ func TestDisruptiveDiagnoseNamesTheBrokerWhenKafkaIsDown(t *testing.T) {
 	})
 
 	text, diag, code := d.diagnose(t)
-	wantUnhealthyAt(t, text, diag, code, prober.StageBroker)
-	if ev := stageEvidence(diag, prober.StageBroker); !strings.Contains(ev, "connection refused") {
+	wantUnhealthyAt(t, text, diag, code, diagnose.StageBroker)
+	if ev := stageEvidence(diag, diagnose.StageBroker); !strings.Contains(ev, "connection refused") {
 		t.Errorf("broker evidence %q, want the dial error", ev)
 	}
 }
@@ -396,16 +365,16 @@ pipelines:
 		args []string
 	}{
 		{"diagnose without --config is a usage error.", []string{"diagnose"}},
-		{"diagnose of a pipeline not in the file is a usage error.", []string{"diagnose", "--config", path, "--pipeline", "payments"}},
-		{"diagnose with an unknown flag is a usage error.", []string{"diagnose", "--config", path, "--bogus"}},
+		{"diagnose of a pipeline not in the file is a usage error.", []string{"diagnose", "--config.file", path, "--pipeline", "payments"}},
+		{"diagnose with an unknown flag is a usage error.", []string{"diagnose", "--config.file", path, "--bogus"}},
 		{"lint without --config is a usage error.", []string{"lint"}},
-		{"lint of a pipeline not in the file is a usage error.", []string{"lint", "--config", path, "--pipeline", "payments"}},
+		{"lint of a pipeline not in the file is a usage error.", []string{"lint", "--config.file", path, "--pipeline", "payments"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
 			err := Run(context.Background(), tc.args, &bytes.Buffer{}, &stderr)
-			if code := diagExitCode(err); code != 2 {
+			if code := exitCode(err); code != 2 {
 				t.Errorf("exit %d (%v), want 2", code, err)
 			}
 			if stderr.Len() == 0 {
@@ -443,9 +412,9 @@ func TestLintCommand(t *testing.T) {
 				}
 			}
 			var stdout, stderr bytes.Buffer
-			err := Run(context.Background(), []string{"lint", "--config", d.config}, &stdout, &stderr)
-			t.Logf("outbox-canary lint (exit %d):\n%s", diagExitCode(err), stdout.String())
-			if code := diagExitCode(err); code != tc.wantCode {
+			err := Run(context.Background(), []string{"lint", "--config.file", d.config}, &stdout, &stderr)
+			t.Logf("outbox-canary lint (exit %d):\n%s", exitCode(err), stdout.String())
+			if code := exitCode(err); code != tc.wantCode {
 				t.Errorf("exit %d (%v), want %d", code, err, tc.wantCode)
 			}
 			for _, w := range tc.want {
@@ -455,4 +424,14 @@ func TestLintCommand(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitUntil polls cond until it holds, or fails after diagWait with its
+// last error.
+func waitUntil(t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	stacktest.Eventually(t, diagWait, what, func() (bool, string) {
+		ok, err := cond()
+		return ok, fmt.Sprintf("last error: %v", err)
+	})
 }

@@ -13,8 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +23,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 	"github.com/outbox-canary/outbox-canary/prober"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
@@ -47,7 +46,7 @@ import (
 // processes' canaries_sent and fails the test, as does a loss (never back
 // to zero in flight) or a double count (more events than canaries).
 func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
-	bin := buildBinary(t)
+	bin := stacktest.BuildCommand(t, "outbox-canary")
 	cases := []struct {
 		name string
 		stop func(p *canaryProcess) error
@@ -152,28 +151,11 @@ func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
 	}
 }
 
-// buildBinary builds outbox-canary once for the calling test and its
-// subtests, so that they kill a real process, not a goroutine.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	bin := filepath.Join(t.TempDir(), "outbox-canary")
-	// The test runs in the package's directory: "." is ./cmd/outbox-canary.
-	out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // canaryProcess is one `outbox-canary run` process.
 type canaryProcess struct {
 	cmd    *exec.Cmd
 	addr   string
-	stderr *syncBuffer
+	stderr *stacktest.SyncBuffer
 	exited chan struct{}
 	err    error // of Wait, once exited is closed
 }
@@ -186,10 +168,10 @@ func startBinary(t *testing.T, bin, configPath string) *canaryProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &canaryProcess{addr: ln.Addr().String(), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p := &canaryProcess{addr: ln.Addr().String(), stderr: &stacktest.SyncBuffer{}, exited: make(chan struct{})}
 	ln.Close()
-	p.cmd = exec.Command(bin, "run", "--config", configPath, "--web.listen-address", p.addr, "--log.level", "warn")
-	p.cmd.Stdout, p.cmd.Stderr = &syncBuffer{}, p.stderr
+	p.cmd = exec.Command(bin, "run", "--config.file", configPath, "--web.listen-address", p.addr, "--log.level", "warn")
+	p.cmd.Stdout, p.cmd.Stderr = &stacktest.SyncBuffer{}, p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}

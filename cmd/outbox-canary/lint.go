@@ -3,16 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
-	"github.com/outbox-canary/outbox-canary/prober"
+	"github.com/outbox-canary/outbox-canary/internal/lint"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
-const lintDescription = `
+const lintHelp = `Check the outbox table's schema and hygiene: indexes, ids, clocks, cleanup.
+
 Check each pipeline's outbox table (or only --pipeline's) against what a
 measurable outbox needs, and print a checklist of OK, WARN and FAIL lines,
 with a fix under every WARN and FAIL:
@@ -35,79 +36,69 @@ Exit status: 0 when nothing FAILs (WARNs allowed); 1 when a check FAILs or a
 database cannot be read; 2 on a usage error.
 
 Example:
-  outbox-canary lint --config /etc/outbox-canary.yml --pipeline orders
-`
+  outbox-canary lint --config.file=/etc/outbox-canary.yml --pipeline=orders`
 
-func lintCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("lint", "--config FILE [--pipeline NAME]", lintDescription, stderr)
-	configPath := fs.String("config", "", "configuration file (required)")
-	pipeline := fs.String("pipeline", "", "lint only this pipeline (default: all)")
-	timeout := fs.Duration("timeout", 30*time.Second, "how long each pipeline's checks may take")
-	maxPublished := fs.Int64("max-published-rows", prober.DefaultLintOptions().MaxPublishedRows, "published rows the table may keep")
-	maxBytes := fs.Int64("max-table-bytes", prober.DefaultLintOptions().MaxTableBytes, "total size the table may reach, indexes included")
-	if helped, err := parseFlags(fs, args); helped || err != nil {
-		return err
-	}
-	if *timeout <= 0 {
-		return usageError(fs, "lint: --timeout %s: must be positive", *timeout)
-	}
-	cfg, err := loadConfig(fs, *configPath)
-	if err != nil {
-		return err
-	}
-	pipes, err := selectPipelines(cfg, *pipeline, *configPath, stderr)
-	if err != nil {
-		return fmt.Errorf("lint: %w", err)
-	}
-	opts := prober.LintOptions{MaxPublishedRows: *maxPublished, MaxTableBytes: *maxBytes}
-	failed := 0
-	for i, p := range pipes {
-		if i > 0 {
-			fmt.Fprintln(stdout)
+func lintCommand(app *kingpin.Application, c *cli) action {
+	cmd := command(app, "lint", lintHelp)
+	configPath := configFlag(cmd)
+	pipeline := cmd.Flag("pipeline", "Lint only this pipeline (default: all).").PlaceHolder("NAME").String()
+	timeout := cmd.Flag("timeout", "How long each pipeline's checks may take.").Default("30s").Duration()
+	defaults := lint.DefaultOptions()
+	maxPublished := cmd.Flag("max-published-rows", "Published rows the table may keep.").Default(fmt.Sprint(defaults.MaxPublishedRows)).Int64()
+	maxBytes := cmd.Flag("max-table-bytes", "Total size the table may reach, indexes included.").Default(fmt.Sprint(defaults.MaxTableBytes)).Int64()
+	return func(ctx context.Context) error {
+		if *timeout <= 0 {
+			return usagef(c, "--timeout %s: must be positive", *timeout)
 		}
-		findings := lintPipeline(ctx, p, opts, *timeout)
-		fmt.Fprintf(stdout, "pipeline %q (table %s, %s relay)\n", p.Name, p.Outbox.Table, p.Relay.Kind)
-		for _, f := range findings {
-			fmt.Fprintf(stdout, "  %-4s  %-17s %s\n", f.Level, f.Check, f.Message)
-			if f.Fix != "" {
-				fmt.Fprintf(stdout, "        %-17s fix: %s\n", "", f.Fix)
+		cfg, err := loadConfig(*configPath)
+		if err != nil {
+			return fmt.Errorf("lint: %w", err)
+		}
+		pipes, err := selectPipelines(c, cfg, *pipeline, *configPath)
+		if err != nil {
+			return err
+		}
+		opts := lint.Options{MaxPublishedRows: *maxPublished, MaxTableBytes: *maxBytes}
+		failed := 0
+		for i, p := range pipes {
+			if i > 0 {
+				fmt.Fprintln(c.stdout)
+			}
+			findings := lintPipeline(ctx, p, opts, *timeout)
+			fmt.Fprintf(c.stdout, "pipeline %q (table %s, %s relay)\n", p.Name, p.Outbox.Table, p.Relay.Kind)
+			for _, f := range findings {
+				fmt.Fprintf(c.stdout, "  %-4s  %-17s %s\n", f.Level, f.Check, f.Message)
+				if f.Fix != "" {
+					fmt.Fprintf(c.stdout, "        %-17s fix: %s\n", "", f.Fix)
+				}
+			}
+			if lint.Failed(findings) {
+				failed++
 			}
 		}
-		if prober.LintFailed(findings) {
-			failed++
+		if failed > 0 {
+			return &exitError{code: 1, err: fmt.Errorf("lint: %d of %d pipelines have failing checks", failed, len(pipes))}
 		}
+		return nil
 	}
-	if failed > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("lint: %d of %d pipelines have failing checks", failed, len(pipes))}
-	}
-	return nil
 }
 
 // lintPipeline connects, lints and disconnects; a database that cannot be
 // read is a FAIL finding of its own, so the other pipelines are still
 // linted.
-func lintPipeline(ctx context.Context, p *config.Pipeline, opts prober.LintOptions, timeout time.Duration) []prober.Finding {
+func lintPipeline(ctx context.Context, p *config.Pipeline, opts lint.Options, timeout time.Duration) []lint.Finding {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	dbFail := func(err error) []prober.Finding {
-		return []prober.Finding{{Check: "database", Level: prober.LintFail, Message: err.Error(),
+	dbFail := func(err error) []lint.Finding {
+		return []lint.Finding{{Check: "database", Level: lint.Fail, Message: err.Error(),
 			Fix: "check database.dsn, the network path and that the database is up; the role needs pg_monitor and SELECT on the table"}}
 	}
-	dsn, err := p.Database.DSN.Resolve()
+	pool, err := postgres.NewPool(ctx, p.Database, postgres.PoolOptions{MaxConns: 1, ConnectTimeout: timeout})
 	if err != nil {
-		return dbFail(fmt.Errorf("database.dsn: %w", err))
-	}
-	pcfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		return dbFail(fmt.Errorf("database.dsn: %w", err)) // pgx redacts the password
-	}
-	pcfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return dbFail(fmt.Errorf("database pool: %w", err))
+		return dbFail(err)
 	}
 	defer pool.Close()
-	findings, err := prober.Lint(ctx, pool, p, opts)
+	findings, err := lint.Outbox(ctx, pool, p, opts)
 	if err != nil {
 		return dbFail(err)
 	}

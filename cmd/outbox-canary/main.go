@@ -1,43 +1,106 @@
 // Command outbox-canary measures how late the events of a transactional
 // outbox are, stage by stage, and generates the SLO rules and dashboards
-// that judge it. Each subcommand lives in a file of its own.
+// that judge it. Each command lives in a file of its own; this one wires
+// the kingpin application, the shared flags and the exit codes.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/promslog"
+	promslogflag "github.com/prometheus/common/promslog/flag"
+
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/version"
 )
 
-// command is one subcommand: its one-line summary and its entry point.
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+const appHelp = `Per-stage lag of a transactional outbox, judged against budgets.
+
+outbox-canary writes signed canary rows into each pipeline's outbox table on a
+schedule, reads them back from the canary topic, and reports every segment of
+their delay (commit -> publish -> consume, and any stamp the relay adds)
+against its own budget as Prometheus metrics. From the same configuration it
+generates the alerting rules and Grafana dashboards that judge those metrics.
+
+Run 'outbox-canary <command> --help' for a command's flags and an example.`
+
+// usageTemplate is kingpin's default, except that the list of commands
+// shows each command's one-line summary and a command's own help shows its
+// long text (HelpLong) with the flags.
+const usageTemplate = `{{define "FormatCommand" -}}
+{{if .FlagSummary}} {{.FlagSummary}}{{end -}}
+{{range .Args}}{{if not .Hidden}} {{if not .Required}}[{{end}}{{if .PlaceHolder}}{{.PlaceHolder}}{{else}}<{{.Name}}>{{end}}{{if .Value|IsCumulative}}...{{end}}{{if not .Required}}]{{end}}{{end}}{{end -}}
+{{end -}}
+
+{{define "FormatCommands" -}}
+{{range .FlattenedCommands -}}
+{{if not .Hidden -}}
+  {{.FullCommand}}{{if .Default}}*{{end}}{{template "FormatCommand" .}}
+{{.Help|Wrap 4}}
+{{end -}}
+{{end -}}
+{{end -}}
+
+{{define "FormatUsage" -}}
+{{template "FormatCommand" .}}{{if .Commands}} <command> [<args> ...]{{end}}
+{{if .Help}}
+{{.Help|Wrap 0 -}}
+{{end -}}
+
+{{end -}}
+
+{{define "FormatCommandUsage" -}}
+{{template "FormatCommand" .}}{{if .Commands}} <command> [<args> ...]{{end}}
+{{if .HelpLong}}
+{{.HelpLong|Wrap 0 -}}
+{{else if .Help}}
+{{.Help|Wrap 0 -}}
+{{end -}}
+
+{{end -}}
+
+{{if .Context.SelectedCommand -}}
+usage: {{.App.Name}} {{.Context.SelectedCommand}}{{template "FormatCommandUsage" .Context.SelectedCommand}}
+{{ else -}}
+usage: {{.App.Name}}{{template "FormatUsage" .App}}
+{{end}}
+{{if .Context.Flags -}}
+Flags:
+{{.Context.Flags|FlagsToTwoColumns|FormatTwoColumns}}
+{{end -}}
+{{if .Context.Args -}}
+Args:
+{{.Context.Args|ArgsToTwoColumns|FormatTwoColumns}}
+{{end -}}
+{{if .Context.SelectedCommand -}}
+{{if len .Context.SelectedCommand.Commands -}}
+Subcommands:
+{{template "FormatCommands" .Context.SelectedCommand}}
+{{end -}}
+{{else if .App.Commands -}}
+Commands:
+{{template "FormatCommands" .App}}
+{{end -}}
+`
+
+// command registers a command with its one-line summary and its long help,
+// whose first line is the summary.
+func command(app *kingpin.Application, name, help string) *kingpin.CmdClause {
+	summary, _, _ := strings.Cut(help, "\n")
+	return app.Command(name, summary).HelpLong(help)
 }
 
-func commands() map[string]command {
-	return map[string]command{
-		"run":        {"run the prober service: send canaries, measure them, serve /metrics", runCommand},
-		"validate":   {"check a configuration file and print what it would do", validateCommand},
-		"check":      {"send one canary per pipeline and print where its time went", checkCommand},
-		"diagnose":   {"walk the runbook and name the first unhealthy stage of each pipeline", diagnoseCommand},
-		"lint":       {"check the outbox table's schema and hygiene: indexes, ids, clocks, cleanup", lintCommand},
-		"rules":      {"generate Prometheus recording and alerting rules", rulesCommand},
-		"dashboards": {"generate Grafana dashboards and provisioning files", dashboardsCommand},
-		"version":    {"print the version", versionCommand},
-	}
-}
-
-// errUsage marks an error already explained by the usage text.
+// errUsage marks an error already explained on stderr: main exits 2 and
+// prints nothing more.
 var errUsage = errors.New("usage")
 
 // exitError carries a specific exit code (for example check's "over budget").
@@ -49,89 +112,125 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
-// Run is the testable entry point: it dispatches args[0] to a subcommand.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		printUsage(stdout, cmds)
-		if len(args) == 0 {
-			return errUsage
+// cli is what every command shares: the output streams and the global
+// flags, read once the command line has been parsed.
+type cli struct {
+	stdout, stderr io.Writer
+	logLevel       *promslog.Level
+	logFormat      *promslog.Format
+	logLevelSet    bool // --log.level given: one-shot commands then log at it, not at warn
+}
+
+// logger returns the logger of the --log.* flags, writing to stderr. The
+// one-shot commands (check) pass oneShot so that, unless --log.level was
+// given, the prober's progress lines do not drown their report.
+func (c *cli) logger(oneShot bool) *slog.Logger {
+	level := c.logLevel
+	if oneShot && !c.logLevelSet {
+		level = promslog.NewLevel()
+		_ = level.Set("warn")
+	}
+	return promslog.New(&promslog.Config{Level: level, Format: c.logFormat, Writer: c.stderr})
+}
+
+// action is a command's entry point, run after the command line parsed.
+type action func(ctx context.Context) error
+
+// newApp builds the application and its commands; the returned map runs
+// the command kingpin selected.
+func newApp(c *cli) (*kingpin.Application, map[string]action) {
+	app := kingpin.New("outbox-canary", appHelp).UsageWriter(c.stdout).ErrorWriter(c.stderr).UsageTemplate(usageTemplate)
+	app.HelpFlag.Short('h')
+	app.Version(fmt.Sprintf("outbox-canary %s (revision %s, %s)", version.Version, version.Revision, version.GoVersion()))
+	c.logLevel, c.logFormat = promslog.NewLevel(), promslog.NewFormat()
+	app.Flag(promslogflag.LevelFlagName, promslogflag.LevelFlagHelp).Default("info").
+		HintOptions(promslog.LevelFlagOptions...).IsSetByUser(&c.logLevelSet).SetValue(c.logLevel)
+	app.Flag(promslogflag.FormatFlagName, promslogflag.FormatFlagHelp).Default("logfmt").
+		HintOptions(promslog.FormatFlagOptions...).SetValue(c.logFormat)
+	actions := map[string]action{
+		"run":        runCommand(app, c),
+		"check":      checkCommand(app, c),
+		"diagnose":   diagnoseCommand(app, c),
+		"lint":       lintCommand(app, c),
+		"validate":   validateCommand(app, c),
+		"rules":      rulesCommand(app, c),
+		"dashboards": dashboardsCommand(app, c),
+		"version":    versionCommand(app, c),
+	}
+	return app, actions
+}
+
+// Run is the testable entry point: it parses args and runs the command.
+// Help goes to stdout; usage errors are explained on stderr and returned
+// wrapping errUsage.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	c := &cli{stdout: stdout, stderr: stderr}
+	app, actions := newApp(c)
+	if len(args) == 0 {
+		app.Usage(nil)
+		return fmt.Errorf("no command given: %w", errUsage)
+	}
+	// kingpin terminates the process after printing help or the version;
+	// we return instead, so that tests and deferred cleanups run.
+	app.Terminate(func(code int) { panic(terminated{code}) })
+	defer func() {
+		if r := recover(); r != nil {
+			t, ok := r.(terminated)
+			if !ok {
+				panic(r)
+			}
+			if t.code != 0 {
+				err = fmt.Errorf("exit %d: %w", t.code, errUsage)
+			}
 		}
-		return nil
-	}
-	cmd, ok := cmds[args[0]]
-	if !ok {
-		printUsage(stderr, cmds)
-		return fmt.Errorf("unknown command %q", args[0])
-	}
-	return cmd.run(ctx, args[1:], stdout, stderr)
-}
-
-func printUsage(w io.Writer, cmds map[string]command) {
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	fmt.Fprintln(w, "outbox-canary: per-stage lag of a transactional outbox, judged against budgets.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Usage: outbox-canary <command> [flags]")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Commands:")
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-11s %s\n", n, cmds[n].summary)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'outbox-canary <command> --help' for the flags of a command.")
-}
-
-// newFlagSet returns a flag set whose --help prints the command's
-// description, usage line and flags.
-func newFlagSet(name, usage, description string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: outbox-canary %s %s\n\n%s\n\nFlags:\n", name, usage, strings.TrimSpace(description))
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parseFlags parses args; --help is not an error.
-func parseFlags(fs *flag.FlagSet, args []string) (helped bool, err error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return true, nil
-		}
-		return false, errUsage
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return false, nil
-}
-
-// loadConfig loads the --config file that every command but version
-// requires. Without one it prints the usage and returns a usage error.
-func loadConfig(fs *flag.FlagSet, path string) (*config.Config, error) {
-	if path == "" {
-		fs.Usage()
-		return nil, usageError(fs, "%s: --config is required", fs.Name())
-	}
-	cfg, err := config.LoadFile(path)
+	}()
+	selected, err := app.Parse(args)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", fs.Name(), err)
+		return usagef(c, "%v", err)
 	}
-	return cfg, nil
+	return actions[selected](ctx)
 }
 
-// usageError explains a bad flag value on the flag set's output, since
-// main prints nothing for usage errors, and returns it as one (exit 2).
-func usageError(fs *flag.FlagSet, format string, args ...any) error {
+// terminated is how kingpin's Terminate unwinds Run.
+type terminated struct{ code int }
+
+// usagef explains a usage error on stderr, as kingpin does its own, and
+// returns it as one (exit 2).
+func usagef(c *cli, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
-	fmt.Fprintln(fs.Output(), msg)
+	fmt.Fprintf(c.stderr, "outbox-canary: error: %s, try --help\n", msg)
 	return fmt.Errorf("%s: %w", msg, errUsage)
+}
+
+// configFlag adds the --config.file flag every command but version takes.
+func configFlag(cmd *kingpin.CmdClause) *string {
+	return cmd.Flag("config.file", "The outbox-canary configuration file.").PlaceHolder("FILE").Required().String()
+}
+
+// loadConfig loads the configuration file named by --config.file.
+func loadConfig(path string) (*config.Config, error) {
+	return config.LoadFile(path)
+}
+
+// selectPipelines returns every pipeline, or only the named one; a name not
+// in the file is a usage error.
+func selectPipelines(c *cli, cfg *config.Config, name, path string) ([]*config.Pipeline, error) {
+	if name != "" {
+		p, ok := cfg.Pipeline(name)
+		if !ok {
+			names := make([]string, len(cfg.Pipelines))
+			for i := range cfg.Pipelines {
+				names[i] = cfg.Pipelines[i].Name
+			}
+			return nil, usagef(c, "--pipeline %q: not in %s (its pipelines: %s)", name, path, strings.Join(names, ", "))
+		}
+		return []*config.Pipeline{p}, nil
+	}
+	out := make([]*config.Pipeline, len(cfg.Pipelines))
+	for i := range cfg.Pipelines {
+		out[i] = &cfg.Pipelines[i]
+	}
+	return out, nil
 }
 
 func main() {
@@ -141,15 +240,24 @@ func main() {
 	if err == nil {
 		return
 	}
-	code := 1
-	var ee *exitError
-	if errors.As(err, &ee) {
-		code = ee.code
-	}
-	if errors.Is(err, errUsage) {
-		code = 2
-	} else {
+	if !errors.Is(err, errUsage) {
 		fmt.Fprintf(os.Stderr, "outbox-canary: %v\n", err)
 	}
-	os.Exit(code)
+	os.Exit(exitCode(err))
+}
+
+// exitCode is the process's exit status for Run's error: 0 for none, 2 for
+// a usage error (already explained on stderr), an exitError's own code,
+// else 1.
+func exitCode(err error) int {
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case errors.As(err, &ee):
+		return ee.code
+	}
+	return 1
 }

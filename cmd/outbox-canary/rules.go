@@ -3,16 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/outbox-canary/outbox-canary/alerts"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-const rulesDescription = `
+const rulesHelp = `Generate Prometheus recording and alerting rules.
+
 Generate the Prometheus recording and alerting rules of a configuration:
 per pipeline and segment, Sloth-compatible SLO recordings (so Sloth's
 Grafana dashboards work unchanged) and multiwindow multi-burn-rate alerts;
@@ -24,46 +26,49 @@ transaction and clock skew alerts; and the prober's dead man.
 Warnings about canary rates too low for the objective go to stderr.
 Secrets are not resolved: the environment they name need not be set.`
 
-func rulesCommand(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("rules", "--config FILE [--format rules|prometheusrule] [--out PATH]", rulesDescription, stderr)
-	configPath := fs.String("config", "", "configuration `file` (required)")
-	format := fs.String("format", alerts.FormatRules, "output format: "+strings.Join(alerts.Formats(), " or "))
-	out := fs.String("out", "", "write to this `path` instead of stdout")
-	if helped, err := parseFlags(fs, args); helped || err != nil {
-		return err
-	}
-	cfg, err := loadConfig(fs, *configPath)
-	if err != nil {
-		return err
-	}
-	model, err := slo.FromConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("rules: config %s: %w", *configPath, err)
-	}
-	rf, err := alerts.Generate(model)
-	if err != nil {
-		return fmt.Errorf("rules: %w", err)
-	}
-	data, err := alerts.Marshal(rf, *format, cfg.Alerting.Labels)
-	if err != nil {
-		return fmt.Errorf("rules: %w", err)
-	}
-	for _, w := range slo.Warnings(model) {
-		fmt.Fprintf(stderr, "warning: %s\n", w)
-	}
-	if *out == "" {
-		if _, err := stdout.Write(data); err != nil {
-			return fmt.Errorf("rules: write: %w", err)
+func rulesCommand(app *kingpin.Application, c *cli) action {
+	cmd := command(app, "rules", rulesHelp)
+	configPath := configFlag(cmd)
+	format := cmd.Flag("format", "Output format, one of: "+strings.Join(alerts.Formats(), ", ")+".").Default(alerts.FormatRules).Enum(alerts.Formats()...)
+	out := cmd.Flag("out", "Write to this file instead of stdout.").PlaceHolder("FILE").String()
+	return func(context.Context) error {
+		cfg, err := loadConfig(*configPath)
+		if err != nil {
+			return fmt.Errorf("rules: %w", err)
+		}
+		model, err := slo.FromConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("rules: config %s: %w", *configPath, err)
+		}
+		rf, err := alerts.Generate(model)
+		if err != nil {
+			return fmt.Errorf("rules: %w", err)
+		}
+		data, err := alerts.Marshal(rf, *format, cfg.Alerting.Labels)
+		if err != nil {
+			return fmt.Errorf("rules: %w", err)
+		}
+		for _, w := range slo.Warnings(model) {
+			fmt.Fprintf(c.stderr, "warning: %s\n", w)
+		}
+		if err := writeOutput(c, *out, data); err != nil {
+			return fmt.Errorf("rules: %w", err)
 		}
 		return nil
 	}
-	if dir := filepath.Dir(*out); dir != "." {
+}
+
+// writeOutput writes data to path, creating its directory, or to stdout
+// when path is empty.
+func writeOutput(c *cli, path string, data []byte) error {
+	if path == "" {
+		_, err := c.stdout.Write(data)
+		return err
+	}
+	if dir := filepath.Dir(path); dir != "." {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("rules: %w", err)
+			return err
 		}
 	}
-	if err := os.WriteFile(*out, data, 0o644); err != nil {
-		return fmt.Errorf("rules: %w", err)
-	}
-	return nil
+	return os.WriteFile(path, data, 0o644)
 }

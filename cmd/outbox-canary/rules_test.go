@@ -29,12 +29,12 @@ func TestRulesCommand(t *testing.T) {
 		{
 			name:    "an unknown format is an error naming the formats",
 			args:    []string{"--format", "json"},
-			wantErr: `format "json": must be "rules" or "prometheusrule"`,
+			wantErr: "enum value must be one of rules,prometheusrule, got 'json'",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "sub", "rules.yml")
-			args := append([]string{"rules", "--config", "../../examples/outbox-canary.yml", "--out", out}, tc.args...)
+			args := append([]string{"rules", "--config.file", "../../examples/outbox-canary.yml", "--out", out}, tc.args...)
 			var stdout, stderr bytes.Buffer
 			err := Run(context.Background(), args, &stdout, &stderr)
 			if tc.wantErr != "" {
@@ -67,15 +67,15 @@ func TestRulesCommand(t *testing.T) {
 func TestRulesCommandRequiresConfig(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := Run(context.Background(), []string{"rules"}, &stdout, &stderr)
-	if err == nil || !strings.Contains(err.Error(), "--config is required") {
-		t.Fatalf("error = %v, want --config is required", err)
+	if exitCode(err) != 2 || !strings.Contains(stderr.String(), "required flag(s) '--config.file' not provided") {
+		t.Fatalf("error = %v (stderr %q), want a usage error naming --config.file", err, stderr.String())
 	}
 }
 
 func TestRulesCommandWarnsWhenCanariesAreTooRareForTheObjective(t *testing.T) {
 	// One canary every 10s at 99.9%: one bad canary in 5m is already 3.3%
 	// errors, over the 14.4x page threshold of 1.44%.
-	args := []string{"rules", "--config", "../../internal/config/testdata/valid-minimal.yml", "--out", filepath.Join(t.TempDir(), "r.yml")}
+	args := []string{"rules", "--config.file", "../../internal/config/testdata/valid-minimal.yml", "--out", filepath.Join(t.TempDir(), "r.yml")}
 	var stdout, stderr bytes.Buffer
 	if err := Run(context.Background(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("rules: %v\n%s", err, stderr.String())

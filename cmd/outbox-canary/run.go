@@ -1,115 +1,167 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/statuspage"
+	"github.com/outbox-canary/outbox-canary/internal/watch"
 	"github.com/outbox-canary/outbox-canary/prober"
 )
 
-const runDescription = `
-Run the prober service: on each pipeline's schedule insert a signed canary row
-into its outbox table, read it back from the canary topic, and export each
-segment of its delay against its budget as Prometheus metrics.
+const runHelp = `Run the prober service.
 
-Serves /metrics, /healthz (liveness), /readyz (every pipeline's database and
-Kafka reachable), /api/status (JSON) and / (a status page). Unreachable servers
-are retried with backoff and reported by /readyz, never fatal. On SIGTERM or
-SIGINT it stops sending, lets in-flight inserts finish (5s at most), flushes
-the in-flight state to state_dir, and stops the HTTP server (5s at most).
+On each pipeline's schedule insert a signed canary row into its outbox table,
+read it back from the canary topic, and export each segment of its delay
+against its budget as Prometheus metrics; beside it, sample each pipeline's
+watchers (backlog, open transactions, replication slot, consumer lag,
+connector).
+
+Serves /metrics, /healthz (liveness), /readyz (readiness), /api/status (JSON)
+and / (a status page). Unreachable servers are retried with backoff and
+reported in metrics, never fatal. On SIGTERM or SIGINT it stops sending, lets
+in-flight inserts finish (5s at most), flushes the in-flight state to the
+state directory, and stops the HTTP server (5s at most).
 
 Example:
   OUTBOX_CANARY_SIGNING_KEY=... OUTBOX_CANARY_PG_DSN=postgres://... \
-    outbox-canary run --config examples/outbox-canary.yml --web.listen-address :9465
-`
+    outbox-canary run --config.file=/etc/outbox-canary.yml --web.listen-address=:9465`
 
 // httpShutdownTimeout bounds how long open HTTP requests may delay exit.
 const httpShutdownTimeout = 5 * time.Second
 
-func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("run", "--config FILE [--web.listen-address :9465]", runDescription, stderr)
-	configPath := fs.String("config", "", "configuration file (required)")
-	listen := fs.String("web.listen-address", ":9465", "address to serve /metrics, /healthz, /readyz and the status page on")
-	webConfig := fs.String("web.config.file", "", "exporter-toolkit web configuration file for TLS and basic auth (https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuration.md); empty serves plain HTTP")
-	logLevel := fs.String("log.level", "info", "log level: debug, info, warn or error")
-	logFormat := fs.String("log.format", "logfmt", "log format: logfmt or json")
-	printCanaries := fs.Bool("print-canaries", false, "print a line per canary to stdout when it is final: each segment against its budget (the demo uses it)")
-	if helped, err := parseFlags(fs, args); helped || err != nil {
-		return err
-	}
-	logger, err := newLogger(stderr, *logLevel, *logFormat)
-	if err != nil {
-		return fmt.Errorf("run: %w", err)
-	}
-	cfg, err := loadConfig(fs, *configPath)
-	if err != nil {
-		return err
-	}
-	if *webConfig != "" {
-		// Fail at start, not at the first scrape, on a bad TLS or auth file.
-		if err := web.Validate(*webConfig); err != nil {
-			return fmt.Errorf("run: --web.config.file %s: %w", *webConfig, err)
-		}
-	}
+// defaultStateDir is where in-flight canaries are kept when neither the
+// flag nor the file says: systemd's StateDirectory= when the unit has one.
+func defaultStateDir() string {
+	return cmp.Or(os.Getenv("STATE_DIRECTORY"), "/var/lib/outbox-canary")
+}
 
+func runCommand(app *kingpin.Application, c *cli) action {
+	cmd := command(app, "run", runHelp)
+	configPath := configFlag(cmd)
+	webFlags := kingpinflag.AddFlags(cmd, ":9465")
+	stateDirSet := false
+	stateDir := cmd.Flag("state.dir", "The directory for the in-flight canary state that survives restarts. Default: the file's state_dir, else $STATE_DIRECTORY (systemd), else /var/lib/outbox-canary.").
+		PlaceHolder("DIR").IsSetByUser(&stateDirSet).Default(defaultStateDir()).String()
+	printCanaries := cmd.Flag("print-canaries", "Print a line per canary to stdout when it is final: each segment against its budget (the demo uses it).").Bool()
+	return func(ctx context.Context) error {
+		logger := c.logger(false)
+		cfg, err := loadConfig(*configPath)
+		if err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
+		if *webFlags.WebConfigFile != "" {
+			// Fail at start, not at the first scrape, on a bad TLS or auth file.
+			if err := web.Validate(*webFlags.WebConfigFile); err != nil {
+				return fmt.Errorf("run: --web.config.file %s: %w", *webFlags.WebConfigFile, err)
+			}
+		}
+		dir := *stateDir
+		if !stateDirSet && cfg.StateDir != "" {
+			dir = cfg.StateDir
+		}
+		return serve(ctx, c, logger, cfg, webFlags, dir, *printCanaries)
+	}
+}
+
+// serve runs the prober, the watchers and the HTTP server until ctx is done.
+func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config, webFlags *web.FlagConfig, stateDir string, printCanaries bool) error {
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{
+	for _, col := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
-		if err := reg.Register(c); err != nil {
+		if err := reg.Register(col); err != nil {
 			return fmt.Errorf("run: register runtime metrics: %w", err)
 		}
 	}
-	opts := prober.Options{Config: cfg, Registerer: reg, Now: time.Now, Logger: logger}
-	if *printCanaries {
+	opts := prober.Options{Config: cfg, Registerer: reg, Now: time.Now, Logger: logger, StateDir: stateDir}
+	if printCanaries {
 		var mu sync.Mutex
 		opts.OnCanaryDone = func(r prober.Report) {
 			mu.Lock()
 			defer mu.Unlock()
-			fmt.Fprintln(stdout, formatCanaryLine(cfg, r))
+			fmt.Fprintln(c.stdout, formatCanaryLine(cfg, r))
 		}
 	}
 	svc, err := prober.New(opts)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
+	defer svc.Close()
 
-	ln, err := net.Listen("tcp", *listen)
+	// Everything that can fail is built before anything starts, so that an
+	// error returns with nothing left running.
+	wm, err := watch.NewMetrics(reg)
 	if err != nil {
-		return fmt.Errorf("run: --web.listen-address: %w", err)
+		return fmt.Errorf("run: %w", err)
 	}
-	srv := &http.Server{Handler: prober.NewHandler(svc, reg), ReadHeaderTimeout: 10 * time.Second}
+	type openWatcher struct {
+		w     *watch.Watcher
+		close func()
+	}
+	var watchers []openWatcher
+	defer func() {
+		for _, ow := range watchers {
+			ow.close()
+		}
+	}()
+	for i := range cfg.Pipelines {
+		p := &cfg.Pipelines[i]
+		w, closeW, err := watch.Open(ctx, p, wm, logger)
+		if err != nil {
+			return fmt.Errorf("run: pipeline %q: watchers: %w", p.Name, err)
+		}
+		watchers = append(watchers, openWatcher{w, closeW})
+	}
+	listeners, err := listen(webFlags)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	srv := &http.Server{Handler: statuspage.NewHandler(svc, reg, logger, time.Now), ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
-	noSystemdSocket := false
-	webFlags := &web.FlagConfig{WebListenAddresses: &[]string{*listen}, WebSystemdSocket: &noSystemdSocket, WebConfigFile: webConfig}
 	go func() {
-		err := web.Serve(ln, srv, webFlags, logger)
+		err := web.ServeMultiple(listeners, srv, webFlags, quiet(logger))
 		if !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("HTTP server failed; stopping", "err", err)
 			cancel()
 		}
 		serveErr <- err
 	}()
-	logger.Info("listening", "address", ln.Addr().String())
-	fmt.Fprintf(stdout, "outbox-canary: serving on %s\n", ln.Addr())
+	addrs := make([]string, len(listeners))
+	for i, l := range listeners {
+		addrs[i] = l.Addr().String()
+	}
+	logger.Info("serving /metrics, /healthz, /readyz, /api/status and the status page",
+		"addresses", strings.Join(addrs, ","), "tls_or_auth", *webFlags.WebConfigFile != "", "pipelines", len(cfg.Pipelines), "state_dir", stateDir)
 
+	var wg sync.WaitGroup
+	for _, ow := range watchers {
+		wg.Add(1)
+		go func() { defer wg.Done(); ow.w.Run(ctx) }()
+	}
 	runErr := svc.Run(ctx)
+	wg.Wait()
 
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownTimeout)
 	defer scancel()
@@ -125,21 +177,50 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-// newLogger returns a slog logger writing to w.
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log.level: %w", err)
+// listen opens the --web.listen-address listeners, or takes systemd's
+// with --web.systemd-socket. Listening here rather than in exporter-toolkit
+// lets the one startup line give the real addresses (":0" in tests).
+func listen(f *web.FlagConfig) ([]net.Listener, error) {
+	if f.WebSystemdSocket != nil && *f.WebSystemdSocket {
+		ls, err := systemdListeners()
+		if err != nil {
+			return nil, fmt.Errorf("--web.systemd-socket: %w", err)
+		}
+		return ls, nil
 	}
-	opts := &slog.HandlerOptions{Level: l}
-	switch strings.ToLower(format) {
-	case "logfmt", "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	var ls []net.Listener
+	for _, addr := range *f.WebListenAddresses {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, open := range ls {
+				_ = open.Close()
+			}
+			return nil, fmt.Errorf("--web.listen-address %s: %w", addr, err)
+		}
+		ls = append(ls, l)
 	}
-	return nil, fmt.Errorf("--log.format: %q must be logfmt or json", format)
+	return ls, nil
 }
+
+// quiet hands exporter-toolkit a logger that keeps its warnings and errors
+// but not its per-listener info lines: the service announces itself once.
+func quiet(l *slog.Logger) *slog.Logger {
+	return slog.New(minLevel{l.Handler(), slog.LevelWarn})
+}
+
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(as), h.min}
+}
+func (h minLevel) WithGroup(g string) slog.Handler { return minLevel{h.Handler.WithGroup(g), h.min} }
 
 // formatCanaryLine renders a final canary as one line: its verdict, then
 // each segment of its pipeline in order against its budget.
@@ -154,7 +235,7 @@ func formatCanaryLine(cfg *config.Config, r prober.Report) string {
 	if r.State == prober.StateLost {
 		verdict = "LOST"
 	}
-	fmt.Fprintf(&b, "%s %s %-10s %.8s", r.Committed.Format("15:04:05.000"), verdict, r.Pipeline, r.ID)
+	fmt.Fprintf(&b, "%s %s %-10s %.8s", r.Committed.UTC().Format("15:04:05.000Z"), verdict, r.Pipeline, r.ID)
 	p, ok := cfg.Pipeline(r.Pipeline)
 	if !ok {
 		return b.String()
@@ -175,4 +256,22 @@ func formatCanaryLine(cfg *config.Config, r prober.Report) string {
 		}
 	}
 	return b.String()
+}
+
+// systemdListeners takes the sockets systemd passed (a .socket unit).
+func systemdListeners() ([]net.Listener, error) {
+	passed, err := activation.Listeners()
+	if err != nil {
+		return nil, err
+	}
+	var ls []net.Listener
+	for _, l := range passed {
+		if l != nil {
+			ls = append(ls, l)
+		}
+	}
+	if len(ls) == 0 {
+		return nil, errors.New("systemd passed no listening socket (start the service from a .socket unit, or drop the flag)")
+	}
+	return ls, nil
 }

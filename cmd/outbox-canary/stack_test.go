@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -93,7 +92,7 @@ func TestCheckAgainstTheStack(t *testing.T) {
 				faults.Pause()
 			}
 			var stdout, stderr bytes.Buffer
-			err := Run(context.Background(), []string{"check", "--config", path, "--timeout", tc.timeout}, &stdout, &stderr)
+			err := Run(context.Background(), []string{"check", "--config.file", path, "--timeout", tc.timeout}, &stdout, &stderr)
 			t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 			code := 0
 			var ee *exitError
@@ -173,24 +172,6 @@ func TestRunServesUntilCancelledAndFlushesItsState(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the writer goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestRunServesBehindBasicAuthWithAWebConfigFile(t *testing.T) {
 	path, _ := stackPipeline(t, "10s")
 	// exporter-toolkit's web config takes bcrypt hashes of the passwords.
@@ -243,7 +224,7 @@ func TestRunRefusesABrokenWebConfigFileAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	err := Run(context.Background(), []string{"run", "--config", path, "--web.listen-address", "127.0.0.1:0", "--web.config.file", webConfig}, &stdout, &stderr)
+	err := Run(context.Background(), []string{"run", "--config.file", path, "--web.listen-address", "127.0.0.1:0", "--web.config.file", webConfig}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "--web.config.file") {
 		t.Fatalf("run with a broken web config = %v, want an error naming --web.config.file", err)
 	}
@@ -251,7 +232,7 @@ func TestRunRefusesABrokenWebConfigFileAtStart(t *testing.T) {
 
 // startRun starts `outbox-canary run` on a free loopback port; cancel stops
 // it and done yields its result.
-func startRun(t *testing.T, configPath string, extraArgs ...string) (addr string, stderr *syncBuffer, cancel context.CancelFunc, done <-chan error) {
+func startRun(t *testing.T, configPath string, extraArgs ...string) (addr string, stderr *stacktest.SyncBuffer, cancel context.CancelFunc, done <-chan error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -260,10 +241,10 @@ func startRun(t *testing.T, configPath string, extraArgs ...string) (addr string
 	addr = ln.Addr().String()
 	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout syncBuffer
-	stderr = &syncBuffer{}
+	var stdout stacktest.SyncBuffer
+	stderr = &stacktest.SyncBuffer{}
 	result := make(chan error, 1)
-	args := append([]string{"run", "--config", configPath, "--web.listen-address", addr, "--log.level", "warn"}, extraArgs...)
+	args := append([]string{"run", "--config.file", configPath, "--web.listen-address", addr, "--log.level", "warn"}, extraArgs...)
 	go func() { result <- Run(ctx, args, &stdout, stderr) }()
 	return addr, stderr, cancel, result
 }

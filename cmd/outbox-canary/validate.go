@@ -9,11 +9,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/alecthomas/kingpin/v2"
+
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-const validateDescription = `
+const validateHelp = `Check a configuration file and print what it would do.
+
 Check a configuration file and print what the prober would do with it: each
 pipeline's table and column mapping, relay, canary schedule, Kafka topic, and
 every segment with its budget and owner. Secrets are shown as <secret>; they
@@ -21,40 +24,38 @@ must resolve (their environment variable set, their file readable), or the
 check fails. It connects to no server (see 'check' for that).
 
 Exit status: 0 when the file is valid, 1 with an error naming the field
-otherwise.
+otherwise, 2 on a usage error.
 
 Example:
   OUTBOX_CANARY_SIGNING_KEY=x OUTBOX_CANARY_PG_DSN=postgres://... \
   OUTBOX_CANARY_PG_DSN_PAYMENTS=postgres://... \
-    outbox-canary validate --config examples/outbox-canary.yml
-`
+    outbox-canary validate --config.file=examples/outbox-canary.yml`
 
-func validateCommand(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("validate", "--config FILE", validateDescription, stderr)
-	configPath := fs.String("config", "", "configuration file (required)")
-	if helped, err := parseFlags(fs, args); helped || err != nil {
-		return err
-	}
-	cfg, err := loadConfig(fs, *configPath)
-	if err != nil {
-		return err
-	}
-	if err := resolveSecrets(cfg); err != nil {
-		return fmt.Errorf("validate: config %s: %w", *configPath, err)
-	}
-	model, err := slo.FromConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("validate: config %s: %w", *configPath, err)
-	}
-	fmt.Fprintf(stdout, "config %s is valid\n", *configPath)
-	describeConfig(stdout, cfg, model)
-	if warnings := slo.Warnings(model); len(warnings) > 0 {
-		fmt.Fprintln(stdout, "\nwarnings (the file works, but the alerts cannot judge it well):")
-		for _, w := range warnings {
-			fmt.Fprintf(stdout, "  - %s\n", w)
+func validateCommand(app *kingpin.Application, c *cli) action {
+	cmd := command(app, "validate", validateHelp)
+	configPath := configFlag(cmd)
+	return func(context.Context) error {
+		cfg, err := loadConfig(*configPath)
+		if err != nil {
+			return fmt.Errorf("validate: %w", err)
 		}
+		if err := resolveSecrets(cfg); err != nil {
+			return fmt.Errorf("validate: config %s: %w", *configPath, err)
+		}
+		model, err := slo.FromConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("validate: config %s: %w", *configPath, err)
+		}
+		fmt.Fprintf(c.stdout, "config %s is valid\n", *configPath)
+		describeConfig(c.stdout, cfg, model)
+		if warnings := slo.Warnings(model); len(warnings) > 0 {
+			fmt.Fprintln(c.stdout, "\nwarnings (the file works, but the alerts cannot judge it well):")
+			for _, w := range warnings {
+				fmt.Fprintf(c.stdout, "  - %s\n", w)
+			}
+		}
+		return nil
 	}
-	return nil
 }
 
 // resolveSecrets checks that every secret can be read, without printing it.

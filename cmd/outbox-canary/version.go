@@ -3,16 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
+
+	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/outbox-canary/outbox-canary/internal/version"
 )
 
-func versionCommand(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version", "", "Print the version, the git revision and the Go release of this build.", stderr)
-	if helped, err := parseFlags(fs, args); helped || err != nil {
-		return err
+func versionCommand(app *kingpin.Application, c *cli) action {
+	app.Command("version", "Print the version, the git revision and the Go release of this build (as --version does).")
+	return func(context.Context) error {
+		fmt.Fprintf(c.stdout, "outbox-canary %s (revision %s, %s)\n", version.Version, version.Revision, version.GoVersion())
+		return nil
 	}
-	fmt.Fprintf(stdout, "outbox-canary %s (revision %s, %s)\n", version.Version, version.Revision, version.GoVersion())
-	return nil
 }

@@ -75,7 +75,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.DurationVar(&o.cfg.PollInterval, "poll-interval", relay.DefaultPollInterval, "pause between polls; a full batch is followed by the next poll at once")
 	fs.IntVar(&o.cfg.BatchSize, "batch-size", relay.DefaultBatchSize, "most rows claimed and sent per poll")
 	fs.BoolVar(&o.cfg.DeletePublished, "delete-published", false, "delete rows once acknowledged instead of setting published_at (keeps the table small, loses the audit trail)")
-	fs.DurationVar(&o.cfg.MaxBackoff, "max-backoff", relay.DefaultMaxBackoff, "longest wait between polls after consecutive failures (the wait doubles from --poll-interval)")
+	fs.DurationVar(&o.cfg.MaxBackoff, "max-backoff", relay.DefaultMaxBackoff, "longest wait between polls after consecutive failures (the wait doubles from --poll-interval, with ±50% jitter)")
 	fs.DurationVar(&o.cfg.PublishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on one batch's send to Kafka, retries included; on timeout the batch is rolled back and retried")
 	fs.StringVar(&o.listenAddress, "admin.listen-address", "127.0.0.1:9466", "address of the admin API, /metrics and /healthz (the admin API injects faults: keep it private)")
 	fs.StringVar(&o.logLevel, "log.level", "info", "debug (one line per batch), info, warn (one line per failed poll) or error")

@@ -163,7 +163,7 @@ start_relay() {
 start_relay orders demo_orders a "$ORDERS_RELAY_ADDR"
 start_relay payments demo_payments b "$PAYMENTS_RELAY_ADDR"
 
-bin/outbox-canary run --config "$CONFIG" --web.listen-address "$PROBER_ADDR" \
+bin/outbox-canary run --config.file "$CONFIG" --web.listen-address "$PROBER_ADDR" \
 	--print-canaries --log.level warn >"$CANARY_LOG" 2>>"$LOGS/prober.log" &
 pids+=($!)
 tail -n +1 -f "$CANARY_LOG" &

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
 // Columns maps the relay onto one outbox table. Every name is an identifier,
@@ -81,19 +81,18 @@ func (c Columns) Fill(preset Columns) Columns {
 	return c
 }
 
-// tableIdentifier splits a possibly schema-qualified table name into a pgx
-// identifier.
-func tableIdentifier(table string) (pgx.Identifier, error) {
+// checkTable refuses a table name the quoting would turn into nonsense.
+func checkTable(table string) error {
 	parts := strings.Split(table, ".")
 	if len(parts) > 2 {
-		return nil, fmt.Errorf("table %q: want table or schema.table", table)
+		return fmt.Errorf("table %q: want table or schema.table", table)
 	}
 	for _, p := range parts {
 		if strings.TrimSpace(p) == "" {
-			return nil, fmt.Errorf("table %q: empty name part", table)
+			return fmt.Errorf("table %q: empty name part", table)
 		}
 	}
-	return pgx.Identifier(parts), nil
+	return nil
 }
 
 // queries holds the SQL that one relay runs, built once from its Columns.
@@ -106,8 +105,7 @@ type queries struct {
 }
 
 func buildQueries(c Columns, deletePublished bool) (queries, error) {
-	table, err := tableIdentifier(c.Table)
-	if err != nil {
+	if err := checkTable(c.Table); err != nil {
 		return queries{}, err
 	}
 	for _, col := range []struct{ field, name string }{
@@ -121,8 +119,8 @@ func buildQueries(c Columns, deletePublished bool) (queries, error) {
 	if c.EventType != "" && strings.TrimSpace(c.EventType) == "" {
 		return queries{}, errors.New("column EventType: blank name")
 	}
-	q := func(name string) string { return pgx.Identifier{name}.Sanitize() }
-	t, id, published := table.Sanitize(), q(c.ID), q(c.PublishedAt)
+	q := postgres.QuoteIdent
+	t, id, published := postgres.QuoteTable(c.Table), q(c.ID), q(c.PublishedAt)
 
 	// Text casts let the relay read varchar, uuid or text keys alike; the
 	// payload is read as bytes (jsonb arrives as its JSON text).

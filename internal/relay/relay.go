@@ -29,6 +29,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-canary/outbox-canary/internal/retry"
 )
 
 // Header names of every message the relay sends. Timestamps are RFC 3339
@@ -213,6 +215,7 @@ func (r *Relay) Faults() *Faults { return r.faults }
 func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("relay started", "table", r.cfg.Columns.Table, "poll_interval", r.cfg.PollInterval, "batch_size", r.cfg.BatchSize)
 	failures := 0
+	retryWait := retry.Backoff(r.cfg.PollInterval, r.cfg.MaxBackoff)
 	for {
 		n, stage, err := r.poll(ctx)
 		if ctx.Err() != nil {
@@ -223,14 +226,16 @@ func (r *Relay) Run(ctx context.Context) error {
 		switch {
 		case err != nil:
 			failures++
-			wait = backoff(r.cfg.PollInterval, r.cfg.MaxBackoff, failures)
+			wait = retryWait.NextBackOff()
 			r.metrics.pollErrors.WithLabelValues(stage).Inc()
 			r.log.Warn("poll failed, rows stay unpublished", "stage", stage, "err", err, "consecutive_failures", failures, "retry_in", wait)
 		case n == r.cfg.BatchSize:
 			failures = 0
+			retryWait.Reset()
 			wait = 0
 		default:
 			failures = 0
+			retryWait.Reset()
 		}
 		if wait == 0 {
 			continue
@@ -244,15 +249,6 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-}
-
-// backoff doubles base for each consecutive failure, up to ceiling.
-func backoff(base, ceiling time.Duration, failures int) time.Duration {
-	d := base
-	for i := 0; i < failures && d < ceiling; i++ {
-		d *= 2
-	}
-	return min(d, ceiling)
 }
 
 type row struct {

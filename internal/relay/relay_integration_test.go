@@ -22,6 +22,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/relay"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
@@ -54,18 +55,14 @@ func newOutbox(t *testing.T, dsn, schema string, columns relay.Columns) *outbox 
 func (o *outbox) insert(t *testing.T, route, key, payload string) int64 {
 	t.Helper()
 	c := o.columns
-	sql := fmt.Sprintf("INSERT INTO %s (%s, %s, %s) VALUES ($1, $2, $3) RETURNING %s", tableIdent(c.Table),
-		pgx.Identifier{c.Route}.Sanitize(), pgx.Identifier{c.Key}.Sanitize(), pgx.Identifier{c.Payload}.Sanitize(),
-		pgx.Identifier{c.ID}.Sanitize())
+	q := postgres.QuoteIdent
+	sql := fmt.Sprintf("INSERT INTO %s (%s, %s, %s) VALUES ($1, $2, $3) RETURNING %s", postgres.QuoteTable(c.Table),
+		q(c.Route), q(c.Key), q(c.Payload), q(c.ID))
 	var id int64
 	if err := o.pool.QueryRow(context.Background(), sql, route, key, payload).Scan(&id); err != nil {
 		t.Fatalf("inserting an outbox row: %v", err)
 	}
 	return id
-}
-
-func tableIdent(table string) string {
-	return pgx.Identifier(strings.Split(table, ".")).Sanitize()
 }
 
 // stored is a row as the database holds it.
@@ -78,7 +75,7 @@ type stored struct {
 
 func (o *outbox) row(t *testing.T, id int64) stored {
 	t.Helper()
-	sql := fmt.Sprintf("SELECT payload::text, created_at, published_at FROM %s WHERE id = $1", tableIdent(o.columns.Table))
+	sql := fmt.Sprintf("SELECT payload::text, created_at, published_at FROM %s WHERE id = $1", postgres.QuoteTable(o.columns.Table))
 	var s stored
 	err := o.pool.QueryRow(context.Background(), sql, id).Scan(&s.payload, &s.createdAt, &s.publishedAt)
 	switch {

@@ -202,19 +202,6 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
-func TestBackoffDoublesUpToTheCeiling(t *testing.T) {
-	base, ceiling := 100*time.Millisecond, time.Second
-	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second, time.Second}
-	for failures, w := range want {
-		if got := backoff(base, ceiling, failures); got != w {
-			t.Errorf("backoff after %d failures = %s, want %s", failures, got, w)
-		}
-	}
-	if got := backoff(base, ceiling, 1000); got != ceiling {
-		t.Errorf("backoff after 1000 failures = %s, want %s", got, ceiling)
-	}
-}
-
 func TestFaultPlans(t *testing.T) {
 	tests := []struct {
 		name      string

@@ -130,17 +130,26 @@ func envPath() (string, error) {
 	if p := os.Getenv(EnvVar); p != "" {
 		return p, nil
 	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, ".stack", "env"), nil
+}
+
+// moduleRoot is the directory of the go.mod above the working directory.
+func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", fmt.Errorf("working directory: %w", err)
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, ".stack", "env"), nil
+			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("no go.mod above the working directory, so no .stack/env")
+			return "", errors.New("no go.mod above the working directory")
 		}
 		dir = parent
 	}
@@ -415,4 +424,25 @@ func uniqueName(t testing.TB, sep string, maxLen int) string {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return base + sep + hex.EncodeToString(rnd[:])
+}
+
+// ProduceAged writes n business messages to topic, each with a record
+// timestamp age ago.
+func (s Stack) ProduceAged(t testing.TB, topic string, n int, age time.Duration) {
+	t.Helper()
+	// A transport of its own: kafka-go's shared default transport caches
+	// metadata from before the topic existed and answers "unknown topic".
+	w := &kafka.Writer{Addr: kafka.TCP(s.KafkaBrokers...), Topic: topic, Balancer: &kafka.RoundRobin{},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, Transport: &kafka.Transport{}}
+	defer w.Close()
+	stamp := time.Now().Add(-age)
+	msgs := make([]kafka.Message, n)
+	for i := range msgs {
+		msgs[i] = kafka.Message{Key: fmt.Appendf(nil, "k%d", i), Value: []byte("business event"), Time: stamp}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), serverWait)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatalf("produce %d messages to %s: %v", n, topic, err)
+	}
 }

@@ -1,4 +1,4 @@
-package prober
+package diagnose
 
 import (
 	"context"
@@ -66,9 +66,9 @@ func assertFirstUnhealthy(t *testing.T, d Diagnosis, stage string) {
 
 func TestDiagnoseNamesTheCommitStageWhenTheDatabaseIsUnreachable(t *testing.T) {
 	t.Parallel()
-	p := loadPipeline(t, pipelineSpec{dsn: "postgres://u:hunter2@" + closedAddr(t) + "/x", schema: seedA,
-		brokers: []string{closedAddr(t)}})
-	d := Diagnose(context.Background(), p, DiagnoseOptions{StageTimeout: 5 * time.Second})
+	p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: "postgres://u:hunter2@" + stacktest.ClosedAddr(t) + "/x", Schema: stacktest.SeedA,
+		Brokers: []string{stacktest.ClosedAddr(t)}})
+	d := Pipeline(context.Background(), p, Options{StageTimeout: 5 * time.Second})
 	logDiagnosis(t, d)
 	assertFirstUnhealthy(t, d, StageCommit)
 	s := stageOf(t, d, StageCommit)
@@ -111,19 +111,56 @@ func TestDiagnoseOfACDCPipeline(t *testing.T) {
 				fmt.Fprint(w, connectorState(tc.task))
 			}))
 			t.Cleanup(connect.Close)
-			dsn, pool := freshOutbox(t, st, seedDebezium)
+			dsn, pool := st.FreshOutbox(t, stacktest.SeedDebezium)
 			if tc.slot {
 				slot := "diag_" + strings.ReplaceAll(fmt.Sprint(time.Now().UnixNano()), "-", "")
 				if _, err := pool.Exec(context.Background(), "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
 					t.Fatalf("create slot: %v", err)
 				}
-				dropSlotOnCleanup(t, pool, slot)
+				stacktest.DropSlotOnCleanup(t, pool, slot)
 			}
-			p := loadPipeline(t, pipelineSpec{dsn: dsn, schema: seedDebezium, brokers: st.KafkaBrokers, idGen: "uuid",
-				watch: fmt.Sprintf("{connect_url: %q, connector: outbox}", connect.URL)})
-			d := Diagnose(context.Background(), p, DiagnoseOptions{})
+			p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: dsn, Schema: stacktest.SeedDebezium, Brokers: st.KafkaBrokers, IDGen: "uuid",
+				Watch: fmt.Sprintf("{connect_url: %q, connector: outbox}", connect.URL)})
+			d := Pipeline(context.Background(), p, Options{})
 			logDiagnosis(t, d)
 			assertFirstUnhealthy(t, d, tc.wantStage)
 		})
+	}
+}
+
+func TestDiagnoseJudgesTheConfiguredSlotOnly(t *testing.T) {
+	t.Parallel()
+	sp := stacktest.Load(t).NewSlotPair(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		slot    string
+		healthy bool
+		seen    []string // slots named in the evidence
+		unseen  []string
+	}{
+		{sp.Ours, true, []string{sp.Ours}, []string{sp.Leftover}},
+		{"", false, []string{sp.Ours, sp.Leftover}, nil},
+		{"missing_" + sp.Suffix, false, []string{"missing_" + sp.Suffix + " (watch.slot) does not exist"}, []string{sp.Ours, sp.Leftover}},
+	} {
+		spec := stacktest.PipelineSpec{DSN: sp.DSN, Schema: stacktest.SeedDebezium, IDGen: "uuid"}
+		if tc.slot != "" {
+			spec.Watch = fmt.Sprintf("{slot: %s}", tc.slot)
+		}
+		p := stacktest.LoadPipeline(t, spec)
+		r := checkSlot(ctx, p, Probes{DB: sp.Pool}, Options{}.withDefaults())
+		ev := strings.Join(r.Evidence, "\n")
+		if r.Healthy != tc.healthy || (!r.Healthy && r.NextStep == "") {
+			t.Errorf("watch.slot %q: healthy %t (next step %q), want %t:\n%s", tc.slot, r.Healthy, r.NextStep, tc.healthy, ev)
+		}
+		for _, s := range tc.seen {
+			if !strings.Contains(ev, s) {
+				t.Errorf("watch.slot %q: the evidence does not name %s:\n%s", tc.slot, s, ev)
+			}
+		}
+		for _, s := range tc.unseen {
+			if strings.Contains(ev, s) {
+				t.Errorf("watch.slot %q: the evidence names %s, which is not the pipeline's slot:\n%s", tc.slot, s, ev)
+			}
+		}
 	}
 }

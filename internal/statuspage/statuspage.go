@@ -1,9 +1,12 @@
-package prober
+// Package statuspage serves the prober's HTTP surface: /metrics, /healthz,
+// /readyz, /api/status (JSON) and the status page for the person on call.
+// It reads the prober through a narrow Source and writes nothing.
+package statuspage
 
 import (
 	"encoding/json"
 	"html/template"
-	"math"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/version"
+	"github.com/outbox-canary/outbox-canary/prober"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -49,9 +53,9 @@ type PipelineStatus struct {
 	ObjectivePercent float64 `json:"objective_percent"`
 	InFlight         int     `json:"in_flight"`
 	// DBClockOffsetSeconds is the database clock minus the prober clock.
-	DBClockOffsetSeconds      *float64 `json:"db_clock_offset_seconds,omitempty"`
-	DBClockOffsetErrorSeconds *float64 `json:"db_clock_offset_error_seconds,omitempty"`
-	Recent                    []Report `json:"recent"`
+	DBClockOffsetSeconds      *float64        `json:"db_clock_offset_seconds,omitempty"`
+	DBClockOffsetErrorSeconds *float64        `json:"db_clock_offset_error_seconds,omitempty"`
+	Recent                    []prober.Report `json:"recent"`
 }
 
 // SegmentStatus is a segment's budget and owner, and for a budgeted segment
@@ -80,30 +84,33 @@ type BurnRateStatus struct {
 	BurnRate *float64 `json:"burn_rate"`
 }
 
-// Status gathers the service's status.
-func (s *Service) Status() Status {
-	ready, reasons := s.Ready()
-	st := Status{Instance: s.instance, Version: version.Version, Ready: ready, Reasons: reasons}
-	for _, pr := range s.pipes {
-		p := pr.p
-		// Every resolved canary remembered, newest first: the burn rates
-		// need them all, the page shows the first few.
-		resolved := pr.tracker.Recent(math.MaxInt)
+// Source is what the status page reads of the prober.
+type Source interface {
+	Instance() string
+	Ready() (bool, []string)
+	Views() []prober.PipelineView
+}
+
+// status gathers the status of every pipeline.
+func status(src Source, now time.Time) Status {
+	ready, reasons := src.Ready()
+	st := Status{Instance: src.Instance(), Version: version.Version, Ready: ready, Reasons: reasons}
+	for _, v := range src.Views() {
+		p := v.Pipeline
 		ps := PipelineStatus{
 			Name: p.Name, Topic: p.Kafka.Topic, Table: p.Outbox.Table, Relay: p.Relay.Kind,
-			Schedule: p.Canary.Schedule, InFlight: pr.tracker.InFlight(), ObjectivePercent: p.SLO.Objective,
-			Recent: resolved[:min(statusCanaries, len(resolved))],
+			Schedule: p.Canary.Schedule, InFlight: len(v.InFlight), ObjectivePercent: p.SLO.Objective,
+			Recent: v.Resolved[:min(statusCanaries, len(v.Resolved))],
 		}
-		now := s.now()
 		for _, seg := range append([]string{config.SegmentInsertToCommit}, p.Segments()...) {
 			b, ok := p.Budget(seg)
 			ss := SegmentStatus{Name: seg, Budgeted: ok, BudgetSeconds: b.Seconds(), Owner: p.Owner(seg)}
 			if ok {
-				ss.BurnRates = burnRates(p, pr.tracker.forget, seg, resolved, now)
+				ss.BurnRates = burnRates(p, v.Memory, seg, v.Resolved, now)
 			}
 			ps.Segments = append(ps.Segments, ss)
 		}
-		if off, ok := pr.clock.Current(); ok {
+		if off := v.ClockOffset; off != nil {
 			o, e := off.Offset.Seconds(), off.Error.Seconds()
 			ps.DBClockOffsetSeconds, ps.DBClockOffsetErrorSeconds = &o, &e
 		}
@@ -116,7 +123,7 @@ func (s *Service) Status() Status {
 // resolved canaries, each at the time it resolved: its arrival, or for a
 // lost one its commit plus lost_after (when the sweep declared it lost).
 // memory is how long the tracker remembers a canary after its commit.
-func burnRates(p *config.Pipeline, memory time.Duration, segment string, resolved []Report, now time.Time) []BurnRateStatus {
+func burnRates(p *config.Pipeline, memory time.Duration, segment string, resolved []prober.Report, now time.Time) []BurnRateStatus {
 	lostAfter := time.Duration(p.Canary.LostAfter)
 	out := make([]BurnRateStatus, 0, len(statusBurnWindows))
 	for _, w := range statusBurnWindows {
@@ -124,7 +131,7 @@ func burnRates(p *config.Pipeline, memory time.Duration, segment string, resolve
 		from := now.Add(-w)
 		for _, r := range resolved {
 			at := r.Consumed
-			if r.State == StateLost {
+			if r.State == prober.StateLost {
 				at = r.Committed.Add(lostAfter)
 			}
 			if at.Before(from) || at.After(now) {
@@ -152,7 +159,7 @@ func burnRates(p *config.Pipeline, memory time.Duration, segment string, resolve
 // get the prober restarted), /readyz (200 only when every pipeline has a
 // working database pool and consumer, else 503 with the reasons), /api/status
 // (JSON) and / (the same as an HTML table).
-func NewHandler(s *Service, g prometheus.Gatherer) http.Handler {
+func NewHandler(src Source, g prometheus.Gatherer, log *slog.Logger, now func() time.Time) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -161,7 +168,7 @@ func NewHandler(s *Service, g prometheus.Gatherer) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		ready, reasons := s.Ready()
+		ready, reasons := src.Ready()
 		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			for _, r := range reasons {
@@ -175,12 +182,12 @@ func NewHandler(s *Service, g prometheus.Gatherer) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(s.Status())
+		_ = enc.Encode(status(src, now()))
 	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if err := statusPage.Execute(w, s.Status()); err != nil {
-			s.log.Warn("render status page", "err", err)
+		if err := statusPage.Execute(w, status(src, now())); err != nil {
+			log.Warn("render status page", "err", err)
 		}
 	})
 	return mux

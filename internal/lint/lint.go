@@ -1,4 +1,7 @@
-package prober
+// Package lint checks a pipeline's outbox table against what a measurable
+// outbox needs (indexes, ids, clocks, cleanup, canary routing) and reports
+// OK, WARN and FAIL findings with their fix: `outbox-canary lint`.
+package lint
 
 import (
 	"context"
@@ -10,13 +13,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
 // Levels of a lint finding.
 const (
-	LintOK   = "OK"
-	LintWarn = "WARN"
-	LintFail = "FAIL"
+	OK   = "OK"
+	Warn = "WARN"
+	Fail = "FAIL"
 )
 
 // Names of the lint checks, in the order Lint reports them.
@@ -39,9 +43,9 @@ type Finding struct {
 	Fix     string `json:"fix,omitempty"`
 }
 
-// LintOptions are the thresholds of the table hygiene check. Zero fields
-// take the defaults of DefaultLintOptions().
-type LintOptions struct {
+// Options are the thresholds of the table hygiene check. Zero fields
+// take the defaults of DefaultOptions().
+type Options struct {
 	// MaxPublishedRows is how many published rows (polling) or rows at all
 	// (cdc) the table may keep before it counts as not cleaned up.
 	MaxPublishedRows int64
@@ -53,11 +57,11 @@ type LintOptions struct {
 	MaxTableBytes int64
 }
 
-// DefaultLintOptions are thresholds for an outbox that a relay or a
+// DefaultOptions are thresholds for an outbox that a relay or a
 // retention job keeps close to its backlog. A function, so no caller can
 // change the defaults of another.
-func DefaultLintOptions() LintOptions {
-	return LintOptions{
+func DefaultOptions() Options {
+	return Options{
 		MaxPublishedRows:  100_000,
 		MaxDeadTupleRatio: 0.2,
 		MinDeadTuples:     10_000,
@@ -65,8 +69,8 @@ func DefaultLintOptions() LintOptions {
 	}
 }
 
-func (o LintOptions) withDefaults() LintOptions {
-	d := DefaultLintOptions()
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
 	if o.MaxPublishedRows <= 0 {
 		o.MaxPublishedRows = d.MaxPublishedRows
 	}
@@ -114,12 +118,12 @@ type IndexInfo struct {
 
 // InspectTable reads the catalogue and statistics of the pipeline's outbox
 // table. A table that does not exist is not an error: Exists is false.
-func InspectTable(ctx context.Context, q Querier, p *config.Pipeline, o LintOptions) (TableInfo, error) {
+func InspectTable(ctx context.Context, q postgres.Querier, p *config.Pipeline, o Options) (TableInfo, error) {
 	o = o.withDefaults()
 	table := p.Outbox.Table
 	var info TableInfo
 	var oid *uint32
-	if err := q.QueryRow(ctx, `SELECT to_regclass($1)::oid`, QuoteTable(table)).Scan(&oid); err != nil {
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1)::oid`, postgres.QuoteTable(table)).Scan(&oid); err != nil {
 		return info, fmt.Errorf("look up table %s: %w", table, err)
 	}
 	if oid == nil {
@@ -176,7 +180,7 @@ func InspectTable(ctx context.Context, q Querier, p *config.Pipeline, o LintOpti
 	if pub := p.Outbox.Columns.PublishedAt; pub != "" {
 		if _, ok := info.Columns[pub]; ok {
 			sql := fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %s WHERE %s IS NOT NULL LIMIT $1) AS published`,
-				QuoteTable(table), pgx.Identifier{pub}.Sanitize())
+				postgres.QuoteTable(table), postgres.QuoteIdent(pub))
 			if err := q.QueryRow(ctx, sql, o.MaxPublishedRows+1).Scan(&info.PublishedRows); err != nil {
 				return info, fmt.Errorf("published rows of %s: %w", table, err)
 			}
@@ -185,44 +189,44 @@ func InspectTable(ctx context.Context, q Querier, p *config.Pipeline, o LintOpti
 	return info, nil
 }
 
-// Lint inspects the pipeline's outbox table and runs every check on it. The
+// Outbox inspects the pipeline's outbox table and runs every check on it. The
 // error is for a database that could not be read; what is wrong with the
 // table comes back as findings.
-func Lint(ctx context.Context, q Querier, p *config.Pipeline, o LintOptions) ([]Finding, error) {
+func Outbox(ctx context.Context, q postgres.Querier, p *config.Pipeline, o Options) ([]Finding, error) {
 	info, err := InspectTable(ctx, q, p, o)
 	if err != nil {
 		return nil, err
 	}
-	return LintTable(p, info, o), nil
+	return Table(p, info, o), nil
 }
 
-// LintTable runs every check on an inspected table. When the table is
+// Table runs every check on an inspected table. When the table is
 // missing only that is reported, besides the routing check, which needs no
 // table.
-func LintTable(p *config.Pipeline, info TableInfo, o LintOptions) []Finding {
+func Table(p *config.Pipeline, info TableInfo, o Options) []Finding {
 	o = o.withDefaults()
 	if !info.Exists {
 		return []Finding{
-			{Check: CheckTable, Level: LintFail,
+			{Check: CheckTable, Level: Fail,
 				Message: fmt.Sprintf("table %s does not exist in the configured database", p.Outbox.Table),
 				Fix:     "create it (deploy/sql has the supported schemas) or correct outbox.table and database.dsn"},
-			LintCanaryRouting(p),
+			CanaryRouting(p),
 		}
 	}
 	return []Finding{
-		{Check: CheckTable, Level: LintOK, Message: fmt.Sprintf("table %s exists", p.Outbox.Table)},
-		LintColumns(p, info),
-		LintUnpublishedIndex(p, info),
-		LintMonotonicID(p, info),
-		LintCreatedAt(p, info),
-		LintHygiene(p, info, o),
-		LintCanaryRouting(p),
+		{Check: CheckTable, Level: OK, Message: fmt.Sprintf("table %s exists", p.Outbox.Table)},
+		Columns(p, info),
+		UnpublishedIndex(p, info),
+		MonotonicID(p, info),
+		CreatedAt(p, info),
+		Hygiene(p, info, o),
+		CanaryRouting(p),
 	}
 }
 
-// LintColumns fails when a column of outbox.columns is missing: the
+// Columns fails when a column of outbox.columns is missing: the
 // prober's insert or the relay's claim would fail on it.
-func LintColumns(p *config.Pipeline, info TableInfo) Finding {
+func Columns(p *config.Pipeline, info TableInfo) Finding {
 	f := Finding{Check: CheckColumns}
 	c := p.Outbox.Columns
 	var missing []string
@@ -238,67 +242,54 @@ func LintColumns(p *config.Pipeline, info TableInfo) Finding {
 		}
 	}
 	if len(missing) > 0 {
-		f.Level = LintFail
+		f.Level = Fail
 		f.Message = "mapped columns missing from " + p.Outbox.Table + ": " + strings.Join(missing, ", ")
 		f.Fix = "correct outbox.columns to the table's column names, or add the columns"
 		return f
 	}
-	f.Level = LintOK
+	f.Level = OK
 	f.Message = "every column of outbox.columns exists"
 	return f
 }
 
-// LintUnpublishedIndex: a polling relay's claim and the backlog query have
+// UnpublishedIndex: a polling relay's claim and the backlog query have
 // only the predicate "published_at IS NULL"; a partial index on exactly
 // that holds just the backlog, so both stay cheap at any table size.
-func LintUnpublishedIndex(p *config.Pipeline, info TableInfo) Finding {
+func UnpublishedIndex(p *config.Pipeline, info TableInfo) Finding {
 	f := Finding{Check: CheckIndex}
 	pub := p.Outbox.Columns.PublishedAt
 	if p.Relay.Kind != config.RelayPolling || pub == "" {
-		f.Level = LintOK
+		f.Level = OK
 		f.Message = "not needed: log capture reads the WAL, not the table"
 		return f
 	}
 	for _, ix := range info.PartialIndexes {
-		if IsUnpublishedPredicate(ix.Predicate, pub) {
-			f.Level = LintOK
+		if postgres.IsUnpublishedPredicate(ix.Predicate, pub) {
+			f.Level = OK
 			f.Message = "partial index " + ix.Name + ": " + ix.Definition
 			return f
 		}
 	}
-	f.Level = LintFail
+	f.Level = Fail
 	f.Message = fmt.Sprintf("no valid partial index WHERE %s IS NULL: every relay poll and backlog query scans the whole table history", pub)
 	f.Fix = fmt.Sprintf("CREATE INDEX CONCURRENTLY ON %s (%s) WHERE %s IS NULL",
-		QuoteTable(p.Outbox.Table), pgx.Identifier{p.Outbox.Columns.ID}.Sanitize(), pgx.Identifier{pub}.Sanitize())
+		postgres.QuoteTable(p.Outbox.Table), postgres.QuoteIdent(p.Outbox.Columns.ID), postgres.QuoteIdent(pub))
 	return f
-}
-
-// IsUnpublishedPredicate reports whether an index predicate, as pg_get_expr
-// prints it ("(published_at IS NULL)"), is exactly "<column> IS NULL". A
-// predicate with more conditions does not serve a query that has only this
-// one, so it does not count.
-func IsUnpublishedPredicate(predicate, column string) bool {
-	s := strings.TrimSpace(predicate)
-	for strings.HasPrefix(s, "(") && strings.HasSuffix(s, ")") {
-		s = strings.TrimSpace(s[1 : len(s)-1])
-	}
-	quoted := pgx.Identifier{column}.Sanitize()
-	return s == column+" IS NULL" || s == quoted+" IS NULL"
 }
 
 // integerTypes are the column types a sequence or identity can fill.
 var integerTypes = []string{"bigint", "integer", "smallint", "numeric"}
 
-// LintMonotonicID: a polling relay claims rows in id order, which follows
+// MonotonicID: a polling relay claims rows in id order, which follows
 // commit order only roughly, and only if ids come from a sequence. A uuid
 // id makes that order random. It also checks that outbox.id_generation
 // matches the column, or the prober's canary insert fails.
-func LintMonotonicID(p *config.Pipeline, info TableInfo) Finding {
+func MonotonicID(p *config.Pipeline, info TableInfo) Finding {
 	f := Finding{Check: CheckOrdering}
 	name := p.Outbox.Columns.ID
 	col, ok := info.Columns[name]
 	if !ok {
-		f.Level = LintFail
+		f.Level = Fail
 		f.Message = fmt.Sprintf("id column %s missing", name)
 		f.Fix = "set outbox.columns.id to the table's key column"
 		return f
@@ -308,28 +299,28 @@ func LintMonotonicID(p *config.Pipeline, info TableInfo) Finding {
 	hasDefault := sequenced || col.Default != ""
 	switch {
 	case p.Outbox.IDGeneration == config.IDFromDatabase && !hasDefault:
-		f.Level = LintFail
+		f.Level = Fail
 		f.Message = fmt.Sprintf("outbox.id_generation is database but %s (%s) has no default: the canary insert cannot get an id", name, col.Type)
 		f.Fix = "set outbox.id_generation: uuid (for a uuid column), or give the column a sequence default (bigserial or GENERATED ALWAYS AS IDENTITY)"
 	case p.Outbox.IDGeneration == config.IDUUID && !isUUID && !strings.Contains(col.Type, "char") && col.Type != "text":
-		f.Level = LintFail
+		f.Level = Fail
 		f.Message = fmt.Sprintf("outbox.id_generation is uuid but %s is %s: the canary insert would fail", name, col.Type)
 		f.Fix = "set outbox.id_generation: database"
 	case p.Relay.Kind != config.RelayPolling:
-		f.Level = LintOK
+		f.Level = OK
 		f.Message = fmt.Sprintf("%s (%s): log capture publishes in WAL order, ids need not be monotonic", name, col.Type)
 	case sequenced && slices.Contains(integerTypes, col.Type):
-		f.Level = LintOK
+		f.Level = OK
 		f.Message = fmt.Sprintf("%s (%s) is assigned by %s", name, col.Type, sequenceSource(col))
 	case isUUID:
-		f.Level = LintWarn
+		f.Level = Warn
 		f.Message = fmt.Sprintf("%s is a uuid: not monotonic, so a relay ordering by it publishes in random order, not commit order", name)
 		f.Fix = "add a bigserial (or identity) column and have the relay order by it; map it as outbox.columns.id"
 	default:
-		f.Level = LintWarn
+		f.Level = Warn
 		f.Message = fmt.Sprintf("%s (%s) has no sequence or identity default: nothing guarantees that ids grow with inserts", name, col.Type)
 		f.Fix = fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s ADD GENERATED BY DEFAULT AS IDENTITY (for an integer column), or order by a bigserial column",
-			QuoteTable(p.Outbox.Table), pgx.Identifier{name}.Sanitize())
+			postgres.QuoteTable(p.Outbox.Table), postgres.QuoteIdent(name))
 	}
 	return f
 }
@@ -344,17 +335,17 @@ func sequenceSource(col ColumnInfo) string {
 // dbClockDefault matches the defaults that stamp with the database clock.
 var dbClockDefault = regexp.MustCompile(`(?i)\b(now\(\)|clock_timestamp\(\)|statement_timestamp\(\)|transaction_timestamp\(\)|current_timestamp|localtimestamp)`)
 
-// LintCreatedAt: created_at must come from the database clock, so
+// CreatedAt: created_at must come from the database clock, so
 // that the oldest-unpublished age (database clock minus created_at) has no
 // cross-host skew and every writer agrees.
-func LintCreatedAt(p *config.Pipeline, info TableInfo) Finding {
+func CreatedAt(p *config.Pipeline, info TableInfo) Finding {
 	f := Finding{Check: CheckCreatedAt}
 	name := p.Outbox.Columns.CreatedAt
 	if name == "" {
-		f.Level = LintOK
+		f.Level = OK
 		f.Message = "no created_at column mapped (not needed for log capture)"
 		if p.Relay.Kind == config.RelayPolling {
-			f.Level = LintWarn
+			f.Level = Warn
 			f.Message = "no created_at column mapped: the age of the oldest unpublished row cannot be measured"
 			f.Fix = "map outbox.columns.created_at to a timestamptz column with DEFAULT now()"
 		}
@@ -362,37 +353,37 @@ func LintCreatedAt(p *config.Pipeline, info TableInfo) Finding {
 	}
 	col, ok := info.Columns[name]
 	if !ok {
-		f.Level = LintFail
+		f.Level = Fail
 		f.Message = fmt.Sprintf("created_at column %s missing", name)
 		f.Fix = "correct outbox.columns.created_at"
 		return f
 	}
 	fix := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT now(), and stop writers from supplying it",
-		QuoteTable(p.Outbox.Table), pgx.Identifier{name}.Sanitize())
+		postgres.QuoteTable(p.Outbox.Table), postgres.QuoteIdent(name))
 	switch {
 	case col.Default == "":
-		f.Level = LintWarn
+		f.Level = Warn
 		f.Message = fmt.Sprintf("%s has no default: writers stamp it with their own clocks, so the backlog age carries their skew", name)
 		f.Fix = fix
 	case !dbClockDefault.MatchString(col.Default):
-		f.Level = LintWarn
+		f.Level = Warn
 		f.Message = fmt.Sprintf("%s defaults to %s, not the database clock", name, col.Default)
 		f.Fix = fix
 	case col.Type != "timestamp with time zone":
-		f.Level = LintWarn
+		f.Level = Warn
 		f.Message = fmt.Sprintf("%s is %s: without a time zone, ages depend on the session's TimeZone setting", name, col.Type)
-		f.Fix = fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE timestamptz", QuoteTable(p.Outbox.Table), pgx.Identifier{name}.Sanitize())
+		f.Fix = fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE timestamptz", postgres.QuoteTable(p.Outbox.Table), postgres.QuoteIdent(name))
 	default:
-		f.Level = LintOK
+		f.Level = OK
 		f.Message = fmt.Sprintf("%s (%s) defaults to %s (database clock)", name, col.Type, col.Default)
 	}
 	return f
 }
 
-// LintHygiene: published rows must be deleted or archived, or scans slow
+// Hygiene: published rows must be deleted or archived, or scans slow
 // down and dead tuples bloat the table and its indexes. With log capture
 // rows can be deleted in the transaction that inserted them.
-func LintHygiene(p *config.Pipeline, info TableInfo, o LintOptions) Finding {
+func Hygiene(p *config.Pipeline, info TableInfo, o Options) Finding {
 	o = o.withDefaults()
 	f := Finding{Check: CheckHygiene}
 	var problems []string
@@ -423,50 +414,50 @@ func LintHygiene(p *config.Pipeline, info TableInfo, o LintOptions) Finding {
 		facts = fmt.Sprintf("%s published rows, %d live and %d dead tuples, %d bytes", published, info.LiveTuples, info.DeadTuples, info.TotalBytes)
 	}
 	if len(problems) == 0 {
-		f.Level = LintOK
+		f.Level = OK
 		f.Message = facts
 		return f
 	}
-	f.Level = LintWarn
+	f.Level = Warn
 	f.Message = strings.Join(problems, "; ") + " (" + facts + ")"
 	if p.Relay.Kind == config.RelayPolling {
 		f.Fix = fmt.Sprintf("delete published rows on a schedule (DELETE FROM %s WHERE %s < now() - interval '1 day', in batches) or have the relay delete them; make sure autovacuum keeps up",
-			QuoteTable(p.Outbox.Table), pgx.Identifier{p.Outbox.Columns.PublishedAt}.Sanitize())
+			postgres.QuoteTable(p.Outbox.Table), postgres.QuoteIdent(p.Outbox.Columns.PublishedAt))
 	} else {
 		f.Fix = "delete each row in the transaction that inserted it (Debezium ignores the DELETE), or purge old rows on a schedule; make sure autovacuum keeps up"
 	}
 	return f
 }
 
-// LintCanaryRouting: canaries must reach a topic of their own that no
+// CanaryRouting: canaries must reach a topic of their own that no
 // business consumer reads. The configured canary topic must not be a topic
 // a watched business group consumes, and with the default routing
 // (outbox.event.<route>, Debezium's and the reference relay's) it must be
 // named after the canary aggregate type, or the relay sends canaries
 // somewhere the prober does not listen.
-func LintCanaryRouting(p *config.Pipeline) Finding {
+func CanaryRouting(p *config.Pipeline) Finding {
 	f := Finding{Check: CheckCanaryRoute}
 	topic, agg := p.Kafka.Topic, p.Canary.AggregateType
 	for _, g := range p.Watch.ConsumerGroups {
 		if g.Topic == topic {
-			f.Level = LintFail
+			f.Level = Fail
 			f.Message = fmt.Sprintf("canary topic %s is read by business consumer group %s: canaries would reach business consumers", topic, g.Group)
 			f.Fix = fmt.Sprintf("route canary.aggregate_type %q to its own topic (default outbox.event.%s) and set kafka.topic to it", agg, agg)
 			return f
 		}
 	}
 	if !strings.Contains(topic, agg) {
-		f.Level = LintWarn
+		f.Level = Warn
 		f.Message = fmt.Sprintf("canary topic %s does not contain the canary aggregate type %q: the default routing sends canaries to outbox.event.%s", topic, agg, agg)
 		f.Fix = fmt.Sprintf("set kafka.topic: outbox.event.%s, unless the relay routes %q to %s by a custom rule", agg, agg, topic)
 		return f
 	}
-	f.Level = LintOK
+	f.Level = OK
 	f.Message = fmt.Sprintf("canaries (%s %q) go to %s, which no watched business group reads", p.Outbox.Columns.Route, agg, topic)
 	return f
 }
 
-// LintFailed reports whether any finding is a FAIL.
-func LintFailed(findings []Finding) bool {
-	return slices.ContainsFunc(findings, func(f Finding) bool { return f.Level == LintFail })
+// Failed reports whether any finding is a FAIL.
+func Failed(findings []Finding) bool {
+	return slices.ContainsFunc(findings, func(f Finding) bool { return f.Level == Fail })
 }

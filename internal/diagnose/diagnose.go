@@ -1,4 +1,7 @@
-package prober
+// Package diagnose walks the outbox runbook for a pipeline, source to
+// consumer, and names the first unhealthy stage with its evidence and the
+// next thing to check: what `outbox-canary diagnose` prints on call.
+package diagnose
 
 import (
 	"context"
@@ -8,10 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/connect"
+	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
 // Stages of the runbook that Diagnose walks, source to consumer (the seed
@@ -56,8 +61,8 @@ type Diagnosis struct {
 	Stages         []StageResult `json:"stages"`
 }
 
-// DiagnoseOptions tunes Diagnose. Zero fields take defaults.
-type DiagnoseOptions struct {
+// Options tunes Diagnose. Zero fields take defaults.
+type Options struct {
 	// Now is the clock for consumer lag ages (default time.Now).
 	Now func() time.Time
 	// StageTimeout bounds each stage's queries (default 10s), so a server
@@ -70,11 +75,11 @@ type DiagnoseOptions struct {
 	HTTP *http.Client
 }
 
-// DiagnoseProbes are the connections Diagnose uses. A nil DB or Kafka makes
+// Probes are the connections Diagnose uses. A nil DB or Kafka makes
 // the stages that need them unhealthy ("cannot be checked"), with DBError
 // or KafkaError, when set, as the reason.
-type DiagnoseProbes struct {
-	DB         Querier
+type Probes struct {
+	DB         postgres.Querier
 	DBError    error
 	Kafka      *kafka.Client
 	KafkaError error
@@ -105,38 +110,29 @@ const (
 		"(kafka-consumer-groups.sh --describe --group %s), that none is stuck on a poisoned message, and hand it to the group's owner"
 )
 
-// Diagnose connects to the pipeline's database, Kafka and Kafka Connect as
+// Pipeline connects to the pipeline's database, Kafka and Kafka Connect as
 // its configuration says, walks the runbook and closes the connections. It
 // never fails: what could not be reached is an unhealthy stage.
-func Diagnose(ctx context.Context, p *config.Pipeline, o DiagnoseOptions) Diagnosis {
+func Pipeline(ctx context.Context, p *config.Pipeline, o Options) Diagnosis {
 	o = o.withDefaults()
-	probes := DiagnoseProbes{HTTP: o.HTTP}
-	if dsn, err := p.Database.DSN.Resolve(); err != nil {
-		probes.DBError = fmt.Errorf("database.dsn: %w", err)
-	} else if pcfg, err := pgxpool.ParseConfig(dsn); err != nil {
-		probes.DBError = fmt.Errorf("database.dsn: %w", err) // pgx redacts the password
+	probes := Probes{HTTP: o.HTTP}
+	if pool, err := postgres.NewPool(ctx, p.Database, postgres.PoolOptions{MaxConns: 2, ConnectTimeout: o.StageTimeout}); err != nil {
+		probes.DBError = err
 	} else {
-		pcfg.MaxConns = 2
-		pcfg.ConnConfig.ConnectTimeout = o.StageTimeout
-		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-		if err != nil {
-			probes.DBError = fmt.Errorf("database pool: %w", err)
-		} else {
-			defer pool.Close()
-			probes.DB = pool
-		}
+		defer pool.Close()
+		probes.DB = pool
 	}
-	client, closeKafka, err := NewKafkaClient(p.Kafka, o.StageTimeout)
+	client, closeKafka, err := kafkaclient.NewClient(p.Kafka, o.StageTimeout)
 	if err != nil {
 		probes.KafkaError = err
 	} else {
 		defer closeKafka()
 		probes.Kafka = client
 	}
-	return DiagnoseWith(ctx, p, probes, o)
+	return With(ctx, p, probes, o)
 }
 
-func (o DiagnoseOptions) withDefaults() DiagnoseOptions {
+func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -152,8 +148,8 @@ func (o DiagnoseOptions) withDefaults() DiagnoseOptions {
 	return o
 }
 
-// DiagnoseWith walks the runbook with connections the caller owns.
-func DiagnoseWith(ctx context.Context, p *config.Pipeline, probes DiagnoseProbes, o DiagnoseOptions) Diagnosis {
+// With walks the runbook with connections the caller owns.
+func With(ctx context.Context, p *config.Pipeline, probes Probes, o Options) Diagnosis {
 	o = o.withDefaults()
 	if probes.HTTP == nil {
 		probes.HTTP = o.HTTP
@@ -161,7 +157,7 @@ func DiagnoseWith(ctx context.Context, p *config.Pipeline, probes DiagnoseProbes
 	d := Diagnosis{Pipeline: p.Name, Relay: p.Relay.Kind, Healthy: true}
 	checks := []struct {
 		name  string
-		check func(context.Context, *config.Pipeline, DiagnoseProbes, DiagnoseOptions) StageResult
+		check func(context.Context, *config.Pipeline, Probes, Options) StageResult
 	}{
 		{StageCommit, checkCommit},
 		{StageRelay, checkRelay},
@@ -206,14 +202,14 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 }
 
-func (pr DiagnoseProbes) dbError() error {
+func (pr Probes) dbError() error {
 	if pr.DBError != nil {
 		return pr.DBError
 	}
 	return errors.New("no database connection")
 }
 
-func (pr DiagnoseProbes) kafkaError() error {
+func (pr Probes) kafkaError() error {
 	if pr.KafkaError != nil {
 		return pr.KafkaError
 	}
@@ -222,12 +218,12 @@ func (pr DiagnoseProbes) kafkaError() error {
 
 // checkCommit: an open transaction older than the threshold hides the rows
 // it wrote from the relay; no other signal can see that.
-func checkCommit(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, _ DiagnoseOptions) StageResult {
+func checkCommit(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) StageResult {
 	if pr.DB == nil {
 		return unreachable("database", pr.dbError(), nextDatabase)
 	}
 	threshold := time.Duration(p.Watch.LongTransactionThreshold)
-	tx, err := QueryTransactions(ctx, pr.DB, threshold)
+	tx, err := postgres.QueryTransactions(ctx, pr.DB, threshold)
 	if err != nil {
 		return unreachable("database", err, nextDatabase)
 	}
@@ -261,14 +257,14 @@ func relayBudget(p *config.Pipeline) (string, time.Duration) {
 // checkRelay: for a polling relay, the age of the oldest unpublished row
 // (it climbs while the relay stalls, traffic or not); for log capture, the
 // connector's and its tasks' state.
-func checkRelay(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, _ DiagnoseOptions) StageResult {
+func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) StageResult {
 	if p.Relay.Kind == config.RelayCDC {
 		w := p.Watch
 		if w.ConnectURL == "" || w.Connector == "" {
 			return StageResult{Status: StatusNotConfigured, Healthy: true,
 				Evidence: []string{"watch.connect_url and watch.connector are not set: the connector's state is not checked"}}
 		}
-		st, err := QueryConnector(ctx, pr.HTTP, w.ConnectURL, w.Connector)
+		st, err := connect.QueryStatus(ctx, pr.HTTP, w.ConnectURL, w.Connector)
 		if err != nil {
 			return unreachable("Kafka Connect", err, nextConnect)
 		}
@@ -287,7 +283,7 @@ func checkRelay(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, _ Di
 	if pr.DB == nil {
 		return unreachable("database", pr.dbError(), nextDatabase)
 	}
-	b, err := QueryBacklog(ctx, pr.DB, p)
+	b, err := postgres.QueryBacklog(ctx, pr.DB, p)
 	if err != nil {
 		return unreachable("backlog", err, nextDatabase)
 	}
@@ -304,7 +300,7 @@ func checkRelay(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, _ Di
 // checkSlot: a logical slot that no connector reads pins WAL on the primary.
 // With watch.slot it judges that slot only: another pipeline's slot, or a
 // leftover one, is not this pipeline's stage.
-func checkSlot(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, o DiagnoseOptions) StageResult {
+func checkSlot(ctx context.Context, p *config.Pipeline, pr Probes, o Options) StageResult {
 	if p.Relay.Kind != config.RelayCDC {
 		return StageResult{Status: StatusNotApplicable, Healthy: true,
 			Evidence: []string{"a polling relay reads the table, not a replication slot"}}
@@ -313,7 +309,7 @@ func checkSlot(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, o Dia
 		return unreachable("database", pr.dbError(), nextDatabase)
 	}
 	want := p.Watch.Slot
-	slots, err := QuerySlots(ctx, pr.DB, want)
+	slots, err := postgres.QuerySlots(ctx, pr.DB, want)
 	if err != nil {
 		return unreachable("replication slots", err, nextDatabase)
 	}
@@ -347,7 +343,7 @@ func checkSlot(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, o Dia
 }
 
 // checkBroker: the canary topic's metadata, from the brokers themselves.
-func checkBroker(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, _ DiagnoseOptions) StageResult {
+func checkBroker(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) StageResult {
 	if pr.Kafka == nil {
 		return unreachable("Kafka", pr.kafkaError(), nextBroker)
 	}
@@ -388,7 +384,7 @@ func checkBroker(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, _ D
 
 // checkConsumers: the lag of each watched business consumer group against
 // the end-to-end budget.
-func checkConsumers(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, o DiagnoseOptions) StageResult {
+func checkConsumers(ctx context.Context, p *config.Pipeline, pr Probes, o Options) StageResult {
 	groups := p.Watch.ConsumerGroups
 	if len(groups) == 0 {
 		return StageResult{Status: StatusNotConfigured, Healthy: true,
@@ -401,7 +397,7 @@ func checkConsumers(ctx context.Context, p *config.Pipeline, pr DiagnoseProbes, 
 	r := StageResult{Healthy: true}
 	var late []string
 	for _, g := range groups {
-		lag, err := QueryConsumerLag(ctx, pr.Kafka, g, o.Now)
+		lag, err := kafkaclient.QueryConsumerLag(ctx, pr.Kafka, g, o.Now)
 		if err != nil {
 			return unreachable("consumer group "+g.Group, err, nextBroker)
 		}

@@ -1,9 +1,10 @@
-package prober
+package statuspage
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,7 +12,30 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-canary/outbox-canary/internal/stacktest"
+	"github.com/outbox-canary/outbox-canary/prober"
 )
+
+// t0 is the injected clock's start.
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// newService builds a prober service whose servers do not exist: nothing
+// here connects, the tracker is driven by hand.
+func newService(t *testing.T, extra string, reg *prometheus.Registry, now func() time.Time) *prober.Service {
+	t.Helper()
+	cfg := stacktest.UnreachableConfig(t, extra)
+	svc, err := prober.New(prober.Options{Config: cfg, Registerer: reg, StateDir: "-", Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	return svc
+}
+
+func newHandler(svc *prober.Service, reg *prometheus.Registry, now func() time.Time) http.Handler {
+	return NewHandler(svc, reg, slog.New(slog.DiscardHandler), now)
+}
 
 // TestStatusShowsBurnRatesPerBudgetedSegment drives a service's tracker
 // with an injected clock and reads the burn rates back from /api/status and
@@ -58,16 +82,16 @@ func TestStatusShowsBurnRatesPerBudgetedSegment(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			svc, err := New(Options{Config: unitConfig(t, tc.extra), Registerer: reg, StateDir: "-", Now: func() time.Time { return now }})
+			clock := func() time.Time { return now }
+			svc := newService(t, tc.extra, reg, clock)
+			tr, err := svc.Tracker("orders")
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer svc.closePools()
-			tr := svc.pipes[0].tracker
 			for i, c := range tc.canaries {
 				committed := t0.Add(-c.ago)
 				id := fmt.Sprintf("c%d", i)
-				if err := tr.Sent(Canary{ID: id, Seq: uint64(i + 1), Pipeline: "orders", Key: "k", RowID: "1",
+				if err := tr.Sent(prober.Canary{ID: id, Seq: uint64(i + 1), Pipeline: "orders", Key: "k", RowID: "1",
 					InsertStarted: committed.Add(-5 * time.Millisecond), Committed: committed}); err != nil {
 					t.Fatal(err)
 				}
@@ -77,15 +101,15 @@ func TestStatusShowsBurnRatesPerBudgetedSegment(t *testing.T) {
 					tr.Sweep(t.Context())
 					now = t0
 				case c.after > 0:
-					if k := tr.Arrived(Arrival{CanaryID: id, Seq: uint64(i + 1), Key: "k", Partition: 0, Offset: int64(i),
+					if k := tr.Arrived(prober.Arrival{CanaryID: id, Seq: uint64(i + 1), Key: "k", Partition: 0, Offset: int64(i),
 						Consumed: committed.Add(c.after),
 						Stamps:   map[string]time.Time{"read": committed.Add(50 * time.Millisecond), "publish": committed.Add(70 * time.Millisecond)},
-					}).Kind; k != KindFirst {
+					}).Kind; k != prober.KindFirst {
 						t.Fatalf("canary %s arrived as %v", id, k)
 					}
 				}
 			}
-			srv := httptest.NewServer(NewHandler(svc, reg))
+			srv := httptest.NewServer(newHandler(svc, reg, clock))
 			defer srv.Close()
 
 			body := get(t, srv.URL+"/api/status")
@@ -137,4 +161,58 @@ func get(t *testing.T, url string) string {
 		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
 	}
 	return string(b)
+}
+
+func TestHTTPEndpoints(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	svc := newService(t, "", reg, time.Now)
+	srv := httptest.NewServer(newHandler(svc, reg, time.Now))
+	defer srv.Close()
+	cases := []struct {
+		name     string
+		path     string
+		wantCode int
+		want     []string
+		notWant  []string
+	}{
+		{"Liveness does not depend on the servers.", "/healthz", 200, []string{"ok"}, nil},
+		{"Readiness names the parts not working yet.", "/readyz", 503,
+			[]string{`pipeline "orders": database: database not reached yet`, `pipeline "orders": kafka: not connected to Kafka yet`}, []string{"hunter2"}},
+		{"Metrics include the build info and the budgets.", "/metrics", 200,
+			[]string{"outbox_canary_build_info{", `outbox_canary_segment_budget_seconds{pipeline="orders",segment="end_to_end"} 2`}, nil},
+		{"The JSON status lists budgets and owners per segment.", "/api/status", 200,
+			[]string{`"name": "orders"`, `"name": "commit_to_read"`, `"budget_seconds": 1`, `"ready": false`}, []string{"hunter2"}},
+		{"The status page is an HTML table.", "/", 200, []string{"<table>", "commit_to_read", "budget 1s", "no canary yet"}, nil},
+		{"Unknown paths are not the status page.", "/nope", 404, nil, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := http.Get(srv.URL + tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			body := string(b)
+			if resp.StatusCode != tc.wantCode {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.wantCode)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("body lacks %q:\n%.800s", w, body)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(body, w) {
+					t.Errorf("body shows %q", w)
+				}
+			}
+			if tc.path == "/api/status" {
+				var st Status
+				if err := json.Unmarshal(b, &st); err != nil {
+					t.Errorf("status is not JSON: %v", err)
+				}
+			}
+		})
+	}
 }

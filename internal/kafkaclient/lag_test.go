@@ -1,4 +1,4 @@
-package prober
+package kafkaclient
 
 import (
 	"context"
@@ -12,26 +12,7 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
-// produceAged writes n messages to topic, each stamped age ago (their
-// CreateTime), round-robin over the partitions.
-func produceAged(t *testing.T, brokers []string, topic string, n int, age time.Duration) {
-	t.Helper()
-	// A transport of its own: kafka-go's shared default transport caches
-	// metadata from before the topic existed and answers "unknown topic".
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.RoundRobin{},
-		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, Transport: &kafka.Transport{}}
-	defer w.Close()
-	stamp := time.Now().Add(-age)
-	msgs := make([]kafka.Message, n)
-	for i := range msgs {
-		msgs[i] = kafka.Message{Key: fmt.Appendf(nil, "k%d", i), Value: []byte("business event"), Time: stamp}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), watchWait)
-	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatalf("produce %d messages to %s: %v", n, topic, err)
-	}
-}
+const serverWait = 30 * time.Second
 
 // consumeAndCommit makes group consume and commit k messages of topic, then
 // leave the group, the way an at-least-once consumer that stopped would.
@@ -44,7 +25,7 @@ func consumeAndCommit(t *testing.T, brokers []string, group, topic string, k int
 			t.Errorf("close the reader of group %s: %v", group, err)
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), watchWait)
+	ctx, cancel := context.WithTimeout(context.Background(), serverWait)
 	defer cancel()
 	for i := 0; i < k; i++ {
 		msg, err := r.FetchMessage(ctx)
@@ -75,7 +56,7 @@ func TestQueryConsumerLag(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			topic := st.NewTopic(t, tc.partitions, nil)
-			produceAged(t, st.KafkaBrokers, topic, n, 30*time.Second)
+			st.ProduceAged(t, topic, n, 30*time.Second)
 			group := topic + ".group"
 			if tc.consumed > 0 {
 				consumeAndCommit(t, st.KafkaBrokers, group, topic, tc.consumed)
@@ -102,7 +83,7 @@ func TestQueryConsumerLagCatchesUp(t *testing.T) {
 	st := stacktest.Load(t)
 	topic := st.NewTopic(t, 1, nil)
 	group := topic + ".group"
-	produceAged(t, st.KafkaBrokers, topic, 6, 30*time.Second)
+	st.ProduceAged(t, topic, 6, 30*time.Second)
 	consumeAndCommit(t, st.KafkaBrokers, group, topic, 2)
 	g := config.ConsumerGroup{Group: group, Topic: topic}
 	lag, err := QueryConsumerLag(context.Background(), st.KafkaClient(), g, time.Now)

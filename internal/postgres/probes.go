@@ -1,10 +1,13 @@
-package prober
+// Package postgres is the prober's one way into PostgreSQL: the pool built
+// from a pipeline's database settings, identifier quoting, and the read-only
+// probes (backlog, open transactions, replication slots, partial indexes)
+// that the watchers, diagnose and lint share.
+package postgres
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,11 +28,6 @@ type Backlog struct {
 	OldestAge time.Duration // 0 when the backlog is empty
 }
 
-// QuoteTable quotes a possibly schema-qualified table name.
-func QuoteTable(table string) string {
-	return pgx.Identifier(strings.Split(table, ".")).Sanitize()
-}
-
 // BacklogQuery is the SQL of QueryBacklog. Its only predicate is the partial
 // index's (published_at IS NULL), so the planner can answer from the index,
 // which holds just the backlog, however many published rows the table keeps.
@@ -37,10 +35,10 @@ func BacklogQuery(p *config.Pipeline) string {
 	c := p.Outbox.Columns
 	age := "0"
 	if c.CreatedAt != "" {
-		age = fmt.Sprintf("COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(%s)), 0)", pgx.Identifier{c.CreatedAt}.Sanitize())
+		age = fmt.Sprintf("COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(%s)), 0)", QuoteIdent(c.CreatedAt))
 	}
 	return fmt.Sprintf("SELECT count(*), %s::float8 FROM %s WHERE %s IS NULL",
-		age, QuoteTable(p.Outbox.Table), pgx.Identifier{c.PublishedAt}.Sanitize())
+		age, QuoteTable(p.Outbox.Table), QuoteIdent(c.PublishedAt))
 }
 
 // QueryBacklog measures the backlog of a polling pipeline.

@@ -1,23 +1,33 @@
-package prober
+// Package kafkaclient is the prober's one way into Kafka besides its canary
+// readers: dialers and clients built from a pipeline's kafka settings (TLS,
+// SASL, secrets resolved once and never logged), and the consumer-group lag
+// probe the watchers and diagnose share.
+package kafkaclient
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 )
 
-// NewKafkaClient returns a client for the watchers and diagnose, with the
+// NewClient returns a client for the watchers and diagnose, with the
 // pipeline's TLS and SASL settings (secrets resolved once, never logged).
 // Every request is bounded by timeout. Call the returned close function
 // when done: the transport keeps connections and a goroutine per broker.
-func NewKafkaClient(k config.Kafka, timeout time.Duration) (*kafka.Client, func(), error) {
-	d, err := NewKafkaDialer(k)
+func NewClient(k config.Kafka, timeout time.Duration) (*kafka.Client, func(), error) {
+	d, err := NewDialer(k)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -29,6 +39,56 @@ func NewKafkaClient(k config.Kafka, timeout time.Duration) (*kafka.Client, func(
 	}
 	c := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Transport: tr, Timeout: timeout}
 	return c, tr.CloseIdleConnections, nil
+}
+
+// NewDialer returns a dialer with the pipeline's TLS and SASL settings.
+// Secrets are resolved here, once, and never logged.
+func NewDialer(k config.Kafka) (*kafka.Dialer, error) {
+	d := &kafka.Dialer{ClientID: k.ClientID, Timeout: 10 * time.Second, DualStack: true}
+	if k.TLS.Enabled {
+		tc := &tls.Config{ServerName: k.TLS.ServerName, InsecureSkipVerify: k.TLS.InsecureSkipVerify, MinVersion: tls.VersionTLS12} // #nosec G402 -- opt-in by config
+		if k.TLS.CAFile != "" {
+			pem, err := os.ReadFile(k.TLS.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka.tls.ca_file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("kafka.tls.ca_file %s: no PEM certificate found", k.TLS.CAFile)
+			}
+			tc.RootCAs = pool
+		}
+		if k.TLS.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(k.TLS.CertFile, k.TLS.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka.tls.cert_file: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		d.TLS = tc
+	}
+	if k.SASL.Mechanism != "" {
+		password, err := k.SASL.Password.Resolve()
+		if err != nil {
+			return nil, fmt.Errorf("kafka.sasl.password: %w", err)
+		}
+		var mech sasl.Mechanism
+		switch k.SASL.Mechanism {
+		case "plain":
+			mech = plain.Mechanism{Username: k.SASL.Username, Password: password}
+		case "scram-sha-256":
+			mech, err = scram.Mechanism(scram.SHA256, k.SASL.Username, password)
+		case "scram-sha-512":
+			mech, err = scram.Mechanism(scram.SHA512, k.SASL.Username, password)
+		default:
+			err = fmt.Errorf("unknown mechanism %q", k.SASL.Mechanism)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kafka.sasl: %w", err)
+		}
+		d.SASLMechanism = mech
+	}
+	return d, nil
 }
 
 // ConsumerLag is how far a business consumer group trails a topic: segment

@@ -1,0 +1,56 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+)
+
+// PoolOptions sizes a pool for its user: the prober's canary inserts, a
+// watcher, or a one-shot command.
+type PoolOptions struct {
+	// MaxConns bounds the pool (default 2).
+	MaxConns int32
+	// ConnectTimeout bounds each connection attempt (default 5s), so an
+	// unreachable database is reported rather than waited on.
+	ConnectTimeout time.Duration
+	// HealthCheckPeriod is how often idle connections are checked (default
+	// pgx's 1m); a short one finds the connections a database restart
+	// broke before a canary insert does.
+	HealthCheckPeriod time.Duration
+}
+
+// NewPool builds a pool on the pipeline's database. It connects to nothing
+// yet: a database that is down at start is found by the first query, and
+// retried by whoever owns the pool. The DSN is never part of an error.
+func NewPool(ctx context.Context, db config.Database, o PoolOptions) (*pgxpool.Pool, error) {
+	dsn, err := db.DSN.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("database.dsn: %w", err)
+	}
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx redacts the password of a well-formed DSN in its parse errors.
+		return nil, fmt.Errorf("database.dsn: %w", err)
+	}
+	pcfg.MaxConns = o.MaxConns
+	if pcfg.MaxConns <= 0 {
+		pcfg.MaxConns = 2
+	}
+	pcfg.ConnConfig.ConnectTimeout = o.ConnectTimeout
+	if pcfg.ConnConfig.ConnectTimeout <= 0 {
+		pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	if o.HealthCheckPeriod > 0 {
+		pcfg.HealthCheckPeriod = o.HealthCheckPeriod
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("database pool: %w", err)
+	}
+	return pool, nil
+}

@@ -1,0 +1,131 @@
+package watch
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-canary/outbox-canary/internal/metricsdoc"
+	"github.com/outbox-canary/outbox-canary/slo"
+)
+
+// Label names of the watchers' series besides pipeline.
+const (
+	labelWatcher   = "watcher"
+	labelSlot      = "slot"
+	labelWALStatus = "wal_status"
+	labelGroup     = "group"
+	labelTopic     = "topic"
+	labelConnector = "connector"
+)
+
+var (
+	lp  = []string{slo.LabelPipeline}
+	lpw = []string{slo.LabelPipeline, labelWatcher}
+	lps = []string{slo.LabelPipeline, labelSlot}
+	lpc = []string{slo.LabelPipeline, labelConnector}
+)
+
+// catalogue is what the watchers export, in the order of docs/metrics.md.
+var catalogue = []metricsdoc.Family{
+	{Name: slo.MetricWatcherUp, Type: metricsdoc.Gauge, Labels: lpw,
+		Help: "1 if the watcher's last sample succeeded, 0 if it failed (its data series are then removed, so no alert reads an old value as healthy)."},
+	{Name: slo.MetricWatcherLastSuccess, Type: metricsdoc.Gauge, Labels: lpw,
+		Help: "Unix time of the watcher's last successful sample."},
+	{Name: slo.MetricWatchErrors, Type: metricsdoc.Counter, Labels: lpw,
+		Help: "Failed watcher samples, by watcher."},
+	{Name: slo.MetricBacklogRows, Type: metricsdoc.Gauge, Labels: lp,
+		Help: "Outbox rows not yet published."},
+	{Name: slo.MetricOldestUnpublishedAge, Type: metricsdoc.Gauge, Labels: lp,
+		Help: "Age of the oldest unpublished outbox row; 0 when there is none."},
+	{Name: slo.MetricOldestTransactionAge, Type: metricsdoc.Gauge, Labels: lp,
+		Help: "Age of the oldest open transaction in the database; its outbox rows stay invisible until it commits."},
+	{Name: slo.MetricLongTransactions, Type: metricsdoc.Gauge, Labels: lp,
+		Help: "Open transactions older than watch.long_transaction_threshold."},
+	{Name: slo.MetricSlotRetainedWAL, Type: metricsdoc.Gauge, Labels: lps,
+		Help: "WAL retained by the replication slot (current LSN minus restart_lsn)."},
+	{Name: slo.MetricSlotUnconfirmedWAL, Type: metricsdoc.Gauge, Labels: lps,
+		Help: "WAL not yet confirmed by the slot's consumer (current LSN minus confirmed_flush_lsn)."},
+	{Name: slo.MetricSlotActive, Type: metricsdoc.Gauge, Labels: lps,
+		Help: "1 if a consumer is attached to the replication slot, else 0."},
+	{Name: slo.MetricSlotWALStatus, Type: metricsdoc.Gauge, Labels: []string{slo.LabelPipeline, labelSlot, labelWALStatus},
+		Help: "1 for the slot's current wal_status (reserved, extended, unreserved, lost), 0 for the others."},
+	{Name: slo.MetricSlotSafeWALSize, Type: metricsdoc.Gauge, Labels: lps,
+		Help: "WAL that can still be written before the slot is in danger of losing required WAL; absent when unlimited."},
+	{Name: slo.MetricConsumerLagMessages, Type: metricsdoc.Gauge, Labels: []string{slo.LabelPipeline, labelGroup, labelTopic},
+		Help: "Messages a watched business consumer group has yet to consume, by group and topic."},
+	{Name: slo.MetricConsumerLagSeconds, Type: metricsdoc.Gauge, Labels: []string{slo.LabelPipeline, labelGroup, labelTopic},
+		Help: "Age of the oldest message a watched consumer group has yet to consume, by group and topic."},
+	{Name: slo.MetricConnectorRunning, Type: metricsdoc.Gauge, Labels: lpc,
+		Help: "1 if the Kafka Connect connector and all its tasks are RUNNING, else 0."},
+	{Name: slo.MetricConnectorTaskFailures, Type: metricsdoc.Gauge, Labels: lpc,
+		Help: "Tasks of the Kafka Connect connector in state FAILED."},
+	{Name: slo.MetricConnectorRestarts, Type: metricsdoc.Counter, Labels: lpc,
+		Help: "Restarts of the connector or its tasks seen by sampling Kafka Connect's status (a lower bound: restarts between samples are missed)."},
+}
+
+// Catalogue describes every family the watchers export.
+func Catalogue() []metricsdoc.Family {
+	return metricsdoc.Clone(catalogue)
+}
+
+func family(name string) metricsdoc.Family {
+	f, _ := metricsdoc.Find(catalogue, name) // every name used here is in the catalogue (TestMetricsDoc)
+	return f
+}
+
+// Metrics are the watchers' series. Created empty: a series appears once
+// its watcher has measured something, so a watcher that is not configured
+// does not report a reassuring zero, and one that fails removes its data.
+type Metrics struct {
+	Up                    *prometheus.GaugeVec   // pipeline, watcher
+	LastSuccess           *prometheus.GaugeVec   // pipeline, watcher
+	Errors                *prometheus.CounterVec // pipeline, watcher
+	BacklogRows           *prometheus.GaugeVec   // pipeline
+	OldestUnpublishedAge  *prometheus.GaugeVec   // pipeline
+	OldestTransactionAge  *prometheus.GaugeVec   // pipeline
+	LongTransactions      *prometheus.GaugeVec   // pipeline
+	SlotRetainedWAL       *prometheus.GaugeVec   // pipeline, slot
+	SlotUnconfirmedWAL    *prometheus.GaugeVec   // pipeline, slot
+	SlotActive            *prometheus.GaugeVec   // pipeline, slot
+	SlotWALStatus         *prometheus.GaugeVec   // pipeline, slot, wal_status
+	SlotSafeWALSize       *prometheus.GaugeVec   // pipeline, slot
+	ConsumerLagMessages   *prometheus.GaugeVec   // pipeline, group, topic
+	ConsumerLagSeconds    *prometheus.GaugeVec   // pipeline, group, topic
+	ConnectorRunning      *prometheus.GaugeVec   // pipeline, connector
+	ConnectorTaskFailures *prometheus.GaugeVec   // pipeline, connector
+	ConnectorRestarts     *prometheus.CounterVec // pipeline, connector
+}
+
+// NewMetrics creates and registers the watchers' series.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		Up:                    family(slo.MetricWatcherUp).GaugeVec(),
+		LastSuccess:           family(slo.MetricWatcherLastSuccess).GaugeVec(),
+		Errors:                family(slo.MetricWatchErrors).CounterVec(),
+		BacklogRows:           family(slo.MetricBacklogRows).GaugeVec(),
+		OldestUnpublishedAge:  family(slo.MetricOldestUnpublishedAge).GaugeVec(),
+		OldestTransactionAge:  family(slo.MetricOldestTransactionAge).GaugeVec(),
+		LongTransactions:      family(slo.MetricLongTransactions).GaugeVec(),
+		SlotRetainedWAL:       family(slo.MetricSlotRetainedWAL).GaugeVec(),
+		SlotUnconfirmedWAL:    family(slo.MetricSlotUnconfirmedWAL).GaugeVec(),
+		SlotActive:            family(slo.MetricSlotActive).GaugeVec(),
+		SlotWALStatus:         family(slo.MetricSlotWALStatus).GaugeVec(),
+		SlotSafeWALSize:       family(slo.MetricSlotSafeWALSize).GaugeVec(),
+		ConsumerLagMessages:   family(slo.MetricConsumerLagMessages).GaugeVec(),
+		ConsumerLagSeconds:    family(slo.MetricConsumerLagSeconds).GaugeVec(),
+		ConnectorRunning:      family(slo.MetricConnectorRunning).GaugeVec(),
+		ConnectorTaskFailures: family(slo.MetricConnectorTaskFailures).GaugeVec(),
+		ConnectorRestarts:     family(slo.MetricConnectorRestarts).CounterVec(),
+	}
+	for _, c := range []prometheus.Collector{
+		m.Up, m.LastSuccess, m.Errors, m.BacklogRows, m.OldestUnpublishedAge, m.OldestTransactionAge, m.LongTransactions,
+		m.SlotRetainedWAL, m.SlotUnconfirmedWAL, m.SlotActive, m.SlotWALStatus, m.SlotSafeWALSize,
+		m.ConsumerLagMessages, m.ConsumerLagSeconds, m.ConnectorRunning, m.ConnectorTaskFailures, m.ConnectorRestarts,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register watcher metrics: %w", err)
+		}
+	}
+	return m, nil
+}
