@@ -94,12 +94,12 @@ type Database struct {
 	// The connection string: a postgres:// URL or keyword=value pairs, as
 	// libpq takes them (percent-encode @, :, / and % in a URL's user name
 	// and password). A secret, since it usually holds a password. The role
-	// needs INSERT (and DELETE for canary.delete_after_insert) on the outbox
-	// table, and pg_monitor for the watchers.
+	// needs INSERT and SELECT on the outbox table (and DELETE for
+	// canary.delete_after_insert), and pg_monitor for the watchers.
 	DSN Secret `yaml:"dsn"`
 	// How often the offset between the database clock and the prober's is
-	// re-estimated; commit and published_at stamps are on the database
-	// clock.
+	// re-estimated: published_at is written on the database clock and
+	// converted to the prober's with it.
 	ClockOffsetInterval Duration `yaml:"clock_offset_interval"`
 }
 
@@ -154,8 +154,8 @@ type Relay struct {
 	// Where the publish stamp comes from: "published_at" (the row's
 	// published_at, database clock; polling only), "header" (a header the
 	// relay writes, named by published_header; relay clock) or
-	// "record_timestamp" (the Kafka record timestamp: the producer's, or
-	// the broker's with LogAppendTime). The default is published_at for
+	// "record_timestamp" (the Kafka record timestamp: the producer's, such
+	// as Debezium's processing time, or the broker's with LogAppendTime). The default is published_at for
 	// polling, and for cdc header when published_header is set, else
 	// record_timestamp.
 	PublishedStamp string `yaml:"published_stamp"`
@@ -198,8 +198,10 @@ type Canary struct {
 	// first), or @hourly, @daily, @weekly, @monthly, @yearly. Alerts that
 	// count canary intervals use the longest gap between two firings.
 	Schedule string `yaml:"schedule"`
-	// How long after its insert a canary that never arrived is declared
-	// lost (a bad event for every budgeted segment). Longer than
+	// How long after its commit a canary that has not arrived is given up
+	// as lost. Its end_to_end, and the segment it was stuck in, were
+	// already counted bad when their budgets ran out; this only ends the
+	// wait (and a late arrival is still counted as late). Longer than
 	// budgets.end_to_end.
 	LostAfter Duration `yaml:"lost_after"`
 	// Insert and delete each canary row in one transaction, so the table
@@ -273,8 +275,9 @@ type Owners map[string]string
 type Watch struct {
 	// How often the watchers sample.
 	Interval Duration `yaml:"interval"`
-	// An open transaction older than this is counted as long (a long
-	// transaction holds back a polling relay's reads and a slot's WAL).
+	// An open transaction older than this is counted in
+	// outbox_canary_long_transactions (its outbox rows stay invisible to
+	// the relay until it commits).
 	LongTransactionThreshold Duration `yaml:"long_transaction_threshold"`
 	// Business consumer groups whose lag behind their topics is watched.
 	ConsumerGroups []ConsumerGroup `yaml:"consumer_groups"`

@@ -109,12 +109,6 @@ type nodeDecoder interface {
 	decodeNode(n *yaml.Node) error
 }
 
-var (
-	nodeDecoderType = reflect.TypeFor[nodeDecoder]()
-	secretType      = reflect.TypeFor[Secret]()
-	pipelineType    = reflect.TypeFor[Pipeline]()
-)
-
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path, pipeline string) {
 	if d.budgetSpent(n, path, pipeline) {
 		return
@@ -131,11 +125,11 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path, pipeline string) {
 		return // an empty value leaves the field unset, as if not written
 	}
 	t := v.Type()
-	if t == secretType {
+	if t == reflect.TypeFor[Secret]() {
 		d.decodeSecret(n, v.Addr().Interface().(*Secret), path, pipeline)
 		return
 	}
-	if reflect.PointerTo(t).Implements(nodeDecoderType) {
+	if reflect.PointerTo(t).Implements(reflect.TypeFor[nodeDecoder]()) {
 		if err := v.Addr().Interface().(nodeDecoder).decodeNode(n); err != nil {
 			d.fail(n, path, pipeline, "%s", err.Error())
 		}
@@ -300,7 +294,7 @@ func (d *decoder) decodeSlice(n *yaml.Node, v reflect.Value, path, pipeline stri
 		ip := fmt.Sprintf("%s[%d]", path, i)
 		d.pos[ip] = item.Line
 		itemPipeline := pipeline
-		if v.Type().Elem() == pipelineType {
+		if v.Type().Elem() == reflect.TypeFor[Pipeline]() {
 			itemPipeline = nameOf(item)
 		}
 		d.decode(item, s.Index(i), ip, itemPipeline)
