@@ -30,6 +30,7 @@ func TestInvalidConfigsAreRejectedWithTheirMessage(t *testing.T) {
 		{"invalid-dsn-unescaped-at.yml", `line 7: pipelines[0] "orders": database.dsn: the host name contains @: percent-encode an @ in the user name or password as %40`},
 		{"invalid-duplicate-key.yml", `line 13: pipelines[0] "orders": "budgets" is written twice (first at line 11)`},
 		{"invalid-duplicate-pipeline.yml", `line 13: pipelines[1] "orders": name: duplicate pipeline name (also pipelines[0])`},
+		{"invalid-empty.yml", `the file is empty: at least one pipeline is required`},
 		{"invalid-fractional-count.yml", `line 14: alerting.stall_intervals: expected a whole number, got a number`},
 		{"invalid-header-without-name.yml", `line 9: pipelines[0] "orders": relay.published_header: required when relay.published_stamp is header`},
 		{"invalid-lost-before-budget.yml", `line 10: pipelines[0] "orders": canary.lost_after: 1s must be longer than budgets.end_to_end (2s)`},
@@ -385,4 +386,36 @@ func setKey(m *yaml.Node, key string, v *yaml.Node) {
 		}
 	}
 	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
+}
+
+// Anchors and merge keys work as in yaml.v3: a pipeline can start from
+// another, and a problem in the shared part is reported where it is written.
+func TestAPipelineCanMergeAnother(t *testing.T) {
+	data := `instance_id: t
+signing_key: {env: K}
+pipelines:
+  - &orders
+    name: orders
+    database: {dsn: {env: D}}
+    kafka: {brokers: ["k:9092"]}
+    budgets: {end_to_end: 2s}
+  - <<: *orders
+    name: payments
+    budgets: {end_to_end: 3s}
+`
+	cfg, err := Load([]byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Pipelines[1]
+	if p.Name != "payments" || p.Kafka.Brokers[0] != "k:9092" || p.Budgets[SegmentEndToEnd] != Duration(3*time.Second) {
+		t.Fatalf("merged pipeline: %+v", p)
+	}
+	_, err = Load([]byte(strings.Replace(data, `brokers: ["k:9092"]`, `brokers: ["k"]`, 1)))
+	want := "2 problems:\n" +
+		`  line 7: pipelines[0] "orders": kafka.brokers[0]: "k" must be host:port` + "\n" +
+		`  line 7: pipelines[1] "payments": kafka.brokers[0]: "k" must be host:port`
+	if err == nil || err.Error() != want {
+		t.Fatalf("error:\n  got  %v\n  want %s", err, want)
+	}
 }

@@ -32,7 +32,7 @@ func decode(data []byte, cfg *Config) (positions, []string, Problems) {
 	var root yaml.Node
 	if err := dec.Decode(&root); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, nil, Problems{{Path: "pipelines", Message: "the file is empty: at least one pipeline is required"}}
+			return nil, nil, Problems{{Message: "the file is empty: at least one pipeline is required"}}
 		}
 		return nil, nil, Problems{syntaxProblem(err)}
 	}
