@@ -135,27 +135,5 @@ func FromConfig(cfg *config.Config) (*Model, error) {
 }
 
 // canaryInterval is the longest gap between two consecutive firings of the
-// schedule over the next week: the pessimistic canary period.
-func canaryInterval(spec string) (time.Duration, error) {
-	sched, err := config.ParseSchedule(spec)
-	if err != nil {
-		return 0, err
-	}
-	start := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
-	prev := sched.Next(start)
-	var longest time.Duration
-	for i := 0; i < 10000 && prev.Sub(start) < 7*24*time.Hour; i++ {
-		next := sched.Next(prev)
-		if next.IsZero() {
-			break
-		}
-		if d := next.Sub(prev); d > longest {
-			longest = d
-		}
-		prev = next
-	}
-	if longest <= 0 {
-		return 0, fmt.Errorf("%q never fires twice", spec)
-	}
-	return longest, nil
-}
+// schedule: the pessimistic canary period.
+func canaryInterval(spec string) (time.Duration, error) { return config.ScheduleInterval(spec) }

@@ -14,35 +14,42 @@ import (
 
 // Alerting shapes the generated Prometheus rules.
 type Alerting struct {
-	// RunbookURL is the base of each alert's runbook_url annotation; the
-	// alert's anchor is appended.
+	// The base of each alert's runbook_url annotation; the alert's anchor
+	// (#outboxcanarystalled, ...) is appended.
 	RunbookURL string `yaml:"runbook_url"`
-	// StallIntervals is how many canary intervals without a delivery make
-	// a stall.
+	// How many canary intervals (the longest gap of canary.schedule) may
+	// pass without a delivery before the stall alert fires.
 	StallIntervals int `yaml:"stall_intervals"`
-	// Labels are added to every rule (and to the PrometheusRule metadata).
+	// Labels added to every rule (and to the PrometheusRule's metadata),
+	// e.g. for Alertmanager routing. Not pipeline, segment, owner,
+	// severity, alertname, job, sloth_* or __*.
 	Labels map[string]string `yaml:"labels"`
-	// OldestUnpublishedAge pages when the oldest unpublished row is older.
+	// The backlog alert fires when the oldest unpublished row is older
+	// than this (polling relays).
 	OldestUnpublishedAge Duration `yaml:"oldest_unpublished_age"`
-	// BacklogGrowthFor is how long the backlog must keep growing to alert.
+	// How long the backlog must keep growing, without emptying, for the
+	// backlog growth ticket (polling relays).
 	BacklogGrowthFor Duration `yaml:"backlog_growth_for"`
-	// LongTransactionAge alerts on an open transaction older than this.
+	// The long transaction alert fires on an open transaction older than
+	// this.
 	LongTransactionAge Duration `yaml:"long_transaction_age"`
-	// WALGrowthFor is how long a replication slot's retained WAL must keep
-	// growing to alert. Longer than the backlog's: retained WAL moves in
-	// checkpoint-sized steps even when the connector is healthy.
+	// How long a replication slot's retained WAL must keep growing for the
+	// WAL growth alert (cdc relays). Longer than backlog_growth_for:
+	// retained WAL moves in checkpoint-sized steps even when the connector
+	// is healthy.
 	WALGrowthFor Duration `yaml:"wal_growth_for"`
-	// ProberJob is the Prometheus job label the prober is scraped under;
-	// the dead-man alert watches outbox_canary_build_info in that job.
+	// The Prometheus job label the prober is scraped under; the dead-man
+	// alert watches outbox_canary_build_info in that job.
 	ProberJob string `yaml:"prober_job"`
-	// ProberAbsentFor is how long the prober's series may be missing
-	// before the dead-man alert fires.
+	// How long the prober's series may be missing before the dead-man
+	// alert fires.
 	ProberAbsentFor Duration `yaml:"prober_absent_for"`
-	// ProberOwner is the owner label of the alerts about the prober itself
-	// (dead man); empty leaves the label out.
+	// The owner label of the alerts about the prober itself (the dead
+	// man); empty leaves the label out.
 	ProberOwner string `yaml:"prober_owner"`
-	// BurnWindows replaces the built-in multiwindow, multi-burn-rate
-	// alert windows (the SRE Workbook's) when set.
+	// Replaces the built-in multiwindow, multi-burn-rate alert windows
+	// (the SRE Workbook's: page on 2% of the budget in 1h or 5% in 6h,
+	// ticket on 10% in 1d or in 3d) when set.
 	BurnWindows []BurnWindow `yaml:"burn_windows"`
 }
 
@@ -57,38 +64,56 @@ const (
 // spends and the SLO window, so one table serves a 30d and a 28d window:
 // factor = budget_percent/100 * slo_window / long_window.
 type BurnWindow struct {
-	// Severity is page or ticket.
+	// "page" or "ticket": the severity label of the alert.
 	Severity string `yaml:"severity"`
-	// BudgetPercent is the share of the whole window's error budget spent
-	// in LongWindow at the threshold burn rate, e.g. 2 (%).
+	// The share of the whole SLO window's error budget spent in
+	// long_window at the alert's threshold burn rate, in percent, e.g. 2.
+	// The burn factor is derived from it: budget_percent/100 *
+	// slo.window / long_window.
 	BudgetPercent Decimal `yaml:"budget_percent"`
-	// LongWindow is the window the burn is judged over, e.g. 1h.
+	// The window the burn rate is judged over, e.g. 1h.
 	LongWindow Duration `yaml:"long_window"`
-	// ShortWindow confirms the burn is still going on (and lets the alert
-	// resolve soon after it stops), e.g. 5m: by convention LongWindow/12.
+	// The window that confirms the burn is still going on (and lets the
+	// alert resolve soon after it stops), e.g. 5m: by convention
+	// long_window/12.
 	ShortWindow Duration `yaml:"short_window"`
 }
 
-// Validate checks one burn window.
+// Validate checks one burn window; its error lists every problem, one
+// per line.
 func (w BurnWindow) Validate() error {
+	var errs []error
+	for _, p := range w.problems() {
+		errs = append(errs, fmt.Errorf("%s: %s", p.field, p.msg))
+	}
+	return errors.Join(errs...)
+}
+
+type fieldProblem struct{ field, msg string }
+
+func (w BurnWindow) problems() []fieldProblem {
+	var out []fieldProblem
+	add := func(field, format string, args ...any) {
+		out = append(out, fieldProblem{field, fmt.Sprintf(format, args...)})
+	}
 	switch w.Severity {
 	case SeverityPage, SeverityTicket:
 	default:
-		return fmt.Errorf("severity: %q must be %q or %q", w.Severity, SeverityPage, SeverityTicket)
+		add("severity", "%q must be %q or %q", w.Severity, SeverityPage, SeverityTicket)
 	}
-	if w.BudgetPercent.Rat() == nil {
-		return errors.New("budget_percent: required, e.g. 2")
+	switch pct := w.BudgetPercent.Rat(); {
+	case pct == nil:
+		add("budget_percent", "required, e.g. 2")
+	case pct.Sign() <= 0 || pct.Cmp(big.NewRat(100, 1)) > 0:
+		add("budget_percent", "%s must be more than 0 and at most 100", w.BudgetPercent)
 	}
-	if w.BudgetPercent.Rat().Sign() <= 0 || w.BudgetPercent.Rat().Cmp(big.NewRat(100, 1)) > 0 {
-		return fmt.Errorf("budget_percent: %s must be more than 0 and at most 100", w.BudgetPercent)
+	switch {
+	case w.ShortWindow <= 0 || w.LongWindow <= 0:
+		add("long_window", "long_window and short_window are both required and positive")
+	case w.ShortWindow >= w.LongWindow:
+		add("short_window", "%s must be shorter than long_window %s", w.ShortWindow, w.LongWindow)
 	}
-	if w.ShortWindow <= 0 || w.LongWindow <= 0 {
-		return errors.New("long_window and short_window: both required and positive")
-	}
-	if w.ShortWindow >= w.LongWindow {
-		return fmt.Errorf("short_window: %s must be shorter than long_window %s", w.ShortWindow, w.LongWindow)
-	}
-	return nil
+	return out
 }
 
 // Decimal is a number kept exactly as written ("2", "0.5"), so burn
@@ -124,18 +149,22 @@ func (d Decimal) Rat() *big.Rat {
 // String prints the number as written.
 func (d Decimal) String() string { return d.text }
 
-// UnmarshalYAML reads the scalar's text, not a float64, so 0.1 stays 0.1.
-func (d *Decimal) UnmarshalYAML(node *yaml.Node) error {
+// decodeNode reads the scalar's text, not a float64, so 0.1 stays 0.1.
+func (d *Decimal) decodeNode(node *yaml.Node) error {
 	if node.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: expected a number", node.Line)
+		return fmt.Errorf("expected a number, got %s", describe(node))
 	}
 	v, err := ParseDecimal(node.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %w", node.Line, err)
+		return err
 	}
 	*d = v
 	return nil
 }
+
+// UnmarshalYAML reads the number as written, for callers that decode with
+// yaml.v3 directly; its errors carry the line.
+func (d *Decimal) UnmarshalYAML(node *yaml.Node) error { return withLine(node, d.decodeNode(node)) }
 
 // MarshalYAML writes the decimal back as a number.
 func (d Decimal) MarshalYAML() (any, error) {
@@ -173,13 +202,15 @@ func (a *Alerting) setDefaults() {
 
 // reservedLabels are set by the generator on the rules; alerting.labels
 // must not override them or Alertmanager routing would break.
-var reservedLabels = []string{"pipeline", "segment", "owner", "severity", "alertname", "job"}
+func reservedLabels() []string {
+	return []string{"pipeline", "segment", "owner", "severity", "alertname", "job"}
+}
 
 var labelNameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
-func (a *Alerting) validate() error {
+func (a *Alerting) validate(v *validator) {
 	if a.StallIntervals < 1 {
-		return errors.New("stall_intervals: must be at least 1")
+		v.add("alerting.stall_intervals", "", "must be at least 1")
 	}
 	for _, d := range []struct {
 		name string
@@ -192,24 +223,23 @@ func (a *Alerting) validate() error {
 		{"prober_absent_for", a.ProberAbsentFor},
 	} {
 		if d.v < 0 {
-			return fmt.Errorf("%s: must be positive", d.name)
+			v.add("alerting."+d.name, "", "must be positive")
 		}
 	}
 	if strings.ContainsAny(a.ProberJob, "\"\\\n") {
-		return fmt.Errorf("prober_job: %q must not contain quotes, backslashes or newlines", a.ProberJob)
+		v.add("alerting.prober_job", "", "%q must not contain quotes, backslashes or newlines", a.ProberJob)
 	}
+	reserved := reservedLabels()
 	for _, k := range sortedKeys(a.Labels) {
 		if !labelNameRE.MatchString(k) {
-			return fmt.Errorf("labels.%s: not a Prometheus label name (letters, digits and _, not starting with a digit)", k)
-		}
-		if slices.Contains(reservedLabels, k) || strings.HasPrefix(k, "sloth_") || strings.HasPrefix(k, "__") {
-			return fmt.Errorf("labels.%s: reserved: the generator sets it (reserved: %s, sloth_*, __*)", k, strings.Join(reservedLabels, ", "))
+			v.add("alerting.labels."+k, "", "not a Prometheus label name (letters, digits and _, not starting with a digit)")
+		} else if slices.Contains(reserved, k) || strings.HasPrefix(k, "sloth_") || strings.HasPrefix(k, "__") {
+			v.add("alerting.labels."+k, "", "reserved: the generator sets it (reserved: %s, sloth_*, __*)", strings.Join(reserved, ", "))
 		}
 	}
 	for i, w := range a.BurnWindows {
-		if err := w.Validate(); err != nil {
-			return fmt.Errorf("burn_windows[%d]: %w", i, err)
+		for _, p := range w.problems() {
+			v.add(fmt.Sprintf("alerting.burn_windows[%d].%s", i, p.field), "", "%s", p.msg)
 		}
 	}
-	return nil
 }

@@ -20,12 +20,12 @@ func TestAlertingValidation(t *testing.T) {
 		name, alerting, wantErr string
 	}{
 		{"burn windows with exact decimal shares are accepted", "alerting:\n  burn_windows:\n    - {severity: page, budget_percent: 0.5, long_window: 1h, short_window: 5m}\n", ""},
-		{"a burn window with an unknown severity is rejected", "alerting:\n  burn_windows:\n    - {severity: email, budget_percent: 2, long_window: 1h, short_window: 5m}\n", `alerting: burn_windows[0]: severity: "email" must be "page" or "ticket"`},
-		{"a short window longer than the long one is rejected", "alerting:\n  burn_windows:\n    - {severity: page, budget_percent: 2, long_window: 5m, short_window: 1h}\n", "alerting: burn_windows[0]: short_window: 1h must be shorter than long_window 5m"},
-		{"a budget share over 100% is rejected", "alerting:\n  burn_windows:\n    - {severity: page, budget_percent: 120, long_window: 1h, short_window: 5m}\n", "budget_percent: 120 must be more than 0 and at most 100"},
-		{"a budget share in exponent notation is rejected", "alerting:\n  burn_windows:\n    - {severity: page, budget_percent: 2e0, long_window: 1h, short_window: 5m}\n", `"2e0" is not a decimal number`},
-		{"a label that would override routing is rejected", "alerting:\n  labels: {owner: x}\n", "alerting: labels.owner: reserved"},
-		{"a sloth_ label is rejected", "alerting:\n  labels: {sloth_slo: x}\n", "alerting: labels.sloth_slo: reserved"},
+		{"a burn window with an unknown severity is rejected", "alerting:\n  burn_windows:\n    - {severity: email, budget_percent: 2, long_window: 1h, short_window: 5m}\n", `line 11: alerting.burn_windows[0].severity: "email" must be "page" or "ticket"`},
+		{"a short window longer than the long one is rejected", "alerting:\n  burn_windows:\n    - {severity: page, budget_percent: 2, long_window: 5m, short_window: 1h}\n", "line 11: alerting.burn_windows[0].short_window: 1h must be shorter than long_window 5m"},
+		{"a budget share over 100% is rejected", "alerting:\n  burn_windows:\n    - {severity: page, budget_percent: 120, long_window: 1h, short_window: 5m}\n", "line 11: alerting.burn_windows[0].budget_percent: 120 must be more than 0 and at most 100"},
+		{"a budget share in exponent notation is rejected", "alerting:\n  burn_windows:\n    - {severity: page, budget_percent: 2e0, long_window: 1h, short_window: 5m}\n", `line 11: alerting.burn_windows[0].budget_percent: "2e0" is not a decimal number`},
+		{"a label that would override routing is rejected", "alerting:\n  labels: {owner: x}\n", "line 10: alerting.labels.owner: reserved"},
+		{"a sloth_ label is rejected", "alerting:\n  labels: {sloth_slo: x}\n", "line 10: alerting.labels.sloth_slo: reserved"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := Load([]byte(alertingBase + tc.alerting))

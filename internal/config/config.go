@@ -1,23 +1,18 @@
 // Package config is the user-facing schema of outbox-canary: one YAML file,
-// decoded strictly, defaulted, then validated with errors that name the field.
+// decoded strictly, defaulted, then validated. Every problem in a file is
+// reported at once, each with its line and field path, and no message ever
+// repeats a secret. docs/configuration.md is generated from this package's
+// field comments.
 //
 // The rest of the program reads the validated Config; slo converts it once
 // into its internal model, the prober reads connection and column settings.
 package config
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"regexp"
 	"sort"
-	"strings"
 	"time"
-
-	"github.com/robfig/cron/v3"
-	"gopkg.in/yaml.v3"
 )
 
 // Relay kinds.
@@ -41,129 +36,223 @@ const (
 
 // Config is the whole configuration file.
 type Config struct {
-	// InstanceID tells this prober's canaries apart from other instances'
-	// on a shared canary topic. Defaults to the host name.
+	// Tells this prober's canaries apart from other instances' on a shared
+	// canary topic: each instance judges only its own. Letters, digits and
+	// punctuation, no whitespace.
 	InstanceID string `yaml:"instance_id"`
-	// StateDir holds the in-flight canary state that survives restarts.
+	// The directory that keeps the in-flight canaries (one JSON file per
+	// pipeline), so a restart neither loses nor double-counts them.
 	StateDir string `yaml:"state_dir"`
-	// SigningKey is the HMAC key canaries are signed with.
-	SigningKey Secret     `yaml:"signing_key"`
-	Pipelines  []Pipeline `yaml:"pipelines"`
-	Alerting   Alerting   `yaml:"alerting"`
+	// The HMAC key canaries are signed with, so a message that merely looks
+	// like a canary cannot fake a healthy pipeline. See Secrets.
+	SigningKey Secret `yaml:"signing_key"`
+	// The outbox pipelines to measure; at least one.
+	Pipelines []Pipeline `yaml:"pipelines"`
+	// Shapes the generated Prometheus alerting rules and dashboards.
+	Alerting Alerting `yaml:"alerting"`
+
+	pos positions // where each field was written; nil unless loaded
 }
 
 // Pipeline is one outbox pipeline: database -> outbox table -> relay -> Kafka.
 type Pipeline struct {
-	Name     string   `yaml:"name"`
+	// The pipeline's name: the pipeline label of every metric and alert, and
+	// part of rule names. Letters, digits, _ and -, not starting with a
+	// digit or -; unique in the file.
+	Name string `yaml:"name"`
+	// The service database that holds the outbox table.
 	Database Database `yaml:"database"`
-	Outbox   Outbox   `yaml:"outbox"`
-	Relay    Relay    `yaml:"relay"`
-	Canary   Canary   `yaml:"canary"`
-	Kafka    Kafka    `yaml:"kafka"`
-	Budgets  Budgets  `yaml:"budgets"`
-	SLO      SLO      `yaml:"slo"`
-	Owners   Owners   `yaml:"owners"`
-	Watch    Watch    `yaml:"watch"`
+	// The outbox table and how its columns are named.
+	Outbox Outbox `yaml:"outbox"`
+	// How rows leave the table for Kafka, and where the publish stamp comes
+	// from.
+	Relay Relay `yaml:"relay"`
+	// The canary rows the prober writes, and how often.
+	Canary Canary `yaml:"canary"`
+	// Where the prober reads the canaries back.
+	Kafka Kafka `yaml:"kafka"`
+	// Latency budgets by segment: a canary is good on a segment when it is
+	// faster than the segment's budget, and every budgeted segment is an
+	// SLO. The segments are insert_to_commit, commit_to_publish (or, with
+	// relay.stamps, commit_to_<stamp> ... <stamp>_to_publish),
+	// publish_to_consume and end_to_end (commit to consume). end_to_end is
+	// required.
+	Budgets Budgets `yaml:"budgets"`
+	// The objective the budgeted segments are held to.
+	SLO SLO `yaml:"slo"`
+	// The team that owns each segment, by segment name, with "default" for
+	// the rest: alerts carry it as the owner label, for Alertmanager
+	// routing. Unset, alerts carry an empty owner.
+	Owners Owners `yaml:"owners"`
+	// The watchers that explain a slow canary: backlog, transactions,
+	// replication slot, connector and consumer lag.
+	Watch Watch `yaml:"watch"`
 }
 
 // Database is the service database that holds the outbox table.
 type Database struct {
+	// The connection string: a postgres:// URL or keyword=value pairs, as
+	// libpq takes them (percent-encode @, :, / and % in a URL's user name
+	// and password). A secret, since it usually holds a password. The role
+	// needs INSERT and SELECT on the outbox table (and DELETE for
+	// canary.delete_after_insert), and pg_monitor for the watchers.
 	DSN Secret `yaml:"dsn"`
-	// ClockOffsetInterval is how often the DB clock offset is re-estimated.
+	// How often the offset between the database clock and the prober's is
+	// re-estimated: published_at is written on the database clock and
+	// converted to the prober's with it.
 	ClockOffsetInterval Duration `yaml:"clock_offset_interval"`
 }
 
 // Outbox names the outbox table and maps its columns, so seed schema A,
 // seed schema B and Debezium's default table all work unmodified.
 type Outbox struct {
-	// Table may be schema-qualified: "public.outbox".
-	Table        string  `yaml:"table"`
-	Columns      Columns `yaml:"columns"`
-	IDGeneration string  `yaml:"id_generation"`
+	// The outbox table, optionally schema-qualified: outbox or
+	// public.outbox.
+	Table string `yaml:"table"`
+	// The names of the table's columns, by role.
+	Columns Columns `yaml:"columns"`
+	// How a canary row gets its primary key: "database" (a column default
+	// such as bigserial, identity or gen_random_uuid() fills it) or "uuid"
+	// (the prober supplies a UUID, for tables without a default, such as
+	// Debezium's).
+	IDGeneration string `yaml:"id_generation"`
 }
 
 // Columns maps outbox roles to column names. Empty optional columns are not
 // written.
 type Columns struct {
-	ID          string `yaml:"id"`
-	Route       string `yaml:"route"` // the column the relay routes topics by (aggregate type, or event type)
-	Key         string `yaml:"key"`   // the message key column (aggregate id)
-	Payload     string `yaml:"payload"`
-	EventType   string `yaml:"event_type"`   // optional unless it is the route
-	CreatedAt   string `yaml:"created_at"`   // optional; informational
-	PublishedAt string `yaml:"published_at"` // polling relays only
+	// The primary key column.
+	ID string `yaml:"id"`
+	// The column the relay routes topics by (the aggregate type, or the
+	// event type): the prober writes canary.aggregate_type into it.
+	Route string `yaml:"route"`
+	// The message key column (the aggregate id): the prober writes
+	// canary.key into it.
+	Key string `yaml:"key"`
+	// The payload column: the prober writes the signed canary payload.
+	Payload string `yaml:"payload"`
+	// The event type column, if the table has one apart from route: the
+	// prober writes canary.event_type into it. Empty: not written.
+	EventType string `yaml:"event_type"`
+	// The creation time column (a database default such as now()): the
+	// backlog watcher measures the oldest unpublished row's age from it.
+	// Empty: the age is not measured.
+	CreatedAt string `yaml:"created_at"`
+	// The column a polling relay sets when it has published a row: the
+	// backlog watcher counts rows where it is NULL, and with
+	// relay.published_stamp published_at it is the publish stamp. Polling
+	// relays only.
+	PublishedAt string `yaml:"published_at"`
 }
 
 // Relay says how rows leave the table.
 type Relay struct {
+	// "polling" (a relay reads unpublished rows and sets published_at) or
+	// "cdc" (log capture such as Debezium reads the WAL through a
+	// replication slot).
 	Kind string `yaml:"kind"`
-	// PublishedStamp chooses the source of the publish stamp; the default
-	// depends on Kind (published_at for polling, record_timestamp for cdc).
+	// Where the publish stamp comes from: "published_at" (the row's
+	// published_at, database clock; polling only), "header" (a header the
+	// relay writes, named by published_header; relay clock) or
+	// "record_timestamp" (the Kafka record timestamp: the producer's, such
+	// as Debezium's processing time, or the broker's with LogAppendTime). The default is published_at for
+	// polling, and for cdc header when published_header is set, else
+	// record_timestamp.
 	PublishedStamp string `yaml:"published_stamp"`
-	// PublishedHeader names the header carrying the relay's send time when
-	// PublishedStamp is "header".
+	// The header carrying the relay's send time (RFC 3339 or Unix
+	// milliseconds) when published_stamp is header.
 	PublishedHeader string `yaml:"published_header"`
-	// Stamps are extra stamps, in pipeline order, between commit and
-	// publish; each splits commit_to_publish further.
+	// Extra stamps, in pipeline order, that the relay writes as headers
+	// between commit and publish; each splits commit_to_publish further
+	// (commit_to_read, read_to_publish, ...).
 	Stamps []Stamp `yaml:"stamps"`
-	// SkewTolerance: a segment negative by less than this is measurement
-	// noise, observed as measured, not counted as suspected clock skew.
-	// Defaults to 50ms when the publish stamp is published_at (written
-	// after the broker's ack, so the record is often read before it),
-	// else 0.
+	// A segment negative by less than this is clock noise, observed as
+	// measured, not counted as suspected clock skew. The default is 50ms
+	// when the publish stamp is published_at (written after the broker's
+	// ack, so the record is often read before it), else 0s.
 	SkewTolerance Duration `yaml:"skew_tolerance"`
 }
 
 // Stamp is an extra timestamp carried by a message header.
 type Stamp struct {
-	Name   string `yaml:"name"`
+	// The stamp's name, lower-case letters and digits; it names the
+	// segments on either side (commit_to_<name>, <name>_to_...). Not
+	// commit, publish or consume.
+	Name string `yaml:"name"`
+	// The message header that carries it (RFC 3339 or Unix milliseconds).
 	Header string `yaml:"header"`
 }
 
 // Canary shapes the synthetic rows the prober writes.
 type Canary struct {
-	// AggregateType is the value written to the route column; the relay
-	// routes it to the dedicated canary topic.
+	// The value written to the route column; the relay routes it to the
+	// dedicated canary topic, so business consumers never see a canary.
 	AggregateType string `yaml:"aggregate_type"`
-	// Key is the aggregate id (message key) of canary rows.
+	// The value written to the key column: the canaries' message key.
 	Key string `yaml:"key"`
-	// EventType is written to the event type column when one is mapped and
-	// it is not the route column.
+	// The value written to the event type column, when outbox.columns
+	// maps one that is not the route column.
 	EventType string `yaml:"event_type"`
-	// Schedule is a robfig/cron spec: "@every 10s", "*/15 * * * * *" (seconds field allowed).
+	// When canaries are sent: "@every 10s", or a cron spec of five fields
+	// (minute hour day-of-month month day-of-week) or six (with seconds
+	// first), or @hourly, @daily, @weekly, @monthly, @yearly. Alerts that
+	// count canary intervals use the longest gap between two firings.
 	Schedule string `yaml:"schedule"`
-	// LostAfter is when a canary that never arrived is declared lost.
+	// How long after its commit a canary that has not arrived is given up
+	// as lost. Its end_to_end, and the segment it was stuck in, were
+	// already counted bad when their budgets ran out; this only ends the
+	// wait (and a late arrival is still counted as late). Longer than
+	// budgets.end_to_end.
 	LostAfter Duration `yaml:"lost_after"`
-	// DeleteAfterInsert deletes the canary row in its own transaction
-	// (CDC table hygiene: Debezium ignores the delete).
+	// Insert and delete each canary row in one transaction, so the table
+	// keeps no canaries: log capture still sees the insert in the WAL, and
+	// Debezium's outbox router ignores the delete. cdc relays only.
 	DeleteAfterInsert bool `yaml:"delete_after_insert"`
 }
 
 // Kafka is the connection to the canary topic.
 type Kafka struct {
-	Brokers  []string `yaml:"brokers"`
-	Topic    string   `yaml:"topic"`
-	ClientID string   `yaml:"client_id"`
-	TLS      TLS      `yaml:"tls"`
-	SASL     SASL     `yaml:"sasl"`
+	// Bootstrap brokers, host:port.
+	Brokers []string `yaml:"brokers"`
+	// The topic the relay routes canaries to. The default follows
+	// Debezium's outbox routing: outbox.event.<canary.aggregate_type>.
+	Topic string `yaml:"topic"`
+	// The Kafka client id of the prober's connections.
+	ClientID string `yaml:"client_id"`
+	// TLS to the brokers.
+	TLS TLS `yaml:"tls"`
+	// SASL authentication to the brokers.
+	SASL SASL `yaml:"sasl"`
 }
 
 // TLS settings for Kafka.
 type TLS struct {
-	Enabled            bool   `yaml:"enabled"`
-	CAFile             string `yaml:"ca_file"`
-	CertFile           string `yaml:"cert_file"`
-	KeyFile            string `yaml:"key_file"`
-	ServerName         string `yaml:"server_name"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+	// Connect with TLS; the other tls settings take effect only when true.
+	Enabled bool `yaml:"enabled"`
+	// A PEM file of the CAs that sign the brokers' certificates; empty:
+	// the system's roots.
+	CAFile string `yaml:"ca_file"`
+	// A PEM client certificate, for brokers that require one; with
+	// key_file.
+	CertFile string `yaml:"cert_file"`
+	// The PEM private key of cert_file.
+	KeyFile string `yaml:"key_file"`
+	// The name the brokers' certificates must carry, when it is not the
+	// host of the broker address.
+	ServerName string `yaml:"server_name"`
+	// Accept any broker certificate. For tests only: it lets anyone on the
+	// path read and forge canaries.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
 }
 
 // SASL settings for Kafka.
 type SASL struct {
-	// Mechanism is "", "plain", "scram-sha-256" or "scram-sha-512".
+	// "plain", "scram-sha-256" or "scram-sha-512"; empty: no SASL.
 	Mechanism string `yaml:"mechanism"`
-	Username  string `yaml:"username"`
-	Password  Secret `yaml:"password"`
+	// The SASL user name.
+	Username string `yaml:"username"`
+	// The SASL password. See Secrets.
+	Password Secret `yaml:"password"`
 }
 
 // Budgets maps a segment name to its latency budget.
@@ -171,9 +260,11 @@ type Budgets map[string]Duration
 
 // SLO is the objective the canary SLI events are judged against.
 type SLO struct {
-	// Objective in percent, e.g. 99.9.
-	Objective float64  `yaml:"objective"`
-	Window    Duration `yaml:"window"`
+	// The percentage of canaries that must be within budget, strictly
+	// between 0 and 100, e.g. 99.9.
+	Objective float64 `yaml:"objective"`
+	// The window the objective (and its error budget) is measured over.
+	Window Duration `yaml:"window"`
 }
 
 // Owners maps a segment name (or "default") to the team that owns it;
@@ -182,21 +273,32 @@ type Owners map[string]string
 
 // Watch configures the database and consumer watchers.
 type Watch struct {
-	Interval                 Duration        `yaml:"interval"`
-	LongTransactionThreshold Duration        `yaml:"long_transaction_threshold"`
-	ConsumerGroups           []ConsumerGroup `yaml:"consumer_groups"`
-	ConnectURL               string          `yaml:"connect_url"`
-	Connector                string          `yaml:"connector"`
-	// Slot is the logical replication slot a cdc pipeline's connector
-	// reads (Debezium's slot.name). The slot watcher, diagnose and the
-	// slot alerts then look at this slot only; unset, they take every
-	// slot of the database, including other pipelines' and leftovers.
+	// How often the watchers sample.
+	Interval Duration `yaml:"interval"`
+	// An open transaction older than this is counted in
+	// outbox_canary_long_transactions (its outbox rows stay invisible to
+	// the relay until it commits).
+	LongTransactionThreshold Duration `yaml:"long_transaction_threshold"`
+	// Business consumer groups whose lag behind their topics is watched.
+	ConsumerGroups []ConsumerGroup `yaml:"consumer_groups"`
+	// The Kafka Connect REST URL, for the connector watcher; with
+	// connector.
+	ConnectURL string `yaml:"connect_url"`
+	// The Kafka Connect connector (e.g. Debezium) that relays this
+	// pipeline; with connect_url.
+	Connector string `yaml:"connector"`
+	// The logical replication slot a cdc pipeline's connector reads
+	// (Debezium's slot.name). The slot watcher, diagnose and the slot
+	// alerts then look at this slot only; unset, they take every slot of
+	// the database, including other pipelines' and leftovers. cdc only.
 	Slot string `yaml:"slot"`
 }
 
 // ConsumerGroup is a business consumer group whose lag is watched.
 type ConsumerGroup struct {
+	// The consumer group id.
 	Group string `yaml:"group"`
+	// The topic it consumes.
 	Topic string `yaml:"topic"`
 }
 
@@ -264,38 +366,56 @@ func (p *Pipeline) Budget(segment string) (time.Duration, bool) {
 	return time.Duration(b), ok
 }
 
-// Defaults.
-var (
-	DefaultCanary = Canary{
+// DefaultCanary is the canary a pipeline gets when canary is not written.
+func DefaultCanary() Canary {
+	return Canary{
 		AggregateType: "outbox-canary",
 		Key:           "outbox-canary",
 		EventType:     "outbox-canary",
 		Schedule:      "@every 10s",
 		LostAfter:     Duration(5 * time.Minute),
 	}
-	DefaultSLO = SLO{Objective: 99.9, Window: Duration(30 * 24 * time.Hour)}
-)
+}
+
+// DefaultSLO is the objective a pipeline gets when slo is not written.
+func DefaultSLO() SLO { return SLO{Objective: 99.9, Window: Duration(30 * 24 * time.Hour)} }
 
 const defaultTopicPrefix = "outbox.event."
 
 // Load decodes, defaults and validates a configuration held in memory.
+// Its error is Problems: every problem in the file, each with its line and
+// field path, none repeating a secret.
 func Load(data []byte) (*Config, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var cfg Config
-	if err := dec.Decode(&cfg); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("config is empty: at least one pipeline is required")
-		}
-		return nil, fmt.Errorf("parse: %w", err)
+	pos, failed, problems := decode(data, &cfg)
+	if pos == nil { // not YAML at all: nothing to validate
+		return nil, problems.err()
 	}
+	cfg.pos = pos
 	if err := cfg.setDefaults(); err != nil {
-		return nil, err
+		problems = append(problems, Problem{Path: "instance_id", Message: err.Error()})
 	}
-	if err := cfg.Validate(); err != nil {
+	for _, p := range cfg.validate() {
+		if !underAny(p.Path, failed) {
+			problems = append(problems, p)
+		}
+	}
+	if err := problems.err(); err != nil {
 		return nil, err
 	}
 	return &cfg, nil
+}
+
+// underAny reports whether path is at, below or above one of the paths
+// whose value could not be decoded: validating the zero value left there
+// would only repeat the problem, less clearly.
+func underAny(path string, failed []string) bool {
+	for _, f := range failed {
+		if within(path, f) || within(f, path) && path != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // LoadFile reads and loads a configuration file.
@@ -322,19 +442,17 @@ func (c *Config) Pipeline(name string) (*Pipeline, bool) {
 }
 
 func (c *Config) setDefaults() error {
-	if c.InstanceID == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return fmt.Errorf("instance_id: not set and the host name is unknown (%w); set instance_id", err)
-		}
-		c.InstanceID = host
-	}
-	if c.StateDir == "" {
-		c.StateDir = "outbox-canary-state"
-	}
+	setIfEmpty(&c.StateDir, "outbox-canary-state")
 	c.Alerting.setDefaults()
 	for i := range c.Pipelines {
 		c.Pipelines[i].setDefaults()
+	}
+	if c.InstanceID == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("not set, and the host name is unknown (%w); set instance_id", err)
+		}
+		c.InstanceID = host
 	}
 	return nil
 }
@@ -344,20 +462,14 @@ func (p *Pipeline) setDefaults() {
 		p.Database.ClockOffsetInterval = Duration(time.Minute)
 	}
 	o := &p.Outbox
-	if o.Table == "" {
-		o.Table = "outbox"
-	}
-	if o.IDGeneration == "" {
-		o.IDGeneration = IDFromDatabase
-	}
+	setIfEmpty(&o.Table, "outbox")
+	setIfEmpty(&o.IDGeneration, IDFromDatabase)
 	c := &o.Columns
 	setIfEmpty(&c.ID, "id")
 	setIfEmpty(&c.Route, "aggregate_type")
 	setIfEmpty(&c.Key, "aggregate_id")
 	setIfEmpty(&c.Payload, "payload")
-	if p.Relay.Kind == "" {
-		p.Relay.Kind = RelayPolling
-	}
+	setIfEmpty(&p.Relay.Kind, RelayPolling)
 	if p.Relay.Kind == RelayPolling {
 		// Both seed schemas have these; the backlog watcher needs them.
 		setIfEmpty(&c.PublishedAt, "published_at")
@@ -376,21 +488,23 @@ func (p *Pipeline) setDefaults() {
 	if p.Relay.SkewTolerance == 0 && p.Relay.PublishedStamp == PublishedFromColumn {
 		p.Relay.SkewTolerance = Duration(50 * time.Millisecond)
 	}
+	def := DefaultCanary()
 	cn := &p.Canary
-	setIfEmpty(&cn.AggregateType, DefaultCanary.AggregateType)
-	setIfEmpty(&cn.Key, DefaultCanary.Key)
-	setIfEmpty(&cn.EventType, DefaultCanary.EventType)
-	setIfEmpty(&cn.Schedule, DefaultCanary.Schedule)
+	setIfEmpty(&cn.AggregateType, def.AggregateType)
+	setIfEmpty(&cn.Key, def.Key)
+	setIfEmpty(&cn.EventType, def.EventType)
+	setIfEmpty(&cn.Schedule, def.Schedule)
 	if cn.LostAfter == 0 {
-		cn.LostAfter = DefaultCanary.LostAfter
+		cn.LostAfter = def.LostAfter
 	}
 	setIfEmpty(&p.Kafka.Topic, defaultTopicPrefix+cn.AggregateType)
 	setIfEmpty(&p.Kafka.ClientID, "outbox-canary")
+	defSLO := DefaultSLO()
 	if p.SLO.Objective == 0 {
-		p.SLO.Objective = DefaultSLO.Objective
+		p.SLO.Objective = defSLO.Objective
 	}
 	if p.SLO.Window == 0 {
-		p.SLO.Window = DefaultSLO.Window
+		p.SLO.Window = defSLO.Window
 	}
 	if p.Watch.Interval == 0 {
 		p.Watch.Interval = Duration(15 * time.Second)
@@ -404,263 +518,6 @@ func setIfEmpty(s *string, def string) {
 	if *s == "" {
 		*s = def
 	}
-}
-
-var (
-	pipelineNameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_-]*$`)
-	stampNameRE    = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
-	// A plain or schema-qualified SQL identifier; it is quoted anyway, this
-	// only rejects what is surely a mistake (quotes, spaces, empty parts).
-	identifierRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*$`)
-	// PostgreSQL's own rule for replication slot names (lower-case
-	// letters, digits and _, at most NAMEDATALEN-1 bytes): a name it would
-	// refuse can never match a slot.
-	slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
-)
-
-// Validate checks a defaulted configuration; errors name the field path.
-func (c *Config) Validate() error {
-	if len(c.Pipelines) == 0 {
-		return errors.New("pipelines: at least one pipeline is required")
-	}
-	if strings.ContainsAny(c.InstanceID, " \t\n") {
-		return fmt.Errorf("instance_id: %q must not contain whitespace", c.InstanceID)
-	}
-	if err := c.SigningKey.validate("signing_key"); err != nil {
-		return err
-	}
-	if c.SigningKey.IsZero() {
-		return errors.New("signing_key: required (set env: NAME or file: PATH); canaries are signed so a forged message cannot fake health")
-	}
-	seen := map[string]bool{}
-	for i := range c.Pipelines {
-		p := &c.Pipelines[i]
-		path := fmt.Sprintf("pipelines[%d]", i)
-		if p.Name != "" {
-			path = fmt.Sprintf("pipelines[%d] %q", i, p.Name)
-		}
-		if seen[p.Name] && p.Name != "" {
-			return fmt.Errorf("%s: name: duplicate pipeline name", path)
-		}
-		seen[p.Name] = true
-		if err := p.validate(); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-	}
-	if err := c.Alerting.validate(); err != nil {
-		return fmt.Errorf("alerting: %w", err)
-	}
-	return nil
-}
-
-func (p *Pipeline) validate() error {
-	if p.Name == "" {
-		return errors.New("name: required")
-	}
-	if !pipelineNameRE.MatchString(p.Name) {
-		return fmt.Errorf("name: %q must match %s (it becomes a label value and a rule name)", p.Name, pipelineNameRE)
-	}
-	if p.Database.DSN.IsZero() {
-		return errors.New("database.dsn: required (value, env or file)")
-	}
-	if err := p.Database.DSN.validate("database.dsn"); err != nil {
-		return err
-	}
-	if p.Database.ClockOffsetInterval < 0 {
-		return errors.New("database.clock_offset_interval: must be positive")
-	}
-	if err := p.validateOutbox(); err != nil {
-		return err
-	}
-	if err := p.validateRelay(); err != nil {
-		return err
-	}
-	if err := p.validateCanary(); err != nil {
-		return err
-	}
-	if err := p.validateKafka(); err != nil {
-		return err
-	}
-	if err := p.validateBudgets(); err != nil {
-		return err
-	}
-	if !(p.SLO.Objective > 0 && p.SLO.Objective < 100) {
-		return fmt.Errorf("slo.objective: %v must be a percentage strictly between 0 and 100, e.g. 99.9", p.SLO.Objective)
-	}
-	if p.SLO.Window <= 0 {
-		return errors.New("slo.window: must be positive, e.g. 30d")
-	}
-	for seg, owner := range p.Owners {
-		if seg != "default" && !p.knownSegment(seg) {
-			return fmt.Errorf("owners.%s: unknown segment; known: default, %s", seg, strings.Join(p.allSegments(), ", "))
-		}
-		if owner == "" {
-			return fmt.Errorf("owners.%s: empty owner", seg)
-		}
-	}
-	for i, g := range p.Watch.ConsumerGroups {
-		if g.Group == "" || g.Topic == "" {
-			return fmt.Errorf("watch.consumer_groups[%d]: group and topic are both required", i)
-		}
-	}
-	if p.Watch.Interval < 0 || p.Watch.LongTransactionThreshold < 0 {
-		return errors.New("watch: interval and long_transaction_threshold must be positive")
-	}
-	if s := p.Watch.Slot; s != "" {
-		if p.Relay.Kind != RelayCDC {
-			return errors.New("watch.slot: only for cdc relays (a polling relay reads the table, not a replication slot)")
-		}
-		if !slotNameRE.MatchString(s) {
-			return fmt.Errorf("watch.slot: %q is not a replication slot name (lower-case letters, digits and _, at most 63)", s)
-		}
-	}
-	return nil
-}
-
-func (p *Pipeline) validateOutbox() error {
-	for _, part := range strings.Split(p.Outbox.Table, ".") {
-		if !identifierRE.MatchString(part) {
-			return fmt.Errorf("outbox.table: %q is not a table name (schema.table or table, letters, digits and _)", p.Outbox.Table)
-		}
-	}
-	if n := strings.Count(p.Outbox.Table, "."); n > 1 {
-		return fmt.Errorf("outbox.table: %q has more than one dot", p.Outbox.Table)
-	}
-	c := p.Outbox.Columns
-	cols := []struct{ name, value string }{
-		{"id", c.ID}, {"route", c.Route}, {"key", c.Key}, {"payload", c.Payload},
-		{"event_type", c.EventType}, {"created_at", c.CreatedAt}, {"published_at", c.PublishedAt},
-	}
-	for _, col := range cols {
-		if col.value != "" && !identifierRE.MatchString(col.value) {
-			return fmt.Errorf("outbox.columns.%s: %q is not a column name (letters, digits and _)", col.name, col.value)
-		}
-	}
-	switch p.Outbox.IDGeneration {
-	case IDFromDatabase, IDUUID:
-	default:
-		return fmt.Errorf("outbox.id_generation: %q must be %q or %q", p.Outbox.IDGeneration, IDFromDatabase, IDUUID)
-	}
-	return nil
-}
-
-func (p *Pipeline) validateRelay() error {
-	r := p.Relay
-	switch r.Kind {
-	case RelayPolling, RelayCDC:
-	default:
-		return fmt.Errorf("relay.kind: %q must be %q or %q", r.Kind, RelayPolling, RelayCDC)
-	}
-	switch r.PublishedStamp {
-	case PublishedFromColumn:
-		if r.Kind != RelayPolling {
-			return errors.New("relay.published_stamp: published_at is written only by polling relays; use header or record_timestamp for cdc")
-		}
-		if p.Outbox.Columns.PublishedAt == "" {
-			return errors.New("outbox.columns.published_at: required when relay.published_stamp is published_at")
-		}
-	case PublishedFromHeader:
-		if r.PublishedHeader == "" {
-			return errors.New("relay.published_header: required when relay.published_stamp is header")
-		}
-	case PublishedFromRecordTimestamp:
-	default:
-		return fmt.Errorf("relay.published_stamp: %q must be published_at, header or record_timestamp", r.PublishedStamp)
-	}
-	names := map[string]bool{StampCommit: true, StampPublish: true, StampConsume: true}
-	for i, s := range r.Stamps {
-		if !stampNameRE.MatchString(s.Name) {
-			return fmt.Errorf("relay.stamps[%d].name: %q must be lower-case letters and digits", i, s.Name)
-		}
-		if names[s.Name] {
-			return fmt.Errorf("relay.stamps[%d].name: %q is already a stamp", i, s.Name)
-		}
-		names[s.Name] = true
-		if s.Header == "" {
-			return fmt.Errorf("relay.stamps[%d].header: required", i)
-		}
-	}
-	return nil
-}
-
-func (p *Pipeline) validateCanary() error {
-	c := p.Canary
-	if _, err := cronParser.Parse(c.Schedule); err != nil {
-		return fmt.Errorf("canary.schedule: %q is not a cron spec (%w); write e.g. \"@every 10s\" or \"*/15 * * * * *\"", c.Schedule, err)
-	}
-	if c.LostAfter <= 0 {
-		return errors.New("canary.lost_after: must be positive")
-	}
-	if b, ok := p.Budgets[SegmentEndToEnd]; ok && c.LostAfter <= b {
-		return fmt.Errorf("canary.lost_after: %s must be longer than budgets.end_to_end (%s)", c.LostAfter, b)
-	}
-	if c.DeleteAfterInsert && p.Relay.Kind == RelayPolling {
-		return errors.New("canary.delete_after_insert: only for cdc relays (a polling relay never sees a deleted row)")
-	}
-	return nil
-}
-
-// cronParser accepts an optional seconds field, so sub-minute schedules can
-// be written either as "@every 10s" or as a six-field spec.
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
-// ParseSchedule parses a canary schedule as validation accepted it.
-func ParseSchedule(spec string) (cron.Schedule, error) { return cronParser.Parse(spec) }
-
-func (p *Pipeline) validateKafka() error {
-	k := p.Kafka
-	if len(k.Brokers) == 0 {
-		return errors.New("kafka.brokers: at least one host:port is required")
-	}
-	for i, b := range k.Brokers {
-		if !strings.Contains(b, ":") {
-			return fmt.Errorf("kafka.brokers[%d]: %q must be host:port", i, b)
-		}
-	}
-	switch k.SASL.Mechanism {
-	case "":
-	case "plain", "scram-sha-256", "scram-sha-512":
-		if k.SASL.Username == "" {
-			return errors.New("kafka.sasl.username: required with a SASL mechanism")
-		}
-		if err := k.SASL.Password.validate("kafka.sasl.password"); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("kafka.sasl.mechanism: %q must be plain, scram-sha-256 or scram-sha-512", k.SASL.Mechanism)
-	}
-	if (k.TLS.CertFile == "") != (k.TLS.KeyFile == "") {
-		return errors.New("kafka.tls: cert_file and key_file go together")
-	}
-	return nil
-}
-
-func (p *Pipeline) validateBudgets() error {
-	if _, ok := p.Budgets[SegmentEndToEnd]; !ok {
-		return errors.New("budgets.end_to_end: required")
-	}
-	for _, seg := range sortedKeys(p.Budgets) {
-		if !p.knownSegment(seg) {
-			return fmt.Errorf("budgets.%s: unknown segment; known: %s", seg, strings.Join(p.allSegments(), ", "))
-		}
-		if p.Budgets[seg] <= 0 {
-			return fmt.Errorf("budgets.%s: must be positive", seg)
-		}
-	}
-	return nil
-}
-
-func (p *Pipeline) allSegments() []string {
-	return append([]string{SegmentInsertToCommit}, p.Segments()...)
-}
-
-func (p *Pipeline) knownSegment(seg string) bool {
-	for _, s := range p.allSegments() {
-		if s == seg {
-			return true
-		}
-	}
-	return false
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -1,0 +1,43 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestWarningsNameWhatIsAcceptedButSurelyWrong(t *testing.T) {
+	cfg, err := LoadFile("testdata/warnings.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`line 10: pipelines[0] "orders": relay.published_header: ignored: relay.published_stamp is published_at, not header`,
+		`line 13: pipelines[0] "orders": canary.schedule: "@every 1500ms" fires every 1s: the cron library rounds down to whole seconds (at least 1s)`,
+		`line 14: pipelines[0] "orders": canary.event_type: ignored: the event type column is the route column, which gets canary.aggregate_type`,
+		`line 18: pipelines[0] "orders": kafka.tls.ca_file: ignored: kafka.tls.enabled is not true, so the prober connects without TLS`,
+		`line 20: pipelines[0] "orders": kafka.sasl.username: ignored: kafka.sasl.mechanism is not set, so the prober connects without SASL`,
+		`line 24: pipelines[0] "orders": budgets.commit_to_read: 3s is longer than budgets.end_to_end (2s), which contains this segment: every canary over it is already over the end-to-end budget, so its SLO can never be the one that fires first`,
+		`line 27: pipelines[0] "orders": watch.connector: ignored: watch.connect_url is not set, so the connector is not watched`,
+		`line 36: pipelines[1] "payments": canary.event_type: ignored: outbox.columns.event_type is not set, so no event type is written`,
+	}
+	got := cfg.Warnings()
+	var lines []string
+	for _, w := range got {
+		lines = append(lines, w.String())
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("warnings:\n got:\n  %s\n want:\n  %s", strings.Join(lines, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+func TestTheExampleAndTheValidTestdataHaveNoWarnings(t *testing.T) {
+	for _, path := range []string{"../../examples/outbox-canary.yml", "testdata/valid-minimal.yml", "testdata/valid-debezium.yml"} {
+		cfg, err := LoadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range cfg.Warnings() {
+			t.Errorf("%s: %s", path, w)
+		}
+	}
+}
