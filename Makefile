@@ -43,12 +43,13 @@ bench: ## run the benchmarks and write the figures to docs/benchmarks.txt
 	$(GO) test -run '^$$' -bench . -benchmem ./... | tee docs/benchmarks.txt
 
 .PHONY: generate
-generate: ## rewrite the generated files (example rules, dashboards, docs/metrics.md)
+generate: ## rewrite the generated files (example rules, dashboards, docs/metrics.md, docs/configuration.md)
 	$(GO) run ./cmd/outbox-canary rules --config.file examples/outbox-canary.yml --format rules --out examples/rules/outbox-canary.rules.yml
 	$(GO) run ./cmd/outbox-canary rules --config.file examples/outbox-canary.yml --format prometheusrule --out examples/rules/outbox-canary.prometheusrule.yml
 	$(GO) run ./cmd/outbox-canary dashboards --config.file examples/outbox-canary.yml --out examples/dashboards
 	$(GO) test ./cmd/outbox-canary/ -run TestMetricsDoc -update
 	$(GO) test ./dashboards/ -update
+	$(GO) test ./internal/config/ -run TestConfigurationReference -update
 
 .PHONY: lint
 lint: ## gofmt and go vet

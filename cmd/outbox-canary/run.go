@@ -67,6 +67,14 @@ func runCommand(app *kingpin.Application, c *cli) action {
 		if err != nil {
 			return fmt.Errorf("run: %w", err)
 		}
+		// Every secret and DSN now, all problems at once, rather than one
+		// pipeline's at its first connection.
+		if err := cfg.CheckSecrets(); err != nil {
+			return fmt.Errorf("run: config %s: %w", *configPath, err)
+		}
+		for _, w := range cfg.Warnings() {
+			logger.Warn("configuration: "+w.Message, "file", *configPath, "line", w.Line, "field", w.Path)
+		}
 		if *webFlags.WebConfigFile != "" {
 			// Fail at start, not at the first scrape, on a bad TLS or auth file.
 			if err := web.Validate(*webFlags.WebConfigFile); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -39,7 +38,7 @@ func validateCommand(app *kingpin.Application, c *cli) action {
 		if err != nil {
 			return fmt.Errorf("validate: %w", err)
 		}
-		if err := resolveSecrets(cfg); err != nil {
+		if err := cfg.CheckSecrets(); err != nil {
 			return fmt.Errorf("validate: config %s: %w", *configPath, err)
 		}
 		model, err := slo.FromConfig(cfg)
@@ -48,6 +47,12 @@ func validateCommand(app *kingpin.Application, c *cli) action {
 		}
 		fmt.Fprintf(c.stdout, "config %s is valid\n", *configPath)
 		describeConfig(c.stdout, cfg, model)
+		if warnings := cfg.Warnings(); len(warnings) > 0 {
+			fmt.Fprintln(c.stdout, "\nwarnings (accepted, but probably not what you meant):")
+			for _, w := range warnings {
+				fmt.Fprintf(c.stdout, "  - %s\n", w)
+			}
+		}
 		if warnings := slo.Warnings(model); len(warnings) > 0 {
 			fmt.Fprintln(c.stdout, "\nwarnings (the file works, but the alerts cannot judge it well):")
 			for _, w := range warnings {
@@ -56,26 +61,6 @@ func validateCommand(app *kingpin.Application, c *cli) action {
 		}
 		return nil
 	}
-}
-
-// resolveSecrets checks that every secret can be read, without printing it.
-func resolveSecrets(cfg *config.Config) error {
-	if _, err := cfg.SigningKey.Resolve(); err != nil {
-		return fmt.Errorf("signing_key: %w", err)
-	}
-	var errs []error
-	for i, p := range cfg.Pipelines {
-		path := fmt.Sprintf("pipelines[%d] %q", i, p.Name)
-		if _, err := p.Database.DSN.Resolve(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: database.dsn: %w", path, err))
-		}
-		if p.Kafka.SASL.Mechanism != "" {
-			if _, err := p.Kafka.SASL.Password.Resolve(); err != nil {
-				errs = append(errs, fmt.Errorf("%s: kafka.sasl.password: %w", path, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // secretSource says where a secret comes from, never its value.
@@ -99,7 +84,11 @@ func orDash(s string) string {
 }
 
 func describeConfig(w io.Writer, cfg *config.Config, model *slo.Model) {
-	fmt.Fprintf(w, "instance_id: %s\nstate_dir: %s\nsigning_key: %s\n", cfg.InstanceID, cfg.StateDir, secretSource(cfg.SigningKey))
+	stateDir := cfg.StateDir
+	if stateDir == "" {
+		stateDir = defaultStateDir() + " (run's --state.dir default; not set in the file)"
+	}
+	fmt.Fprintf(w, "instance_id: %s\nstate_dir: %s\nsigning_key: %s\n", cfg.InstanceID, stateDir, secretSource(cfg.SigningKey))
 	for i := range cfg.Pipelines {
 		p := &cfg.Pipelines[i]
 		mp := model.Pipelines[i]

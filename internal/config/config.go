@@ -41,7 +41,9 @@ type Config struct {
 	// punctuation, no whitespace.
 	InstanceID string `yaml:"instance_id"`
 	// The directory that keeps the in-flight canaries (one JSON file per
-	// pipeline), so a restart neither loses nor double-counts them.
+	// pipeline), so a restart neither loses nor double-counts them. Unset,
+	// `run` uses --state.dir's default: $STATE_DIRECTORY (systemd's
+	// StateDirectory=), else /var/lib/outbox-canary.
 	StateDir string `yaml:"state_dir"`
 	// The HMAC key canaries are signed with, so a message that merely looks
 	// like a canary cannot fake a healthy pipeline. See Secrets.
@@ -442,7 +444,6 @@ func (c *Config) Pipeline(name string) (*Pipeline, bool) {
 }
 
 func (c *Config) setDefaults() error {
-	setIfEmpty(&c.StateDir, "outbox-canary-state")
 	c.Alerting.setDefaults()
 	for i := range c.Pipelines {
 		c.Pipelines[i].setDefaults()

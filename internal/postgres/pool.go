@@ -28,14 +28,9 @@ type PoolOptions struct {
 // yet: a database that is down at start is found by the first query, and
 // retried by whoever owns the pool. The DSN is never part of an error.
 func NewPool(ctx context.Context, db config.Database, o PoolOptions) (*pgxpool.Pool, error) {
-	dsn, err := db.DSN.Resolve()
+	pcfg, err := db.PoolConfig() // its errors name database.dsn and never show it
 	if err != nil {
-		return nil, fmt.Errorf("database.dsn: %w", err)
-	}
-	pcfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		// pgx redacts the password of a well-formed DSN in its parse errors.
-		return nil, fmt.Errorf("database.dsn: %w", err)
+		return nil, err
 	}
 	pcfg.MaxConns = o.MaxConns
 	if pcfg.MaxConns <= 0 {
