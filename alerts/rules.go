@@ -32,17 +32,17 @@ type Group struct {
 
 // Rule is a recording rule (Record set) or an alerting rule (Alert set).
 type Rule struct {
-	Record      string            `yaml:"record,omitempty"`
-	Alert       string            `yaml:"alert,omitempty"`
-	Expr        string            `yaml:"expr"`
-	For         string            `yaml:"for,omitempty"`
+	Record string `yaml:"record,omitempty"`
+	Alert  string `yaml:"alert,omitempty"`
+	Expr   string `yaml:"expr"`
+	For    string `yaml:"for,omitempty"`
 	// KeepFiringFor (Prometheus 2.42+) keeps an alert firing after its
 	// condition clears: long enough for the dead man or a blind watcher
 	// to fire and inhibit it, so losing sight of an incident never reads
 	// as its end.
-	KeepFiringFor string `yaml:"keep_firing_for,omitempty"`
-	Labels      map[string]string `yaml:"labels,omitempty"`
-	Annotations map[string]string `yaml:"annotations,omitempty"`
+	KeepFiringFor string            `yaml:"keep_firing_for,omitempty"`
+	Labels        map[string]string `yaml:"labels,omitempty"`
+	Annotations   map[string]string `yaml:"annotations,omitempty"`
 }
 
 // Alert names. Each has a section in docs/alerts.md whose anchor is the

@@ -25,7 +25,7 @@ type Pipeline struct {
 	LostAfter time.Duration
 	// EndToEndBudget is the end_to_end budget: commit to consume.
 	EndToEndBudget time.Duration
-	RelayKind string
+	RelayKind      string
 	// Slot is the replication slot of a cdc pipeline (watch.slot); ""
 	// when unset, and the slot alerts then take every slot reported.
 	Slot string
