@@ -357,8 +357,8 @@ func TestAlertmanagerPagesOncePerIncident(t *testing.T) {
 			first: relayStall()[:1],
 			rest:  relayStall()[1:],
 			states: map[string]string{
-				"OutboxCanaryStalled/commit_to_publish/page":          "active",
-				"OutboxCanaryErrorBudgetBurn/commit_to_publish/page":  "active",
+				"OutboxCanaryStalled/commit_to_publish/page":           "active",
+				"OutboxCanaryErrorBudgetBurn/commit_to_publish/page":   "active",
 				"OutboxOldestUnpublishedTooOld/commit_to_publish/page": "active",
 				// Another team's alerts of the same stall, and tickets under
 				// a page: inhibited.
