@@ -272,7 +272,7 @@ func (a *Alerting) validate() error {
 	if a.Severities.Page == a.Severities.Ticket {
 		return fmt.Errorf("severities: page and ticket are both %q; Alertmanager could not route them apart", a.Severities.Page)
 	}
-	for _, s := range []struct{ name, v string }{{"page", a.Severities.Page}, {"ticket", a.Severities.Ticket}, {"dashboard_url", a.DashboardURL}, {"prober_config_file", a.ProberConfigFile}} {
+	for _, s := range []struct{ name, v string }{{"severities.page", a.Severities.Page}, {"severities.ticket", a.Severities.Ticket}, {"dashboard_url", a.DashboardURL}, {"prober_config_file", a.ProberConfigFile}} {
 		if strings.ContainsAny(s.v, "\"\\\n{}") {
 			return fmt.Errorf("%s: %q must not contain quotes, backslashes, braces or newlines (it is written into rules and templates)", s.name, s.v)
 		}
