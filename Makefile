@@ -46,6 +46,7 @@ bench: ## run the benchmarks and write the figures to docs/benchmarks.txt
 generate: ## rewrite the generated files (example rules, dashboards, docs/metrics.md, docs/configuration.md)
 	$(GO) run ./cmd/outbox-canary rules --config.file examples/outbox-canary.yml --format rules --out examples/rules/outbox-canary.rules.yml
 	$(GO) run ./cmd/outbox-canary rules --config.file examples/outbox-canary.yml --format prometheusrule --out examples/rules/outbox-canary.prometheusrule.yml
+	$(GO) run ./cmd/outbox-canary rules --config.file examples/outbox-canary.yml --format alertmanager --out examples/rules/outbox-canary.alertmanager.yml
 	$(GO) run ./cmd/outbox-canary dashboards --config.file examples/outbox-canary.yml --out examples/dashboards
 	$(GO) test ./cmd/outbox-canary/ -run TestMetricsDoc -update
 	$(GO) test ./dashboards/ -update

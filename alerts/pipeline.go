@@ -2,6 +2,8 @@ package alerts
 
 import (
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
@@ -24,6 +26,29 @@ const (
 	// insertWindowMin is the shortest window the insert failure alert
 	// looks back over.
 	insertWindowMin = 5 * time.Minute
+	// stallBlameMargin widens the window in which a stalled canary's bad
+	// event is looked for beyond the stall threshold: by two scrapes of up
+	// to a minute, so the window always holds a sample from before the
+	// first bad event and one after it.
+	stallBlameMargin = 2 * time.Minute
+	// watcherFailingFor is how long a watcher must keep failing before
+	// its ticket: a dozen or so failed samples at the default interval,
+	// not one timeout.
+	watcherFailingFor = 2 * time.Minute
+	// dependencyDownFor rides out a broker or database restart (a Kafka
+	// restart on a loaded machine has taken 38 s).
+	dependencyDownFor = 2 * time.Minute
+	// connectorTaskFailedFor rides out a task that Connect restarts by
+	// itself (errors.retry, a rebalance).
+	connectorTaskFailedFor = time.Minute
+	// consumerLagFor is how long a business consumer group must stay
+	// behind the end-to-end budget: consumers that batch or rebalance are
+	// briefly behind all the time.
+	consumerLagFor = 5 * time.Minute
+	// badSignatureWindow and badSignatureBurst: this many messages with a
+	// bad signature in the window is a burst, not a stray test message.
+	badSignatureWindow = 10 * time.Minute
+	badSignatureBurst  = 3
 )
 
 // labelSlot is the prober's replication slot label (pg_replication_slots'
@@ -31,46 +56,38 @@ const (
 const labelSlot = "slot"
 
 // pipelineAlerts are the alerts beyond the SLOs for one pipeline: the ones
-// that tell a stall from a quiet pipeline fast, and the watchers' backlog,
-// slot and transaction signals that point at the failing stage.
+// that tell a stall from a quiet pipeline fast, the watchers' backlog,
+// slot, connector, consumer and transaction signals that point at the
+// failing stage, and the ones that say when the prober cannot see.
 func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	a := g.m.Alerting
 	grp := Group{Name: "outbox-canary-pipeline-" + p.Name}
 	pl := func(m string) string { return selector(m, slo.LabelPipeline, p.Name) }
-	labels := func(severity, segment string) map[string]string {
-		l := map[string]string{labelSeverity: severity, slo.LabelPipeline: p.Name, slo.LabelOwner: p.Owner(segment)}
+	labels := func(level, segment string) map[string]string {
+		l := map[string]string{labelSeverity: g.severity(level), slo.LabelPipeline: p.Name, slo.LabelOwner: p.Owner(segment)}
 		if segment != "" {
 			l[slo.LabelSegment] = segment
 		}
 		return g.labels(l)
 	}
-	annotate := func(alert, summary, description string) map[string]string {
-		return map[string]string{"summary": summary, "description": description, "runbook_url": g.runbook(alert)}
+	// Alerts about the prober's own sight go to whoever runs the prober.
+	proberSide := func(level string) map[string]string {
+		return g.labels(map[string]string{labelSeverity: g.severity(level), slo.LabelPipeline: p.Name, slo.LabelOwner: g.proberSideOwner(p)})
+	}
+	annotate := func(alert, dashboard, summary, description string) map[string]string {
+		return g.annotate(annotations{alert: alert, summary: summary, description: description, pipelineScoped: true, dashboard: dashboard})
+	}
+	keep := slo.PromDuration(g.keepFiringFor())
+	dependencyDown := func(dep string) string {
+		return "unless on (" + slo.LabelPipeline + ") (" + selector(slo.MetricDependencyUp, slo.LabelPipeline, p.Name, slo.LabelDependency, dep) + " == 0)"
 	}
 
-	// Stall: canaries keep being sent after the last one that arrived. The
-	// "> 0" guard keeps a fresh prober (nothing received yet) quiet; the
-	// burn-rate page covers a pipeline that never delivers at all.
-	stallAfter := time.Duration(a.StallIntervals) * p.CanaryInterval
-	grp.Rules = append(grp.Rules, Rule{
-		Alert: AlertStalled,
-		Expr: lines(
-			"(",
-			"  "+pl(slo.MetricLastSentTimestamp),
-			"  - "+pl(slo.MetricLastReceivedTimestamp),
-			") > "+seconds(stallAfter),
-			"and",
-			pl(slo.MetricLastReceivedTimestamp)+" > 0",
-		),
-		Labels: labels(config.SeverityPage, config.SegmentEndToEnd),
-		Annotations: annotate(AlertStalled,
-			fmt.Sprintf("Pipeline %s is stalled: canaries are sent but none arrives.", p.Name),
-			fmt.Sprintf("The last canary of pipeline %s that arrived was sent {{ $value | humanizeDuration }} before the last one sent: %d canary intervals (%s) without a delivery. Walk the pipeline in order: oldest unpublished row age, relay or connector, replication slot, broker, consumer.",
-				p.Name, a.StallIntervals, slo.PromDuration(stallAfter))),
-	})
+	grp.Rules = append(grp.Rules, g.stallRules(p, dependencyDown(slo.DependencyKafka))...)
 
 	// Insert failures with no successful insert: the prober is blind, the
-	// SLO alerts cannot fire because no canary exists to be late.
+	// SLO alerts cannot fire because no canary exists to be late. When the
+	// prober's own connection to the database is down, DependencyDown
+	// says so instead.
 	insertWindow := max(insertWindowMin, time.Duration(a.StallIntervals+1)*p.CanaryInterval)
 	rng := "[" + slo.PromDuration(insertWindow) + "]"
 	grp.Rules = append(grp.Rules, Rule{
@@ -79,12 +96,39 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 			"sum by ("+slo.LabelPipeline+") (increase("+pl(slo.MetricCanaryInsertFailures)+rng+")) > 0",
 			"unless on ("+slo.LabelPipeline+")",
 			"sum by ("+slo.LabelPipeline+") (increase("+pl(slo.MetricCanariesSent)+rng+")) > 0",
+			dependencyDown(slo.DependencyDatabase),
 		),
-		Labels: labels(config.SeverityPage, config.SegmentInsertToCommit),
-		Annotations: annotate(AlertInsertsFailing,
+		KeepFiringFor: keep,
+		Labels:        labels(config.SeverityPage, config.SegmentInsertToCommit),
+		Annotations: annotate(AlertInsertsFailing, slo.DashboardPipelineHealth,
 			fmt.Sprintf("Pipeline %s: canary inserts are failing; the pipeline is not being measured.", p.Name),
 			fmt.Sprintf("{{ $value | humanize }} canary inserts into the outbox of pipeline %s failed over the last %s and none succeeded. Until they do, no canary can be late, so the SLO alerts of this pipeline are blind. Check the database (reachable, not read-only, not out of connections) and the prober's log.",
 				p.Name, slo.PromDuration(insertWindow))),
+	})
+
+	grp.Rules = append(grp.Rules, Rule{
+		Alert:  AlertDependencyDown,
+		Expr:   pl(slo.MetricDependencyUp) + " == 0",
+		For:    slo.PromDuration(dependencyDownFor),
+		Labels: proberSide(config.SeverityPage),
+		// Its own series vanish with the prober too.
+		KeepFiringFor: keep,
+		Annotations: annotate(AlertDependencyDown, slo.DashboardPipelineHealth,
+			fmt.Sprintf("Pipeline %s: the prober has lost its own connection to {{ $labels.%s }}.", p.Name, slo.LabelDependency),
+			fmt.Sprintf("The prober's connection to the %s of pipeline %s has been down for %s. Canaries can neither be written nor read, so the pipeline is not measured: its stall and SLO alerts are held back, as is everything else of the pipeline in Alertmanager. If the %s is down for everyone, this is the pipeline's incident too.",
+				"{{ $labels."+slo.LabelDependency+" }}", p.Name, slo.PromDuration(dependencyDownFor), "{{ $labels."+slo.LabelDependency+" }}")),
+	})
+
+	grp.Rules = append(grp.Rules, Rule{
+		Alert:         AlertWatcherFailing,
+		Expr:          pl(slo.MetricWatcherUp) + " == 0",
+		For:           slo.PromDuration(watcherFailingFor),
+		KeepFiringFor: keep,
+		Labels:        proberSide(config.SeverityTicket),
+		Annotations: annotate(AlertWatcherFailing, slo.DashboardPipelineHealth,
+			fmt.Sprintf("Pipeline %s: the {{ $labels.%s }} watcher is failing; its signals are gone.", p.Name, slo.LabelWatcher),
+			fmt.Sprintf("Every sample of the {{ $labels.%s }} watcher of pipeline %s has failed for %s. It has withdrawn its gauges rather than report old values, so the alerts that read them are blind (and held back in Alertmanager, so they do not resolve). Usually a privilege (pg_monitor, SELECT on the outbox table, access to Kafka Connect) or an unreachable server; the prober's log has the error.",
+				slo.LabelWatcher, p.Name, slo.PromDuration(watcherFailingFor))),
 	})
 
 	relay := config.SegmentEndToEnd
@@ -93,11 +137,12 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	}
 	if p.RelayKind == config.RelayPolling {
 		grp.Rules = append(grp.Rules, Rule{
-			Alert:  AlertOldestUnpublished,
-			Expr:   pl(slo.MetricOldestUnpublishedAge) + " > " + seconds(time.Duration(a.OldestUnpublishedAge)),
-			For:    slo.PromDuration(oldestUnpublishedFor),
-			Labels: labels(config.SeverityPage, relay),
-			Annotations: annotate(AlertOldestUnpublished,
+			Alert:         AlertOldestUnpublished,
+			Expr:          pl(slo.MetricOldestUnpublishedAge) + " > " + seconds(time.Duration(a.OldestUnpublishedAge)),
+			For:           slo.PromDuration(oldestUnpublishedFor),
+			KeepFiringFor: keep,
+			Labels:        labels(config.SeverityPage, relay),
+			Annotations: annotate(AlertOldestUnpublished, slo.DashboardPipelineHealth,
 				fmt.Sprintf("Pipeline %s: the oldest unpublished outbox row is {{ $value | humanizeDuration }} old.", p.Name),
 				fmt.Sprintf("The oldest row in the outbox of pipeline %s that the relay has not published is {{ $value | humanizeDuration }} old (threshold %s). The fault is at or before the relay: check the relay's process and logs first.",
 					p.Name, slo.PromDuration(time.Duration(a.OldestUnpublishedAge)))),
@@ -113,9 +158,10 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 				"and",
 				"min_over_time("+pl(slo.MetricBacklogRows)+"["+slo.PromDuration(backlogDerivRange)+"]) > 0",
 			),
-			For:    slo.PromDuration(time.Duration(a.BacklogGrowthFor)),
-			Labels: labels(config.SeverityTicket, relay),
-			Annotations: annotate(AlertBacklogGrowing,
+			For:           slo.PromDuration(time.Duration(a.BacklogGrowthFor)),
+			KeepFiringFor: keep,
+			Labels:        labels(config.SeverityTicket, relay),
+			Annotations: annotate(AlertBacklogGrowing, slo.DashboardPipelineHealth,
 				fmt.Sprintf("Pipeline %s: the outbox backlog has been growing for %s.", p.Name, slo.PromDuration(time.Duration(a.BacklogGrowthFor))),
 				fmt.Sprintf("The unpublished backlog of pipeline %s has grown by {{ $value | humanize }} rows per second on average for %s: the relay is falling behind the writers. It will trip the oldest-row age alert if it goes on.",
 					p.Name, slo.PromDuration(time.Duration(a.BacklogGrowthFor)))),
@@ -132,51 +178,182 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 			walStatus = fmt.Sprintf(`%s{%s=%q, %s=%q, %s=~"unreserved|lost"}`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelSlot, p.Slot, labelWALStatus)
 		}
 		grp.Rules = append(grp.Rules, Rule{
-			Alert:  AlertSlotInactive,
-			Expr:   slot(slo.MetricSlotActive) + " == 0",
-			For:    slo.PromDuration(slotInactiveFor),
-			Labels: labels(config.SeverityPage, relay),
-			Annotations: annotate(AlertSlotInactive,
+			Alert:         AlertConnectorTaskFailed,
+			Expr:          pl(slo.MetricConnectorTaskFailures) + " > 0",
+			For:           slo.PromDuration(connectorTaskFailedFor),
+			KeepFiringFor: keep,
+			Labels:        labels(config.SeverityPage, relay),
+			Annotations: annotate(AlertConnectorTaskFailed, slo.DashboardPipelineHealth,
+				fmt.Sprintf("Pipeline %s: {{ $value }} task(s) of connector {{ $labels.connector }} FAILED.", p.Name),
+				fmt.Sprintf("Kafka Connect reports {{ $value }} task(s) of connector {{ $labels.connector }} of pipeline %s in state FAILED for %s. A failed task does not restart by itself: nothing is published until it is restarted, and the replication slot retains WAL meanwhile. Its trace is in GET /connectors/{{ $labels.connector }}/status.",
+					p.Name, slo.PromDuration(connectorTaskFailedFor))),
+		}, Rule{
+			Alert:         AlertSlotInactive,
+			Expr:          slot(slo.MetricSlotActive) + " == 0",
+			For:           slo.PromDuration(slotInactiveFor),
+			KeepFiringFor: keep,
+			Labels:        labels(config.SeverityPage, relay),
+			Annotations: annotate(AlertSlotInactive, slo.DashboardPipelineHealth,
 				fmt.Sprintf("Pipeline %s: the replication slot {{ $labels.slot }} has no consumer.", p.Name),
 				fmt.Sprintf("The replication slot {{ $labels.slot }} of pipeline %s has been inactive (or does not exist) for %s: the connector is not streaming, nothing is published, and the database keeps WAL for the slot. Check the connector and its task status.",
 					p.Name, slo.PromDuration(slotInactiveFor))),
 		}, Rule{
-			Alert:  AlertSlotRetainedWALGrowth,
-			Expr:   "deriv(" + slot(slo.MetricSlotRetainedWAL) + "[" + slo.PromDuration(time.Duration(a.WALGrowthFor)) + "]) > 0",
-			For:    slo.PromDuration(time.Duration(a.WALGrowthFor)),
-			Labels: labels(config.SeverityTicket, relay),
-			Annotations: annotate(AlertSlotRetainedWALGrowth,
+			Alert:         AlertSlotRetainedWALGrowth,
+			Expr:          "deriv(" + slot(slo.MetricSlotRetainedWAL) + "[" + slo.PromDuration(time.Duration(a.WALGrowthFor)) + "]) > 0",
+			For:           slo.PromDuration(time.Duration(a.WALGrowthFor)),
+			KeepFiringFor: keep,
+			Labels:        labels(config.SeverityTicket, relay),
+			Annotations: annotate(AlertSlotRetainedWALGrowth, slo.DashboardPipelineHealth,
 				fmt.Sprintf("Pipeline %s: the replication slot {{ $labels.slot }} retains more and more WAL.", p.Name),
 				fmt.Sprintf("WAL retained by the replication slot {{ $labels.slot }} of pipeline %s has grown by {{ $value | humanize1024 }}B per second for %s: the connector is not confirming its position. The database disk is at risk.",
 					p.Name, slo.PromDuration(time.Duration(a.WALGrowthFor)))),
 		}, Rule{
-			Alert:  AlertSlotWALAtRisk,
-			Expr:   walStatus + " == 1",
-			Labels: labels(config.SeverityPage, relay),
-			Annotations: annotate(AlertSlotWALAtRisk,
+			Alert:         AlertSlotWALAtRisk,
+			Expr:          walStatus + " == 1",
+			KeepFiringFor: keep,
+			Labels:        labels(config.SeverityPage, relay),
+			Annotations: annotate(AlertSlotWALAtRisk, slo.DashboardPipelineHealth,
 				fmt.Sprintf("Pipeline %s: the replication slot {{ $labels.slot }}'s WAL is {{ $labels.%s }}.", p.Name, labelWALStatus),
-				fmt.Sprintf("The replication slot {{ $labels.slot }} of pipeline %s has wal_status {{ $labels.%s }}: past max_slot_wal_keep_size, WAL it needs is (unreserved) or has been (lost) removed. A lost slot cannot resume: the connector must be re-created and events may be missing.",
+				fmt.Sprintf("The replication slot {{ $labels.slot }} of pipeline %s has wal_status {{ $labels.%s }}: past max_slot_wal_keep_size, WAL it needs is (unreserved) or has been (lost) removed. A lost slot cannot resume: the connector must be re-created with a new snapshot and events may be missing.",
 					p.Name, labelWALStatus)),
 		})
 	}
 	grp.Rules = append(grp.Rules, Rule{
-		Alert:  AlertLongTransaction,
-		Expr:   pl(slo.MetricOldestTransactionAge) + " > " + seconds(time.Duration(a.LongTransactionAge)),
-		Labels: labels(config.SeverityTicket, config.SegmentInsertToCommit),
-		Annotations: annotate(AlertLongTransaction,
+		Alert:         AlertConsumerLag,
+		Expr:          pl(slo.MetricConsumerLagSeconds) + " > " + seconds(p.EndToEndBudget),
+		For:           slo.PromDuration(consumerLagFor),
+		KeepFiringFor: keep,
+		Labels:        labels(config.SeverityTicket, ""),
+		Annotations: annotate(AlertConsumerLag, slo.DashboardPipelineHealth,
+			fmt.Sprintf("Pipeline %s: consumer group {{ $labels.%s }} is {{ $value | humanizeDuration }} behind on {{ $labels.%s }}.", p.Name, slo.LabelGroup, slo.LabelTopic),
+			fmt.Sprintf("The oldest message that business consumer group {{ $labels.%s }} has yet to read from {{ $labels.%s }} is {{ $value | humanizeDuration }} old, over the pipeline's %s end-to-end budget, for %s. The outbox delivers on time (the canaries say so) but this consumer's users see the events late.",
+				slo.LabelGroup, slo.LabelTopic, slo.PromDuration(p.EndToEndBudget), slo.PromDuration(consumerLagFor))),
+	}, Rule{
+		Alert:         AlertLongTransaction,
+		Expr:          pl(slo.MetricOldestTransactionAge) + " > " + seconds(time.Duration(a.LongTransactionAge)),
+		KeepFiringFor: keep,
+		Labels:        labels(config.SeverityTicket, config.SegmentInsertToCommit),
+		Annotations: annotate(AlertLongTransaction, slo.DashboardPipelineHealth,
 			fmt.Sprintf("Pipeline %s: a transaction has been open for {{ $value | humanizeDuration }}.", p.Name),
 			fmt.Sprintf("The oldest open transaction on the database of pipeline %s is {{ $value | humanizeDuration }} old (threshold %s). Rows it wrote stay invisible to the relay until it commits, then arrive late all at once; it also holds back vacuum and, for log capture, the slot.",
 				p.Name, slo.PromDuration(time.Duration(a.LongTransactionAge)))),
 	}, Rule{
-		Alert:  AlertClockSkewSuspected,
-		Expr:   "increase(" + pl(slo.MetricClockSkew) + "[" + slo.PromDuration(clockSkewWindow) + "]) > 0",
-		Labels: labels(config.SeverityTicket, ""),
-		Annotations: annotate(AlertClockSkewSuspected,
-			fmt.Sprintf("Pipeline %s: clock skew suspected on segment {{ $labels.segment }}.", p.Name),
-			fmt.Sprintf("{{ $value | humanize }} canaries of pipeline %s measured a negative duration on segment {{ $labels.segment }} over the last %s: the clocks stamping its two ends disagree. The segment's latencies are unreliable until the clocks (NTP/chrony on the relay, broker or database host) are fixed.",
-				p.Name, slo.PromDuration(clockSkewWindow))),
+		Alert:         AlertClockSkewSuspected,
+		Expr:          "increase(" + pl(slo.MetricClockSkew) + "[" + slo.PromDuration(clockSkewWindow) + "]) > 0",
+		KeepFiringFor: keep,
+		Labels:        labels(config.SeverityTicket, ""),
+		Annotations: g.annotate(annotations{alert: AlertClockSkewSuspected, pipelineScoped: true, dashboard: slo.DashboardSegmentLatency, segment: true,
+			summary: fmt.Sprintf("Pipeline %s: clock skew suspected on segment {{ $labels.segment }}.", p.Name),
+			description: fmt.Sprintf("{{ $value | humanize }} canaries of pipeline %s measured a negative duration on segment {{ $labels.segment }} over the last %s: the clocks stamping its two ends disagree. The segment's latencies are unreliable until the clocks (NTP/chrony on the relay, broker or database host) are fixed.",
+				p.Name, slo.PromDuration(clockSkewWindow))}),
+	}, Rule{
+		Alert: AlertBadSignatures,
+		Expr: fmt.Sprintf("sum by (%s) (increase(%s[%s])) >= %d",
+			slo.LabelPipeline, selector(slo.MetricMessagesSkipped, slo.LabelPipeline, p.Name, slo.LabelReason, slo.ReasonBadSignature),
+			slo.PromDuration(badSignatureWindow), badSignatureBurst),
+		KeepFiringFor: keep,
+		Labels:        proberSide(config.SeverityTicket),
+		Annotations: annotate(AlertBadSignatures, slo.DashboardPipelineHealth,
+			fmt.Sprintf("Pipeline %s: {{ $value | humanize }} messages with a bad signature on the canary topic.", p.Name),
+			fmt.Sprintf("{{ $value | humanize }} messages on the canary topic of pipeline %s over the last %s looked like canaries but failed signature verification, and were skipped. Either another prober writes to the topic with a different signing key (a key rotated on one instance only) or someone is forging canaries: forged canaries cannot fake health, but find the writer.",
+				p.Name, slo.PromDuration(badSignatureWindow))),
 	})
 	return grp
+}
+
+// proberSideOwner owns the alerts about the prober's own sight:
+// alerting.prober_owner, or the pipeline's default owner.
+func (g generator) proberSideOwner(p slo.Pipeline) string {
+	if o := g.m.Alerting.ProberOwner; o != "" {
+		return o
+	}
+	return p.DefaultOwner
+}
+
+// stallRules are the stall alerts of a pipeline: one per segment a stalled
+// canary can be stuck in, and one for a stall no segment can be blamed for.
+//
+// The age of the last delivery, taken at the scrape (timestamp(x) - x, so
+// neither the evaluation lag nor a late scrape inflates it), grows one
+// second per second while nothing arrives: "older than the threshold" is a
+// stall that has lasted that long, proven by one sample. The threshold
+// (slo.Pipeline.StallThreshold) is the end-to-end budget plus
+// stall_intervals canary intervals, which no healthy pipeline and no pause
+// shorter than the budget plus stall_intervals-1 intervals reaches; that
+// margin is the alert's for:, and needs no evaluation to pass.
+//
+// Second, measured on the prober's clock alone, the last canary sent must
+// be more than the threshold less one interval younger than the last
+// arrival: it is, in a stall, because canaries keep being sent, and it
+// keeps a prober whose clock runs behind Prometheus's from paging.
+//
+// Third, evidence: canaries sent since the last arrival went bad on a
+// segment. The alert carries that segment and its owner, the first in
+// pipeline order with bad events (a canary stuck in the relay is bad on
+// the relay's segment and never reaches the next). With no segment to
+// blame it is the end_to_end owner's. A prober that restarts after a
+// downtime longer than the threshold sees an old last arrival too, but
+// canaries it could not judge while down are no one's bad events, so it
+// does not page.
+func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
+	n := g.m.Alerting.StallIntervals
+	thr := p.StallThreshold(n)
+	recv := selector(slo.MetricLastReceivedTimestamp, slo.LabelPipeline, p.Name)
+	sent := selector(slo.MetricLastSentTimestamp, slo.LabelPipeline, p.Name)
+	window := "[" + slo.PromDuration(thr+stallBlameMargin) + "]"
+	bad := func(segments []string) string {
+		seg := fmt.Sprintf("%s=%q", slo.LabelSegment, segments[0])
+		if len(segments) > 1 {
+			quoted := make([]string, len(segments))
+			for i, s := range segments {
+				quoted[i] = regexp.QuoteMeta(s)
+			}
+			seg = fmt.Sprintf("%s=~%q", slo.LabelSegment, strings.Join(quoted, "|"))
+		}
+		return fmt.Sprintf("(sum by (%s) (increase(%s{%s=%q, %s, %s=%q}%s)) > 0)",
+			slo.LabelPipeline, slo.MetricSLIEvents, slo.LabelPipeline, p.Name, seg, slo.LabelOutcome, slo.OutcomeBad, window)
+	}
+	stalled := []string{
+		"(",
+		"  timestamp(" + recv + ") - " + recv + " > " + seconds(thr),
+		"  and " + sent + " - " + recv + " > " + seconds(thr-p.CanaryInterval),
+		"  and " + recv + " > 0",
+		")",
+	}
+	on := "on (" + slo.LabelPipeline + ") "
+	rule := func(segment string, expr []string, why string) Rule {
+		return Rule{
+			Alert:         AlertStalled,
+			Expr:          lines(append(expr, unlessKafkaDown)...),
+			KeepFiringFor: slo.PromDuration(g.keepFiringForSource()),
+			Labels: g.labels(map[string]string{
+				labelSeverity: g.severity(config.SeverityPage), slo.LabelPipeline: p.Name,
+				slo.LabelSegment: segment, slo.LabelOwner: p.Owner(segment),
+			}),
+			Annotations: g.annotate(annotations{
+				alert:   AlertStalled,
+				summary: fmt.Sprintf("Pipeline %s is stalled: no canary has arrived for {{ $value | humanizeDuration }}.", p.Name),
+				description: fmt.Sprintf("No canary of pipeline %s has arrived for {{ $value | humanizeDuration }}, longer than the %s end-to-end budget plus %d canary intervals of %s (%s), while canaries kept being sent. %s Walk the pipeline in order from there: oldest unpublished row, relay or connector, replication slot, broker, consumer.",
+					p.Name, slo.PromDuration(p.EndToEndBudget), n, slo.PromDuration(p.CanaryInterval), slo.PromDuration(thr), why),
+				pipelineScoped: true,
+				dashboard:      slo.DashboardPipelineHealth,
+			}),
+		}
+	}
+	var rules []Rule
+	segments := p.StallBlameSegments()
+	for i, seg := range segments {
+		expr := append(append([]string{}, stalled...), "and "+on+bad([]string{seg}))
+		if i > 0 {
+			expr = append(expr, "unless "+on+bad(segments[:i]))
+		}
+		rules = append(rules, rule(seg, expr, fmt.Sprintf("The canaries sent since are past their budget on segment %s, owned by %s: that is where they are stuck.", seg, p.Owner(seg))))
+	}
+	expr := append(append([]string{}, stalled...), "and "+on+bad([]string{config.SegmentEndToEnd}))
+	if len(segments) > 0 {
+		expr = append(expr, "unless "+on+bad(segments))
+	}
+	return append(rules, rule(config.SegmentEndToEnd, expr, "No segment can be blamed: the canaries are late end to end, but no segment has judged them yet."))
 }
 
 // proberAbsentGrace is how long the prober must stay absent before the dead
@@ -189,7 +366,7 @@ const proberAbsentGrace = time.Minute
 // the prober is down, unscraped or relabelled away alike.
 func (g generator) proberAlerts() Group {
 	a := g.m.Alerting
-	l := map[string]string{labelSeverity: config.SeverityPage}
+	l := map[string]string{labelSeverity: g.severity(config.SeverityPage)}
 	if a.ProberOwner != "" {
 		l[slo.LabelOwner] = a.ProberOwner
 	}
@@ -204,12 +381,13 @@ func (g generator) proberAlerts() Group {
 			// Prometheus 2.42 in e2e/: it fired before the first scrape).
 			For:    slo.PromDuration(proberAbsentGrace),
 			Labels: g.labels(l),
-			Annotations: map[string]string{
-				"summary": "The outbox-canary prober is gone: no pipeline is being measured.",
-				"description": fmt.Sprintf("Prometheus has had no %s series from job %q for %s. Without the prober no canary is sent, so no SLO alert can fire: the pipelines are unwatched. Check the prober's deployment and Prometheus's scrape targets.",
+			Annotations: g.annotate(annotations{
+				alert:   AlertProberAbsent,
+				summary: "The outbox-canary prober is gone: no pipeline is being measured.",
+				description: fmt.Sprintf("Prometheus has had no %s series from job %q for %s. Without the prober no canary is sent, so no SLO alert can fire: the pipelines are unwatched, and their open alerts are held back rather than resolved. Check the prober's deployment and Prometheus's scrape targets.",
 					slo.MetricBuildInfo, a.ProberJob, slo.PromDuration(absent)),
-				"runbook_url": g.runbook(AlertProberAbsent),
-			},
+				dashboard: slo.DashboardSLOOverview,
+			}),
 		}},
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -72,6 +74,13 @@ func writeRules(t *testing.T, dir string, cfg *config.Config, m *slo.Model) []st
 	if err != nil {
 		t.Fatal(err)
 	}
+	return writeRuleFile(t, dir, cfg, rf)
+}
+
+// writeRuleFile writes generated (or mutated) rules into dir, as
+// writeRules does.
+func writeRuleFile(t *testing.T, dir string, cfg *config.Config, rf *alerts.RuleFile) []string {
+	t.Helper()
 	stripped := alerts.RuleFile{}
 	for _, g := range rf.Groups {
 		g2 := alerts.Group{Name: g.Name}
@@ -90,7 +99,7 @@ func writeRules(t *testing.T, dir string, cfg *config.Config, m *slo.Model) []st
 		{labelsOnlyRules, alerts.FormatRules, &stripped},
 		{"prometheusrule.yml", alerts.FormatPrometheusRule, rf},
 	} {
-		data, err := alerts.Marshal(f.rf, f.format, cfg.Alerting.Labels)
+		data, err := alerts.Marshal(f.rf, f.format, cfg.Alerting.RuleObjectLabels())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,54 +212,145 @@ func TestScenariosWithPromtool(t *testing.T) {
 	}
 }
 
-// TestScenariosCatchWrongThresholds mutates the generated thresholds and
-// windows and requires the scenarios to fail: they would not notice a
-// broken generator otherwise.
+// TestScenariosCatchWrongThresholds mutates the generated thresholds,
+// windows and rules and requires the scenarios to fail: they would not
+// notice a broken generator otherwise.
 func TestScenariosCatchWrongThresholds(t *testing.T) {
 	bin := promtool(t)
-	for _, tc := range []struct {
-		name string
-		// mutate changes every burn alert of the model.
-		mutate func(a *slo.BurnAlert)
-		// mustFail are scenarios that must catch the mutation.
-		mustFail []string
-	}{
-		{
-			name:     "burn factors ten times too high miss the stall page and the slow-burn ticket",
-			mutate:   func(a *slo.BurnAlert) { a.Factor = new(big.Rat).Mul(a.Factor, big.NewRat(10, 1)) },
-			mustFail: []string{"b-relay-stalls", "d-slow-burn-ticket"},
-		},
-		{
-			name:     "burn factors ten times too low page on a slow burn",
-			mutate:   func(a *slo.BurnAlert) { a.Factor = new(big.Rat).Quo(a.Factor, big.NewRat(10, 1)) },
-			mustFail: []string{"d-slow-burn-ticket"},
-		},
-		{
-			name:     "long windows ten times too long page late",
-			mutate:   func(a *slo.BurnAlert) { a.Long *= 10 },
-			mustFail: []string{"b-relay-stalls"},
-		},
-		{
-			name:     "short windows swapped for the long ones resolve late",
-			mutate:   func(a *slo.BurnAlert) { a.Short = a.Long },
-			mustFail: []string{"f-recovery"},
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg, m := loadModel(t, testConfig)
+	burn := func(mutate func(a *slo.BurnAlert)) func(m *slo.Model) {
+		return func(m *slo.Model) {
 			for i := range m.Pipelines {
 				for j := range m.Pipelines[i].SLOs {
-					burn := m.Pipelines[i].SLOs[j].Burn
-					mutated := make([]slo.BurnAlert, len(burn))
-					for k, a := range burn {
-						tc.mutate(&a)
+					old := m.Pipelines[i].SLOs[j].Burn
+					mutated := make([]slo.BurnAlert, len(old))
+					for k, a := range old {
+						mutate(&a)
 						mutated[k] = a
 					}
 					m.Pipelines[i].SLOs[j].Burn = mutated
 				}
 			}
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		// model changes the model before generation; rules changes the
+		// generated rules and returns how many it changed.
+		model func(m *slo.Model)
+		rules func(rf *alerts.RuleFile) int
+		// mustFail are scenarios that must catch the mutation.
+		mustFail []string
+	}{
+		{
+			name:     "Burn factors ten times too high miss the stall's pages and the slow-burn ticket.",
+			model:    burn(func(a *slo.BurnAlert) { a.Factor = new(big.Rat).Mul(a.Factor, big.NewRat(10, 1)) }),
+			mustFail: []string{"b-relay-stalls", "d-slow-burn-ticket"},
+		},
+		{
+			name:     "Burn factors ten times too low page on a slow burn.",
+			model:    burn(func(a *slo.BurnAlert) { a.Factor = new(big.Rat).Quo(a.Factor, big.NewRat(10, 1)) }),
+			mustFail: []string{"d-slow-burn-ticket"},
+		},
+		{
+			name:     "Long windows ten times too long page late.",
+			model:    burn(func(a *slo.BurnAlert) { a.Long *= 10 }),
+			mustFail: []string{"b-relay-stalls"},
+		},
+		{
+			name:     "Short windows swapped for the long ones resolve late.",
+			model:    burn(func(a *slo.BurnAlert) { a.Short = a.Long }),
+			mustFail: []string{"f-recovery"},
+		},
+		{
+			name:     "A stall threshold one canary interval lower pages on a 20s relay restart.",
+			model:    func(m *slo.Model) { m.Alerting.StallIntervals-- },
+			mustFail: []string{"j-pauses-do-not-page"},
+		},
+		{
+			name:     "A stall threshold one canary interval higher misses a pause just over the tolerance.",
+			model:    func(m *slo.Model) { m.Alerting.StallIntervals++ },
+			mustFail: []string{"j-pauses-do-not-page"},
+		},
+		{
+			name: "A period ratio summed by every label breaks when an owner or alerting.labels changes.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if !strings.HasPrefix(r.Record, "slo:sli_error:ratio_rate") || !strings.Contains(r.Expr, "sum_over_time") {
+					return false
+				}
+				base := regexp.MustCompile(`slo:sli_error:ratio_rate5m\{[^}]*\}\[\w+\]`).FindString(r.Expr)
+				r.Expr = "sum_over_time(" + base + ") / ignoring (sloth_window) count_over_time(" + base + ")"
+				return true
+			}),
+			mustFail: []string{"l-label-change"},
+		},
+		{
+			name: "Burn alerts without the minimum count of bad canaries page on a fresh Prometheus.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertErrorBudgetBurn {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*sum\(increase\(.*\n`).ReplaceAllString(r.Expr, "")
+				return true
+			}),
+			mustFail: []string{"k-fresh-prometheus"},
+		},
+		{
+			name: "A period burn rate blind to how much of the window the data covers reads minutes as the whole window.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Record != "slo:period_burn_rate:ratio" {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`(?s)\* on \([^)]*\) group_left\n.*?\n/`).ReplaceAllString(r.Expr, "/")
+				return true
+			}),
+			mustFail: []string{"k-fresh-prometheus", "l-label-change"},
+		},
+		{
+			name: "Alerts without keep_firing_for resolve when the prober or a watcher stops seeing.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				changed := r.KeepFiringFor != ""
+				r.KeepFiringFor = ""
+				return changed
+			}),
+			mustFail: []string{"e-prober-gone", "m-blind-spots", "f-recovery"},
+		},
+		{
+			name: "A stall blamed on no segment pages the pipeline's default owner instead of the stage's.",
+			rules: func(rf *alerts.RuleFile) int {
+				n := 0
+				for i, g := range rf.Groups {
+					var kept []alerts.Rule
+					for _, r := range g.Rules {
+						if r.Alert == alerts.AlertStalled && r.Labels["segment"] != "end_to_end" {
+							n++
+							continue
+						}
+						if r.Alert == alerts.AlertStalled {
+							r.Expr = regexp.MustCompile(`(?m)^unless on \(pipeline\) \(sum by .*\n`).ReplaceAllString(r.Expr, "")
+						}
+						kept = append(kept, r)
+					}
+					rf.Groups[i].Rules = kept
+				}
+				return n
+			},
+			mustFail: []string{"b-relay-stalls"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, m := loadModel(t, testConfig)
+			if tc.model != nil {
+				tc.model(m)
+			}
+			rf, err := alerts.Generate(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.rules != nil && tc.rules(rf) == 0 {
+				t.Fatal("the mutation changed no rule: the test no longer tests what it says")
+			}
 			dir := t.TempDir()
-			writeRules(t, dir, cfg, m)
+			writeRuleFile(t, dir, cfg, rf)
 			for _, name := range tc.mustFail {
 				out, err := runScenario(t, bin, dir, filepath.Join(scenarioDir, name+".yml"))
 				if err == nil {
@@ -260,8 +360,35 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if !strings.Contains(out, "FAILED") {
 					t.Errorf("scenario %s did not fail on an expectation (%v):\n%s", name, err, out)
 				}
+				t.Logf("scenario %s fails, as it must:\n%s", name, firstLines(out, 12))
 			}
 		})
+	}
+}
+
+// firstLines keeps a long promtool report readable in the test log.
+func firstLines(s string, n int) string {
+	ls := strings.SplitN(s, "\n", n+1)
+	if len(ls) > n {
+		ls[n] = "..."
+	}
+	return strings.Join(ls, "\n")
+}
+
+// rewriteRules applies a change to every rule and counts the rules it
+// changed.
+func rewriteRules(change func(r *alerts.Rule) bool) func(rf *alerts.RuleFile) int {
+	return func(rf *alerts.RuleFile) int {
+		n := 0
+		for i := range rf.Groups {
+			for j := range rf.Groups[i].Rules {
+				before := rf.Groups[i].Rules[j]
+				if change(&rf.Groups[i].Rules[j]) && !reflect.DeepEqual(before, rf.Groups[i].Rules[j]) {
+					n++
+				}
+			}
+		}
+		return n
 	}
 }
 

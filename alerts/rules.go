@@ -1,7 +1,10 @@
 // Package alerts turns the SLO model into Prometheus rules: Sloth-compatible
-// recording rules per pipeline and segment, multiwindow multi-burn-rate
-// alerts, and the alerts beyond the SLOs (stall, dead man, backlog,
-// replication slot, long transactions, clock skew).
+// recording rules per pipeline and segment, one multiwindow multi-burn-rate
+// page and ticket per SLO, and the alerts beyond the SLOs (stall, dead man,
+// blind watchers and dependencies, backlog, replication slot, connector,
+// consumer lag, long transactions, clock skew, forged canaries); and into
+// the Alertmanager routes and inhibit rules that turn them into one page
+// per incident, to the team that owns the failing stage.
 //
 // It writes our own structs with gopkg.in/yaml.v3: no Prometheus server or
 // Kubernetes modules. Validity is proven by promtool in the tests.
@@ -29,12 +32,17 @@ type Group struct {
 
 // Rule is a recording rule (Record set) or an alerting rule (Alert set).
 type Rule struct {
-	Record      string            `yaml:"record,omitempty"`
-	Alert       string            `yaml:"alert,omitempty"`
-	Expr        string            `yaml:"expr"`
-	For         string            `yaml:"for,omitempty"`
-	Labels      map[string]string `yaml:"labels,omitempty"`
-	Annotations map[string]string `yaml:"annotations,omitempty"`
+	Record string `yaml:"record,omitempty"`
+	Alert  string `yaml:"alert,omitempty"`
+	Expr   string `yaml:"expr"`
+	For    string `yaml:"for,omitempty"`
+	// KeepFiringFor (Prometheus 2.42+) keeps an alert firing after its
+	// condition clears: long enough for the dead man or a blind watcher
+	// to fire and inhibit it, so losing sight of an incident never reads
+	// as its end.
+	KeepFiringFor string            `yaml:"keep_firing_for,omitempty"`
+	Labels        map[string]string `yaml:"labels,omitempty"`
+	Annotations   map[string]string `yaml:"annotations,omitempty"`
 }
 
 // Alert names. Each has a section in docs/alerts.md whose anchor is the
@@ -51,18 +59,28 @@ const (
 	AlertSlotRetainedWALGrowth = "OutboxReplicationSlotRetainedWALGrowing"
 	AlertSlotWALAtRisk         = "OutboxReplicationSlotWALAtRisk"
 	AlertLongTransaction       = "OutboxLongTransaction"
+	AlertWatcherFailing        = "OutboxCanaryWatcherFailing"
+	AlertDependencyDown        = "OutboxCanaryDependencyDown"
+	AlertBadSignatures         = "OutboxCanaryBadSignatures"
+	AlertConnectorTaskFailed   = "OutboxConnectorTaskFailed"
+	AlertConsumerLag           = "OutboxConsumerGroupLagOverBudget"
 )
 
 // AlertNames lists every alert the generator can emit, in the order of
 // docs/alerts.md.
 func AlertNames() []string {
 	return []string{
-		AlertErrorBudgetBurn, AlertStalled, AlertInsertsFailing, AlertProberAbsent,
+		AlertStalled, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent,
+		AlertDependencyDown, AlertWatcherFailing,
 		AlertOldestUnpublished, AlertBacklogGrowing,
-		AlertSlotInactive, AlertSlotRetainedWALGrowth, AlertSlotWALAtRisk,
-		AlertLongTransaction, AlertClockSkewSuspected,
+		AlertConnectorTaskFailed, AlertSlotInactive, AlertSlotRetainedWALGrowth, AlertSlotWALAtRisk,
+		AlertConsumerLag, AlertLongTransaction, AlertClockSkewSuspected, AlertBadSignatures,
 	}
 }
+
+// alertNamePrefix starts every alert name: the Alertmanager routes and
+// inhibit rules select our alerts by it.
+const alertNamePrefix = "Outbox"
 
 // Anchor is the docs/alerts.md anchor of an alert: GitHub lower-cases the
 // heading.
@@ -76,7 +94,6 @@ const (
 	labelSlothSLO      = "sloth_slo"
 	labelSlothWindow   = "sloth_window"
 	labelSlothSeverity = "sloth_severity"
-	labelBurnWindow    = "burn_window"
 	labelJob           = "job"
 	labelWALStatus     = "wal_status"
 )
@@ -95,7 +112,7 @@ func Generate(m *slo.Model) (*RuleFile, error) {
 			grp := Group{Name: "outbox-canary-slo-" + s.ID}
 			grp.Rules = append(grp.Rules, g.sliRecordings(s)...)
 			grp.Rules = append(grp.Rules, g.metaRecordings(s)...)
-			grp.Rules = append(grp.Rules, g.burnAlerts(s)...)
+			grp.Rules = append(grp.Rules, g.burnAlerts(s, p.CanaryInterval)...)
 			rf.Groups = append(rf.Groups, grp)
 		}
 		rf.Groups = append(rf.Groups, g.pipelineAlerts(p))
@@ -127,6 +144,77 @@ func (g generator) labels(own map[string]string) map[string]string {
 func (g generator) runbook(alert string) string {
 	return g.m.Alerting.RunbookURL + "#" + Anchor(alert)
 }
+
+// severity is the severity label value of a level (config.SeverityPage
+// or config.SeverityTicket), as alerting.severities names it.
+func (g generator) severity(level string) string { return g.m.Alerting.Severities.Name(level) }
+
+// annotations are what every alert says besides its summary and
+// description: the runbook, the diagnose command to run first, and,
+// with alerting.dashboard_url, the dashboard to open.
+type annotations struct {
+	alert, summary, description string
+	// pipelineScoped alerts carry a pipeline label: diagnose and the
+	// dashboard are narrowed to it.
+	pipelineScoped bool
+	// dashboard is the UID of the dashboard to link; segment adds the
+	// segment variable.
+	dashboard string
+	segment   bool
+}
+
+func (g generator) annotate(a annotations) map[string]string {
+	out := map[string]string{
+		"summary":     a.summary,
+		"description": a.description,
+		"runbook_url": g.runbook(a.alert),
+	}
+	diagnose := "outbox-canary diagnose --config.file=" + g.m.Alerting.ProberConfigFile
+	if a.pipelineScoped {
+		diagnose += " --pipeline {{ $labels." + slo.LabelPipeline + " }}"
+	}
+	out["diagnose"] = diagnose
+	if base := strings.TrimSuffix(g.m.Alerting.DashboardURL, "/"); base != "" && a.dashboard != "" {
+		u := base + "/d/" + a.dashboard
+		if a.pipelineScoped {
+			u += "?var-pipeline={{ $labels." + slo.LabelPipeline + " }}"
+			if a.segment {
+				u += "&var-segment={{ $labels." + slo.LabelSegment + " }}"
+			}
+		}
+		out["dashboard_url"] = u
+	}
+	return out
+}
+
+// keepFiringFor is how long an alert on the prober's series keeps firing
+// after they vanish or clear: past the moment the alerts that explain a
+// loss of sight (the dead man, a failing watcher, a lost dependency) have
+// fired and reached Alertmanager, which then inhibits the stale alert so
+// that its end is never sent as "resolved".
+func (g generator) keepFiringFor() time.Duration {
+	a := g.m.Alerting
+	blind := max(time.Duration(a.ProberAbsentFor)+proberAbsentGrace, watcherFailingFor, dependencyDownFor)
+	return blind + keepFiringMargin
+}
+
+// keepFiringForSource is keepFiringFor for the alerts that inhibit another
+// team's alerts (the stall, the segments' pages): they must outlive what
+// they inhibit, or a page whose cause was already handled surfaces when
+// they resolve.
+func (g generator) keepFiringForSource() time.Duration {
+	return g.keepFiringFor() + inhibitSourceMargin
+}
+
+const (
+	// keepFiringMargin lets the alert that explains a loss of sight reach
+	// Alertmanager before the alert it inhibits resolves.
+	keepFiringMargin = time.Minute
+	// inhibitSourceMargin is how much longer an inhibiting alert keeps
+	// firing than what it inhibits: more than the offset between two rule
+	// groups' evaluations and a notification tick.
+	inhibitSourceMargin = 2 * time.Minute
+)
 
 // selector renders a PromQL selector; matchers are name, value pairs.
 func selector(metric string, matchers ...string) string {

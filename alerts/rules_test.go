@@ -1,11 +1,17 @@
 package alerts_test
 
 import (
+	"maps"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"gopkg.in/yaml.v3"
 
 	"github.com/outbox-canary/outbox-canary/alerts"
+	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -15,7 +21,7 @@ func TestGeneratedRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := alerts.Marshal(rf, alerts.FormatRules, cfg.Alerting.Labels)
+	data, err := alerts.Marshal(rf, alerts.FormatRules, cfg.Alerting.RuleObjectLabels())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,5 +136,239 @@ func TestMarshalRejectsAnUnknownFormat(t *testing.T) {
 	_, err := alerts.Marshal(&alerts.RuleFile{}, "jsonnet", nil)
 	if err == nil || !strings.Contains(err.Error(), `format "jsonnet"`) {
 		t.Fatalf("error = %v, want one naming the format", err)
+	}
+}
+
+// minimalConfig is a one-pipeline configuration to vary the alerting
+// section of.
+const minimalConfig = `
+instance_id: test
+signing_key: {env: KEY}
+pipelines:
+  - name: orders
+    database: {dsn: {env: DSN}}
+    kafka: {brokers: ["k:9092"]}
+    canary: {schedule: "@every 10s"}
+    budgets: {end_to_end: 2s, commit_to_publish: 1s}
+    owners: {default: team-orders, commit_to_publish: team-relay}
+`
+
+func modelOf(t *testing.T, yaml string) *slo.Model {
+	t.Helper()
+	cfg, err := config.Load([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := slo.FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestOnePageAndOneTicketPerSLO(t *testing.T) {
+	for _, path := range []string{exampleConfig, testConfig} {
+		_, m := loadModel(t, path)
+		rf, err := alerts.Generate(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		count := map[string]int{}
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				if r.Alert == "" {
+					continue
+				}
+				for _, l := range []string{"sloth_window", "burn_window"} {
+					if _, ok := r.Labels[l]; ok {
+						t.Errorf("%s: alert %s carries the per-window label %s", path, r.Alert, l)
+					}
+				}
+				if r.Alert == alerts.AlertErrorBudgetBurn {
+					count[r.Labels["sloth_id"]+" "+r.Labels["severity"]]++
+				}
+			}
+		}
+		for _, p := range m.Pipelines {
+			for _, s := range p.SLOs {
+				for _, sev := range []string{"page", "ticket"} {
+					if n := count[s.ID+" "+sev]; n != 1 {
+						t.Errorf("%s: SLO %s has %d %s alerts, want 1", path, s.ID, n, sev)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestEveryAlertSaysWhatToDo(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		config        string
+		wantDashboard bool
+	}{
+		{"With alerting.dashboard_url every alert links its dashboard.", testConfig, true},
+		{"Without alerting.dashboard_url no alert links a dashboard.", exampleConfig, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, m := loadModel(t, tc.config)
+			rf, err := alerts.Generate(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range rf.Groups {
+				for _, r := range g.Rules {
+					if r.Alert == "" {
+						continue
+					}
+					for _, a := range []string{"summary", "description", "runbook_url", "diagnose"} {
+						if r.Annotations[a] == "" {
+							t.Errorf("%s in %s: no %s annotation", r.Alert, g.Name, a)
+						}
+					}
+					if !strings.HasPrefix(r.Annotations["diagnose"], "outbox-canary diagnose --config.file=") {
+						t.Errorf("%s: diagnose annotation %q", r.Alert, r.Annotations["diagnose"])
+					}
+					if _, scoped := r.Labels["pipeline"]; scoped && !strings.HasSuffix(r.Annotations["diagnose"], " --pipeline {{ $labels.pipeline }}") {
+						t.Errorf("%s: diagnose annotation %q does not name the pipeline", r.Alert, r.Annotations["diagnose"])
+					}
+					if _, ok := r.Annotations["dashboard_url"]; ok != tc.wantDashboard {
+						t.Errorf("%s: dashboard_url %q, want one: %v", r.Alert, r.Annotations["dashboard_url"], tc.wantDashboard)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestAlertsOutliveTheirEvidence checks keep_firing_for: every alert on
+// the prober's series keeps firing past the dead man (prober_absent_for
+// plus its 1m grace) and the blind-watcher alerts; the alerts that inhibit
+// another team's keep firing longer than those they inhibit.
+func TestAlertsOutliveTheirEvidence(t *testing.T) {
+	_, m := loadModel(t, testConfig)
+	rf, err := alerts.Generate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadMan := time.Duration(m.Alerting.ProberAbsentFor) + time.Minute
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			if r.Alert == alerts.AlertProberAbsent {
+				if r.KeepFiringFor != "" {
+					t.Errorf("the dead man keeps firing for %s after the prober is back", r.KeepFiringFor)
+				}
+				continue
+			}
+			keep, err := model.ParseDuration(r.KeepFiringFor)
+			if err != nil {
+				t.Errorf("%s %v: keep_firing_for %q: %v", r.Alert, r.Labels, r.KeepFiringFor, err)
+				continue
+			}
+			if time.Duration(keep) <= deadMan {
+				t.Errorf("%s %v: keep_firing_for %s, not past the dead man's %s", r.Alert, r.Labels, r.KeepFiringFor, deadMan)
+			}
+			source := r.Alert == alerts.AlertStalled || (r.Alert == alerts.AlertErrorBudgetBurn && r.Labels["severity"] == "page" && r.Labels["segment"] != "end_to_end")
+			if want := 7 * time.Minute; !source && time.Duration(keep) != want {
+				t.Errorf("%s %v: keep_firing_for %s, want %s", r.Alert, r.Labels, r.KeepFiringFor, want)
+			}
+			if want := 9 * time.Minute; source && time.Duration(keep) != want {
+				t.Errorf("%s %v inhibits other teams' alerts: keep_firing_for %s, want %s", r.Alert, r.Labels, r.KeepFiringFor, want)
+			}
+		}
+	}
+}
+
+func TestAlertingOptionsShapeTheOutput(t *testing.T) {
+	t.Run("Severity names from alerting.severities label the alerts and route them.", func(t *testing.T) {
+		m := modelOf(t, minimalConfig+"alerting:\n  severities: {page: critical, ticket: warning}\n")
+		rf, err := alerts.Generate(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				if r.Alert != "" {
+					seen[r.Labels["severity"]] = true
+				}
+			}
+		}
+		if !seen["critical"] || !seen["warning"] || seen["page"] || seen["ticket"] {
+			t.Errorf("severities in the rules: %v, want critical and warning only", seen)
+		}
+		am, err := alerts.AlertmanagerConfig(m, alerts.AlertmanagerOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`severity="critical"`, `severity="warning"`, "receiver: team-relay-critical"} {
+			if !strings.Contains(string(am), want) {
+				t.Errorf("the Alertmanager configuration lacks %s", want)
+			}
+		}
+		if strings.Contains(string(am), `severity="page"`) {
+			t.Error("the Alertmanager configuration still matches severity=\"page\"")
+		}
+	})
+	t.Run("prometheusrule_labels label the PrometheusRule and no alert.", func(t *testing.T) {
+		m := modelOf(t, minimalConfig+"alerting:\n  labels: {env: prod}\n  prometheusrule_labels: {release: kube-prometheus-stack, app.kubernetes.io/part-of: outbox-canary}\n")
+		out, err := alerts.Render(m, alerts.FormatPrometheusRule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pr alerts.PrometheusRule
+		if err := yaml.Unmarshal(out, &pr); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[string]string{"release": "kube-prometheus-stack", "app.kubernetes.io/part-of": "outbox-canary"}; !maps.Equal(pr.Metadata.Labels, want) {
+			t.Errorf("metadata labels %v, want %v", pr.Metadata.Labels, want)
+		}
+		for _, g := range pr.Spec.Groups {
+			for _, r := range g.Rules {
+				if _, ok := r.Labels["release"]; ok {
+					t.Errorf("rule %s%s carries the resource's release label", r.Record, r.Alert)
+				}
+				if r.Labels["env"] != "prod" {
+					t.Errorf("rule %s%s lacks alerting.labels' env", r.Record, r.Alert)
+				}
+			}
+		}
+	})
+	t.Run("Without prometheusrule_labels the PrometheusRule keeps alerting.labels, as before the field existed.", func(t *testing.T) {
+		m := modelOf(t, minimalConfig+"alerting:\n  labels: {release: prom}\n")
+		out, err := alerts.Render(m, alerts.FormatPrometheusRule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pr alerts.PrometheusRule
+		if err := yaml.Unmarshal(out, &pr); err != nil {
+			t.Fatal(err)
+		}
+		if pr.Metadata.Labels["release"] != "prom" {
+			t.Errorf("metadata labels %v, want release: prom", pr.Metadata.Labels)
+		}
+	})
+	for _, tc := range []struct{ name, alerting, wantErr string }{
+		{"Two severities with one name are refused.", "  severities: {page: x, ticket: x}\n", `severities: page and ticket are both "x"`},
+		{"A PrometheusRule label that Kubernetes refuses is refused.", "  prometheusrule_labels: {\"-bad\": x}\n", "prometheusrule_labels.-bad: not a Kubernetes label key"},
+		{"A dashboard URL that would break a template is refused.", "  dashboard_url: \"https://g/{{ x }}\"\n", "dashboard_url:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.Load([]byte(minimalConfig + "alerting:\n" + tc.alerting))
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestRenderRejectsAnUnknownFormat(t *testing.T) {
+	_, m := loadModel(t, testConfig)
+	_, err := alerts.Render(m, "jsonnet")
+	if err == nil || !strings.Contains(err.Error(), `format "jsonnet": must be one of rules, prometheusrule, alertmanager`) {
+		t.Fatalf("error = %v, want one naming the formats", err)
 	}
 }

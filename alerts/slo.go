@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"math/big"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-// sloLabels are the identity of an SLO's series: Sloth's three labels,
-// plus ours for routing and for people.
+// sloLabels are the labels of an SLO's series: Sloth's three identity
+// labels, plus ours for routing and for people.
 func sloLabels(s slo.SLO) map[string]string {
 	return map[string]string{
 		labelSlothID:      s.ID,
@@ -22,9 +24,31 @@ func sloLabels(s slo.SLO) map[string]string {
 	}
 }
 
+// sloIdentity are the labels that name an SLO and never change while it
+// exists. Everything else on its series (owner, alerting.labels) may
+// change with the configuration, so rules that read an SLO's history
+// aggregate by these and set the rest anew.
+var sloIdentity = []string{labelSlothID, labelSlothService, labelSlothSLO}
+
+// byIdentity is "by (sloth_id, sloth_service, sloth_slo)".
+var byIdentity = "by (" + strings.Join(sloIdentity, ", ") + ")"
+
+// onIdentity is "on (sloth_id, sloth_service, sloth_slo)".
+var onIdentity = "on (" + strings.Join(sloIdentity, ", ") + ")"
+
 // sloSelector selects an SLO's recorded series by Sloth's labels.
 func sloSelector(metric string, s slo.SLO) string {
 	return selector(metric, labelSlothID, s.ID, labelSlothService, s.Pipeline, labelSlothSLO, s.Segment)
+}
+
+// sliSelector selects the SLO's raw SLI event counters, of one outcome
+// when outcome is set.
+func sliSelector(s slo.SLO, outcome string) string {
+	m := []string{slo.LabelPipeline, s.Pipeline, slo.LabelSegment, s.Segment}
+	if outcome != "" {
+		m = append(m, slo.LabelOutcome, outcome)
+	}
+	return selector(slo.MetricSLIEvents, m...)
 }
 
 // SLIErrorExpr is the SLI over a window: the share of the segment's SLI
@@ -40,8 +64,7 @@ func sloSelector(metric string, s slo.SLO) string {
 // could drop it) counts as no bad events rather than no data.
 func SLIErrorExpr(s slo.SLO, w time.Duration) string {
 	rng := "[" + slo.PromDuration(w) + "]"
-	bad := selector(slo.MetricSLIEvents, slo.LabelPipeline, s.Pipeline, slo.LabelSegment, s.Segment, slo.LabelOutcome, slo.OutcomeBad)
-	all := selector(slo.MetricSLIEvents, slo.LabelPipeline, s.Pipeline, slo.LabelSegment, s.Segment)
+	bad, all := sliSelector(s, slo.OutcomeBad), sliSelector(s, "")
 	return lines(
 		"(",
 		"  sum(rate("+bad+rng+"))",
@@ -59,27 +82,38 @@ func (g generator) sliRecordings(s slo.SLO) []Rule {
 		l := withLabel(sloLabels(s), labelSlothWindow, slo.PromDuration(w))
 		rules = append(rules, Rule{Record: slo.RecordSLIError(w), Expr: SLIErrorExpr(s, w), Labels: g.labels(l)})
 	}
-	// The period ratio averages the 5m ratios, as Sloth does: cheap over
-	// 30 days, and windows without events (no sample) do not count.
 	base := sloSelector(slo.RecordSLIError(slo.CurrentBurnWindow), s)
 	rng := "[" + slo.PromDuration(s.Window) + "]"
-	return append(rules, Rule{
-		Record: slo.RecordSLIError(s.Window),
-		Expr: lines(
-			"sum_over_time("+base+rng+")",
-			"/ ignoring ("+labelSlothWindow+")",
-			"count_over_time("+base+rng+")",
-		),
-		// The full identity, not just the window as Sloth writes it: the
-		// same labels come through the expression, and promtool's lint
-		// would otherwise see every SLO's period rule as one duplicate.
-		Labels: g.labels(withLabel(sloLabels(s), labelSlothWindow, slo.PromDuration(s.Window))),
-	})
+	return append(rules,
+		// When the data starts: the base ratio was just recorded in this
+		// group, so its timestamp is this evaluation's.
+		Rule{
+			Record: slo.RecordSLIDataTimestamp,
+			Expr:   "max " + byIdentity + " (timestamp(" + base + "))",
+			Labels: g.labels(sloLabels(s)),
+		},
+		// The period ratio averages the 5m ratios, as Sloth does: cheap
+		// over 30 days, and windows without events (no sample) do not
+		// count. It sums by the SLO's identity, not by every label: after
+		// an owner or alerting.labels change the window holds the base
+		// series under two label sets, and the rule's own labels would
+		// otherwise make them collide ("vector contains metrics with the
+		// same labelset after applying rule labels") for a whole window.
+		Rule{
+			Record: slo.RecordSLIError(s.Window),
+			Expr: lines(
+				"sum "+byIdentity+" (sum_over_time("+base+rng+"))",
+				"/",
+				"sum "+byIdentity+" (count_over_time("+base+rng+"))",
+			),
+			Labels: g.labels(withLabel(sloLabels(s), labelSlothWindow, slo.PromDuration(s.Window))),
+		},
+	)
 }
 
 func (g generator) metaRecordings(s slo.SLO) []Rule {
 	days := new(big.Rat).SetFrac64(int64(s.Window), int64(24*time.Hour))
-	on := "/ on (" + labelSlothID + ", " + labelSlothSLO + ", " + labelSlothService + ") group_left"
+	groupLeft := "/ " + onIdentity + " group_left"
 	rec := func(name, expr string) Rule { return Rule{Record: name, Expr: expr, Labels: g.labels(sloLabels(s))} }
 	info := sloLabels(s)
 	info["sloth_mode"] = "cli-gen-prom"
@@ -89,14 +123,31 @@ func (g generator) metaRecordings(s slo.SLO) []Rule {
 		rec(slo.RecordObjective, "vector("+s.ObjectiveExpr()+")"),
 		rec(slo.RecordErrorBudget, "vector"+s.ErrorBudgetExpr()),
 		rec(slo.RecordTimePeriodDays, "vector("+slo.FormatRat(days)+")"),
+		// The share of the window Prometheus holds data for: a fresh
+		// Prometheus, or one whose retention is shorter than the window,
+		// holds less than all of it.
+		rec(slo.RecordPeriodCoverage, lines(
+			"clamp_max(",
+			"  (time() - min "+byIdentity+" (min_over_time("+sloSelector(slo.RecordSLIDataTimestamp, s)+"["+slo.PromDuration(s.Window)+"])))",
+			"  / "+seconds(s.Window)+",",
+			"  1",
+			")",
+		)),
 		rec(slo.RecordCurrentBurnRate, lines(
 			sloSelector(slo.RecordSLIError(slo.CurrentBurnWindow), s),
-			on,
+			groupLeft,
 			sloSelector(slo.RecordErrorBudget, s),
 		)),
+		// The period's burn rate counts the part of the window without
+		// data as good: after 80 minutes of data holding a 20-minute
+		// stall, the budget spent is what those 20 minutes cost a 30-day
+		// window, not a 25% error ratio extrapolated to the whole of it.
+		// With the whole window held (coverage 1) it is Sloth's.
 		rec(slo.RecordPeriodBurnRate, lines(
 			sloSelector(slo.RecordSLIError(s.Window), s),
-			on,
+			"* "+onIdentity+" group_left",
+			sloSelector(slo.RecordPeriodCoverage, s),
+			groupLeft,
 			sloSelector(slo.RecordErrorBudget, s),
 		)),
 		rec(slo.RecordPeriodErrorBudgetRemaining, "1 - "+sloSelector(slo.RecordPeriodBurnRate, s)),
@@ -106,41 +157,86 @@ func (g generator) metaRecordings(s slo.SLO) []Rule {
 
 // BurnAlertExpr is one multiwindow burn-rate condition: the error ratio is
 // over the threshold on the long window (the value, so $value reads as the
-// long window's ratio) and still is on the short window.
-func BurnAlertExpr(s slo.SLO, a slo.BurnAlert) string {
+// long window's ratio) and still is on the short window, and the long
+// window holds as many bad events as a full window would need to cross
+// the threshold (see slo.BurnAlert.MinBadEvents): on a Prometheus younger
+// than the long window, a late canary or two cannot page. The window
+// label is dropped, so alerts of different window pairs are one alert.
+func BurnAlertExpr(s slo.SLO, a slo.BurnAlert, interval time.Duration) string {
 	thr := a.ThresholdExpr(s)
 	return lines(
-		sloSelector(slo.RecordSLIError(a.Long), s)+" > "+thr,
-		"and ignoring ("+labelSlothWindow+")",
-		sloSelector(slo.RecordSLIError(a.Short), s)+" > "+thr,
+		"(",
+		"  max without ("+labelSlothWindow+") (",
+		"    "+sloSelector(slo.RecordSLIError(a.Long), s)+" > "+thr,
+		"    and ignoring ("+labelSlothWindow+")",
+		"    "+sloSelector(slo.RecordSLIError(a.Short), s)+" > "+thr,
+		"  )",
+		"  and on ()",
+		"  sum(increase("+sliSelector(s, slo.OutcomeBad)+"["+slo.PromDuration(a.Long)+"])) > "+a.MinBadEventsExpr(s, interval),
+		")",
 	)
 }
 
-func (g generator) burnAlerts(s slo.SLO) []Rule {
-	var rules []Rule
+// burnAlerts are one alert per severity for the SLO: the window pairs of
+// that severity OR-ed, fastest first, as Sloth does, so that an incident
+// crossing two pairs is one alert with one label set, not one per window.
+func (g generator) burnAlerts(s slo.SLO, interval time.Duration) []Rule {
+	var levels []string
+	pairs := map[string][]slo.BurnAlert{}
 	for _, a := range s.Burn {
-		window := slo.PromDuration(a.Long) + "/" + slo.PromDuration(a.Short)
+		if _, ok := pairs[a.Severity]; !ok {
+			levels = append(levels, a.Severity)
+		}
+		pairs[a.Severity] = append(pairs[a.Severity], a)
+	}
+	var rules []Rule
+	for _, level := range levels {
+		var exprs, described []string
+		for _, a := range pairs[level] {
+			exprs = append(exprs, strings.TrimSuffix(BurnAlertExpr(s, a, interval), "\n"))
+			described = append(described, fmt.Sprintf("over %s for %s and still for %s (%s%% of the budget spent in %s)",
+				thresholdText(s, a), slo.PromDuration(a.Long), slo.PromDuration(a.Short),
+				slo.FormatRat(a.BudgetPercent), slo.PromDuration(a.Long)))
+		}
 		l := sloLabels(s)
-		l[labelSeverity] = a.Severity
-		l[labelSlothSeverity] = a.Severity
-		l[labelBurnWindow] = window
+		l[labelSeverity] = g.severity(level)
+		l[labelSlothSeverity] = g.severity(level)
+		keep := g.keepFiringFor()
+		if level == config.SeverityPage && inhibitsEndToEnd(s.Segment) {
+			keep = g.keepFiringForSource()
+		}
 		rules = append(rules, Rule{
-			Alert:  AlertErrorBudgetBurn,
-			Expr:   BurnAlertExpr(s, a),
-			Labels: g.labels(l),
-			Annotations: map[string]string{
-				"summary": fmt.Sprintf("Pipeline %s, segment %s: error budget burning at over %sx (%s).",
-					s.Pipeline, s.Segment, slo.FormatRat(a.Factor), window),
-				"description": fmt.Sprintf("{{ $value | humanizePercentage }} of the canaries of pipeline %s took longer than the %s budget of segment %s over the last %s, and still do over the last %s. "+
-					"The objective is %s%% over %s; at this rate %s%% of that error budget goes in %s (threshold %s x (1 - %s)). Owner: %s.",
-					s.Pipeline, slo.PromDuration(s.Budget), s.Segment, slo.PromDuration(a.Long), slo.PromDuration(a.Short),
-					strconv.FormatFloat(s.Objective, 'f', -1, 64), slo.PromDuration(s.Window),
-					slo.FormatRat(a.BudgetPercent), slo.PromDuration(a.Long), slo.FormatRat(a.Factor), s.ObjectiveExpr(), s.Owner),
-				"runbook_url": g.runbook(AlertErrorBudgetBurn),
-			},
+			Alert:         AlertErrorBudgetBurn,
+			Expr:          strings.Join(exprs, "\nor\n") + "\n",
+			KeepFiringFor: slo.PromDuration(keep),
+			Labels:        g.labels(l),
+			Annotations: g.annotate(annotations{
+				alert:   AlertErrorBudgetBurn,
+				summary: fmt.Sprintf("Pipeline %s, segment %s: the error budget is burning (%s).", s.Pipeline, s.Segment, g.severity(level)),
+				description: fmt.Sprintf("{{ $value | humanizePercentage }} of the canaries of pipeline %s took longer than the %s budget of segment %s over the long window of the fastest burn that fires. "+
+					"The objective is %s%% over %s; this %s fires when the error ratio is %s. Owner: %s.",
+					s.Pipeline, slo.PromDuration(s.Budget), s.Segment,
+					strconv.FormatFloat(s.Objective, 'f', -1, 64), slo.PromDuration(s.Window), g.severity(level),
+					strings.Join(described, ", or "), s.Owner),
+				pipelineScoped: true,
+				dashboard:      slo.DashboardSLOOverview,
+				segment:        true,
+			}),
 		})
 	}
 	return rules
+}
+
+// thresholdText is the threshold as the description prints it.
+func thresholdText(s slo.SLO, a slo.BurnAlert) string {
+	return slo.FormatRat(a.Factor) + " x (1 - " + s.ObjectiveExpr() + ")"
+}
+
+// inhibitsEndToEnd reports whether a segment's pages explain (and so
+// inhibit) the end_to_end SLO's alerts of the pipeline: every segment a
+// canary crosses between commit and consume.
+func inhibitsEndToEnd(segment string) bool {
+	return segment != config.SegmentEndToEnd && segment != config.SegmentInsertToCommit
 }
 
 func withLabel(l map[string]string, name, value string) map[string]string {

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/outbox-canary/outbox-canary/slo"
 )
 
 // Header starts every generated file.
@@ -19,10 +22,32 @@ const (
 	// FormatPrometheusRule is a monitoring.coreos.com/v1 PrometheusRule for
 	// the Prometheus Operator.
 	FormatPrometheusRule = "prometheusrule"
+	// FormatAlertmanager is an Alertmanager configuration: the routes by
+	// owner and the inhibit rules for the rules' alerts.
+	FormatAlertmanager = "alertmanager"
 )
 
-// Formats lists the output formats.
-func Formats() []string { return []string{FormatRules, FormatPrometheusRule} }
+// Formats lists the output formats of Render.
+func Formats() []string { return []string{FormatRules, FormatPrometheusRule, FormatAlertmanager} }
+
+// Render generates a model's rules, or its Alertmanager configuration, in
+// one of Formats. The PrometheusRule's metadata labels are
+// alerting.prometheusrule_labels (alerting.labels while that is unset);
+// the Alertmanager configuration has receivers without integrations and
+// Alertmanager's default timings.
+func Render(m *slo.Model, format string) ([]byte, error) {
+	if format == FormatAlertmanager {
+		return AlertmanagerConfig(m, AlertmanagerOptions{})
+	}
+	if format != FormatRules && format != FormatPrometheusRule {
+		return nil, fmt.Errorf("format %q: must be one of %s", format, strings.Join(Formats(), ", "))
+	}
+	rf, err := Generate(m)
+	if err != nil {
+		return nil, err
+	}
+	return Marshal(rf, format, m.Alerting.RuleObjectLabels())
+}
 
 // PrometheusRuleName is the metadata.name of the generated resource.
 const PrometheusRuleName = "outbox-canary"
@@ -42,9 +67,10 @@ type ObjectMetadata struct {
 	Labels map[string]string `yaml:"labels,omitempty"`
 }
 
-// Marshal renders rules in a format, header first. labels are the
-// PrometheusRule's metadata labels (alerting.labels), so an Operator's
-// ruleSelector can pick the resource up; the plain format ignores them.
+// Marshal renders rules in a rule format, header first. labels are the
+// PrometheusRule's metadata labels (alerting.Alerting.RuleObjectLabels),
+// so an Operator's ruleSelector can pick the resource up; the plain format
+// ignores them.
 func Marshal(rf *RuleFile, format string, labels map[string]string) ([]byte, error) {
 	var doc any
 	switch format {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/retry"
+	"github.com/outbox-canary/outbox-canary/slo"
 )
 
 // How the "publish" stamp of a record_timestamp pipeline is to be read.
@@ -175,8 +176,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 // A failed clock estimate is counted as db_clock (the database answered,
 // its clock could not be sampled), apart from database errors.
 const (
-	DependencyDatabase = "database"
-	DependencyKafka    = "kafka"
+	DependencyDatabase = slo.DependencyDatabase
+	DependencyKafka    = slo.DependencyKafka
 	DependencyDBClock  = "db_clock"
 )
 

@@ -37,7 +37,7 @@ const (
 	labelRevision   = "revision"
 	labelGoVersion  = "goversion"
 	labelStamp      = "stamp"
-	labelDependency = "dependency"
+	labelDependency = slo.LabelDependency
 )
 
 // Native histogram settings of the segment latency histogram: a 10% bucket

@@ -45,9 +45,7 @@ const (
 	// Watchers (database, relay, consumers).
 	MetricBacklogRows           = "outbox_canary_outbox_backlog_rows"
 	MetricOldestUnpublishedAge  = "outbox_canary_outbox_oldest_unpublished_age_seconds"
-	MetricWatchErrors           = "outbox_canary_watch_errors_total"                     // label watcher
-	MetricWatcherUp             = "outbox_canary_watcher_up"                             // label watcher: 1 if its last sample succeeded
-	MetricWatcherLastSuccess    = "outbox_canary_watcher_last_success_timestamp_seconds" // label watcher
+	MetricWatchErrors           = "outbox_canary_watch_errors_total" // label watcher
 	MetricSlotRetainedWAL       = "outbox_canary_replication_slot_retained_wal_bytes"
 	MetricSlotUnconfirmedWAL    = "outbox_canary_replication_slot_unconfirmed_wal_bytes"
 	MetricSlotActive            = "outbox_canary_replication_slot_active"
@@ -60,7 +58,32 @@ const (
 	MetricConnectorRunning      = "outbox_canary_connector_running"        // label connector
 	MetricConnectorTaskFailures = "outbox_canary_connector_task_failed"    // label connector
 	MetricConnectorRestarts     = "outbox_canary_connector_restarts_total" // label connector
+
+	// Whether the prober can see. A failing watcher deletes its data
+	// gauges, so an alert on them cannot read an old value as healthy.
+	MetricWatcherUp          = "outbox_canary_watcher_up"                             // label watcher: 1 if its last sample succeeded, else 0
+	MetricWatcherLastSuccess = "outbox_canary_watcher_last_success_timestamp_seconds" // label watcher
+	MetricCanariesUnjudged   = "outbox_canary_canaries_unjudged_total"                // labels segment, reason: canaries no segment's owner is charged for
+	MetricStampOrder         = "outbox_canary_stamp_order_total"                      // label segment: negative segments explained by a late stamp, not skew
 )
+
+// Watchers, the values of the watcher label.
+const (
+	WatcherBacklog          = "backlog"
+	WatcherTransactions     = "transactions"
+	WatcherReplicationSlots = "replication_slots"
+	WatcherConsumerLag      = "consumer_lag"
+	WatcherConnector        = "connector"
+)
+
+// Dependencies of the prober itself, the values of the dependency label.
+const (
+	DependencyDatabase = "database"
+	DependencyKafka    = "kafka"
+)
+
+// Reasons of MetricMessagesSkipped that alerts read.
+const ReasonBadSignature = "bad_signature"
 
 // Label names and values.
 const (
@@ -69,6 +92,12 @@ const (
 	LabelOutcome  = "outcome"
 	LabelReason   = "reason"
 	LabelOwner    = "owner"
+	// LabelWatcher and LabelDependency name what cannot be seen.
+	LabelWatcher    = "watcher"
+	LabelDependency = "dependency"
+	// LabelGroup and LabelTopic name a watched business consumer group.
+	LabelGroup = "group"
+	LabelTopic = "topic"
 
 	OutcomeGood = "good"
 	OutcomeBad  = "bad"
@@ -88,6 +117,24 @@ const (
 	RecordPeriodBurnRate             = "slo:period_burn_rate:ratio"
 	RecordPeriodErrorBudgetRemaining = "slo:period_error_budget_remaining:ratio"
 	RecordSLOInfo                    = "sloth_slo_info"
+
+	// RecordSLIDataTimestamp is ours, not Sloth's: the evaluation time
+	// whenever the SLO had SLI events in CurrentBurnWindow. Its minimum
+	// over the SLO window is when the data Prometheus holds begins.
+	RecordSLIDataTimestamp = "slo:sli_data:timestamp"
+	// RecordPeriodCoverage is ours: the share of the SLO window that
+	// Prometheus holds data for, 0 to 1. Below 1 (a fresh Prometheus, or
+	// a retention shorter than the window) the period burn rate and
+	// budget remaining count the part without data as good.
+	RecordPeriodCoverage = "slo:period_coverage:ratio"
+)
+
+// Dashboard UIDs of the generated Grafana dashboards: alerts link them
+// (alerting.dashboard_url), so both packages read them from here.
+const (
+	DashboardSLOOverview    = "outbox-canary-slo-overview"
+	DashboardSegmentLatency = "outbox-canary-segment-latency"
+	DashboardPipelineHealth = "outbox-canary-pipeline-health"
 )
 
 // RecordSLIError is the name of the recorded error ratio (bad SLI events

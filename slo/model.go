@@ -23,7 +23,9 @@ type Pipeline struct {
 	CanaryInterval time.Duration
 	// LostAfter is when an undelivered canary is declared lost.
 	LostAfter time.Duration
-	RelayKind string
+	// EndToEndBudget is the end_to_end budget: commit to consume.
+	EndToEndBudget time.Duration
+	RelayKind      string
 	// Slot is the replication slot of a cdc pipeline (watch.slot); ""
 	// when unset, and the slot alerts then take every slot reported.
 	Slot string
@@ -102,6 +104,7 @@ func FromConfig(cfg *config.Config) (*Model, error) {
 			Name:           p.Name,
 			CanaryInterval: interval,
 			LostAfter:      time.Duration(p.Canary.LostAfter),
+			EndToEndBudget: time.Duration(p.Budgets[config.SegmentEndToEnd]),
 			RelayKind:      p.Relay.Kind,
 			Slot:           p.Watch.Slot,
 			Segments:       append([]string{config.SegmentInsertToCommit}, p.Segments()...),

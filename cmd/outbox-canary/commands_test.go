@@ -73,7 +73,7 @@ func TestUsageErrorsExitTwoAndSayWhy(t *testing.T) {
 		{"An unknown flag is a usage error.", []string{"run", "--config.file", example, "--bogus"}, "unknown long flag '--bogus'"},
 		{"A log level that does not exist is a usage error.", []string{"--log.level", "loud", "version"}, "unrecognized log level loud"},
 		{"A log format that does not exist is a usage error.", []string{"--log.format", "xml", "version"}, "unrecognized log format xml"},
-		{"A rules format that does not exist is a usage error.", []string{"rules", "--config.file", example, "--format", "yaml"}, "enum value must be one of rules,prometheusrule"},
+		{"A rules format that does not exist is a usage error.", []string{"rules", "--config.file", example, "--format", "yaml"}, "enum value must be one of rules,prometheusrule,alertmanager"},
 		{"A pipeline not in the file is a usage error.", []string{"check", "--config.file", example, "--pipeline", "nosuch"}, `--pipeline "nosuch": not in`},
 		{"A timeout that is not positive is a usage error.", []string{"check", "--config.file", example, "--timeout", "0s"}, "--timeout 0s: must be positive"},
 		{"dashboards without --out is a usage error.", []string{"dashboards", "--config.file", example}, "required flag(s) '--out' not provided"},

@@ -22,7 +22,11 @@ per pipeline, the stall, insert failure, backlog, replication slot, long
 transaction and clock skew alerts; and the prober's dead man.
 
 --format rules writes a plain rule file for Prometheus's rule_files;
---format prometheusrule writes a PrometheusRule for the Prometheus Operator.
+--format prometheusrule writes a PrometheusRule for the Prometheus Operator
+(its metadata labels are alerting.prometheusrule_labels, apart from the
+labels on alerts); --format alertmanager writes the Alertmanager route tree
+(one receiver per owner and severity) and the inhibit rules that make one
+incident one page.
 Warnings about canary rates too low for the objective go to stderr.
 Secrets are not resolved: the environment they name need not be set.`
 
@@ -40,11 +44,7 @@ func rulesCommand(app *kingpin.Application, c *cli) action {
 		if err != nil {
 			return fmt.Errorf("rules: config %s: %w", *configPath, err)
 		}
-		rf, err := alerts.Generate(model)
-		if err != nil {
-			return fmt.Errorf("rules: %w", err)
-		}
-		data, err := alerts.Marshal(rf, *format, cfg.Alerting.Labels)
+		data, err := alerts.Render(model, *format)
 		if err != nil {
 			return fmt.Errorf("rules: %w", err)
 		}

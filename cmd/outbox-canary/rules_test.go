@@ -27,9 +27,14 @@ func TestRulesCommand(t *testing.T) {
 			golden: "../../examples/rules/outbox-canary.prometheusrule.yml",
 		},
 		{
+			name:   "the alertmanager format equals the checked-in example",
+			args:   []string{"--format", "alertmanager"},
+			golden: "../../examples/rules/outbox-canary.alertmanager.yml",
+		},
+		{
 			name:    "an unknown format is an error naming the formats",
 			args:    []string{"--format", "json"},
-			wantErr: "enum value must be one of rules,prometheusrule, got 'json'",
+			wantErr: "enum value must be one of rules,prometheusrule,alertmanager, got 'json'",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -51,6 +51,50 @@ type Alerting struct {
 	// (the SRE Workbook's: page on 2% of the budget in 1h or 5% in 6h,
 	// ticket on 10% in 1d or in 3d) when set.
 	BurnWindows []BurnWindow `yaml:"burn_windows"`
+	// PrometheusRuleLabels are the metadata labels of the generated
+	// PrometheusRule (e.g. release: kube-prometheus-stack for the
+	// Operator's ruleSelector); they go on no alert. Unset, the resource
+	// keeps Labels as its metadata labels, as before this field existed,
+	// so an existing ruleSelector still matches.
+	PrometheusRuleLabels map[string]string `yaml:"prometheusrule_labels"`
+	// Severities are the values of the severity label for the two levels
+	// the rules know, e.g. critical and warning instead of page and ticket.
+	Severities Severities `yaml:"severities"`
+	// DashboardURL is the base URL of the Grafana that holds the
+	// generated dashboards (e.g. https://grafana.example.com); each alert
+	// then links its dashboard in a dashboard_url annotation. Empty
+	// leaves the annotation out.
+	DashboardURL string `yaml:"dashboard_url"`
+	// ProberConfigFile is where the prober's configuration file lives on
+	// the hosts the on-call engineer works from, for the diagnose command
+	// each alert's annotations print.
+	ProberConfigFile string `yaml:"prober_config_file"`
+}
+
+// Severities names the two alert levels in the severity label.
+type Severities struct {
+	// Page is the severity label of alerts that need someone now.
+	Page string `yaml:"page"`
+	// Ticket is the severity label of alerts that can wait for working hours.
+	Ticket string `yaml:"ticket"`
+}
+
+// Name returns the severity label value of a level (SeverityPage or
+// SeverityTicket).
+func (s Severities) Name(level string) string {
+	if level == SeverityTicket {
+		return s.Ticket
+	}
+	return s.Page
+}
+
+// RuleObjectLabels are the metadata labels of the generated
+// PrometheusRule: PrometheusRuleLabels, or Labels while that is unset.
+func (a Alerting) RuleObjectLabels() map[string]string {
+	if a.PrometheusRuleLabels != nil {
+		return a.PrometheusRuleLabels
+	}
+	return a.Labels
 }
 
 // Burn-rate alert severities.
@@ -177,9 +221,16 @@ const DefaultRunbookURL = "https://github.com/outbox-canary/outbox-canary/blob/m
 // DefaultProberJob is the job label the dead-man alert expects by default.
 const DefaultProberJob = "outbox-canary"
 
+// DefaultProberConfigFile is where the diagnose command in the alerts'
+// annotations looks for the configuration by default.
+const DefaultProberConfigFile = "/etc/outbox-canary/outbox-canary.yml"
+
 func (a *Alerting) setDefaults() {
 	setIfEmpty(&a.RunbookURL, DefaultRunbookURL)
 	setIfEmpty(&a.ProberJob, DefaultProberJob)
+	setIfEmpty(&a.ProberConfigFile, DefaultProberConfigFile)
+	setIfEmpty(&a.Severities.Page, SeverityPage)
+	setIfEmpty(&a.Severities.Ticket, SeverityTicket)
 	if a.StallIntervals == 0 {
 		a.StallIntervals = 2
 	}
@@ -207,6 +258,8 @@ func reservedLabels() []string {
 }
 
 var labelNameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+var kubernetesLabelKeyRE = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
 
 func (a *Alerting) validate(v *validator) {
 	if a.StallIntervals < 1 {
@@ -240,6 +293,19 @@ func (a *Alerting) validate(v *validator) {
 	for i, w := range a.BurnWindows {
 		for _, p := range w.problems() {
 			v.add(fmt.Sprintf("alerting.burn_windows[%d].%s", i, p.field), "", "%s", p.msg)
+		}
+	}
+	for _, k := range sortedKeys(a.PrometheusRuleLabels) {
+		if !kubernetesLabelKeyRE.MatchString(k) {
+			v.add("alerting.prometheusrule_labels."+k, "", "not a Kubernetes label key (an optional DNS prefix and /, then letters, digits, -, _ and ., starting and ending alphanumeric)")
+		}
+	}
+	if a.Severities.Page == a.Severities.Ticket {
+		v.add("alerting.severities", "", "page and ticket are both %q; Alertmanager could not route them apart", a.Severities.Page)
+	}
+	for _, s := range []struct{ name, v string }{{"severities.page", a.Severities.Page}, {"severities.ticket", a.Severities.Ticket}, {"dashboard_url", a.DashboardURL}, {"prober_config_file", a.ProberConfigFile}} {
+		if strings.ContainsAny(s.v, "\"\\\n{}") {
+			v.add("alerting."+s.name, "", "%q must not contain quotes, backslashes, braces or newlines (it is written into rules and templates)", s.v)
 		}
 	}
 }

@@ -11,11 +11,11 @@ import (
 
 // Label names of the watchers' series besides pipeline.
 const (
-	labelWatcher   = "watcher"
+	labelWatcher   = slo.LabelWatcher
 	labelSlot      = "slot"
 	labelWALStatus = "wal_status"
-	labelGroup     = "group"
-	labelTopic     = "topic"
+	labelGroup     = slo.LabelGroup
+	labelTopic     = slo.LabelTopic
 	labelConnector = "connector"
 )
 

@@ -20,15 +20,17 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/connect"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
+	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-// Watcher names, the values of the watcher label.
+// Watcher names, the values of the watcher label (named in slo, which the
+// alerts read too).
 const (
-	WatcherBacklog      = "backlog"
-	WatcherTransactions = "transactions"
-	WatcherSlots        = "replication_slots"
-	WatcherConsumers    = "consumer_lag"
-	WatcherConnector    = "connector"
+	WatcherBacklog      = slo.WatcherBacklog
+	WatcherTransactions = slo.WatcherTransactions
+	WatcherSlots        = slo.WatcherReplicationSlots
+	WatcherConsumers    = slo.WatcherConsumerLag
+	WatcherConnector    = slo.WatcherConnector
 )
 
 // sampleTimeoutMax bounds one watcher's queries in one sample (less when
