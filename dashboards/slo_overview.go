@@ -122,7 +122,7 @@ func sloOverview(m *slo.Model) (dashboard.Dashboard, error) {
 // of Prometheus, and what "no data yet" means.
 func budgetAbout(m *slo.Model) string {
 	longest := windowText(longestWindow(m))
-	return fmt.Sprintf("Computed over each SLO's window (%s here), so Prometheus must keep at least %s of data: set --storage.tsdb.retention.time to %s or more (Prometheus keeps 15d by default, and silently computes a longer window over what it kept). %q: the rules have recorded no figure for the SLO, as on a Prometheus that has not yet held a whole window (a figure from a few hours would exaggerate every bad canary) or without the rules of outbox-canary rules loaded.",
+	return fmt.Sprintf("Computed over each SLO's window (%s here), so Prometheus must keep at least %s of data: set --storage.tsdb.retention.time to %s or more (Prometheus keeps 15d by default, and silently computes a longer window over what it kept). %q: the rules have recorded no figure for the SLO (a Prometheus that has only just started, or one without the rules of outbox-canary rules loaded), rather than an empty panel or a figure that means nothing.",
 		windowsText(m), longest, longest, noDataYet)
 }
 
