@@ -1,10 +1,15 @@
 // Package dashboards turns the SLO model into Grafana dashboards (JSON, built
 // with the Grafana Foundation SDK) and the provisioning files that load them.
 //
-// Three dashboards, each with a pipeline and a datasource variable:
-//   - SLO overview: objectives, SLI over the window, error budget remaining,
-//     burn rates per window and alert state, read from the Sloth-compatible
-//     recording rules that package alerts writes;
+// Three dashboards, each with datasource, job, instance and pipeline
+// variables (job and instance pick the probers, so several environments
+// scraped by one Prometheus can be told apart or compared):
+//   - SLO overview, for the budget review: every SLO of every pipeline,
+//     least error budget left first, with its owner, objective, window and
+//     burn rates colored at each window's own alert thresholds; each burn
+//     alert's windows against its threshold; the budget over the SLO window
+//     (the default time range); alerts firing, the dead man included. Read
+//     from the Sloth-compatible recording rules that package alerts writes;
 //   - segment latency: quantiles per segment against the segment's budget, a
 //     heatmap, and the canaries' fate (lost, duplicate, skipped, skew);
 //   - pipeline health: backlog, transactions, replication slot, Kafka
@@ -21,11 +26,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 
+	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -125,21 +132,68 @@ func WriteFiles(dir string, files []File) error {
 // Variable names.
 const (
 	varDatasource = "datasource"
+	varJob        = "job"
+	varInstance   = "instance"
 	varPipeline   = "pipeline"
 	varSegment    = "segment"
 )
 
-// newDashboard starts a dashboard with what all three share: the notice,
-// tags, links to the others, and the datasource and pipeline variables.
-func newDashboard(m *slo.Model, uid, title, about, from string) *dashboard.DashboardBuilder {
-	first := m.Pipelines[0].Name
-	return dashboard.NewDashboardBuilder(title).
-		Uid(uid).
-		Description(GeneratedNotice+" "+about).
+// allValue is what Grafana stores for "All" of a variable that includes it.
+const allValue = "$__all"
+
+// dashboardSpec is what differs between the dashboards newDashboard
+// starts.
+type dashboardSpec struct {
+	uid, title, about string
+	// from is the start of the default time range, e.g. "now-6h".
+	from string
+	// multiPipeline lets the pipeline variable take several values, All
+	// by default: the SLO overview starts from the whole fleet.
+	multiPipeline bool
+}
+
+// newDashboard starts a dashboard with what all of them share: the notice,
+// tags, links to the others, and the datasource, job, instance and
+// pipeline variables. Job and instance come first because the pipeline
+// variable lists the pipelines the chosen jobs and instances export: that
+// chain is how the job and instance choice reaches the recorded series,
+// which have neither label.
+func newDashboard(m *slo.Model, spec dashboardSpec) *dashboard.DashboardBuilder {
+	job := m.Alerting.ProberJob
+	if job == "" {
+		job = config.DefaultProberJob
+	}
+	pipeline := dashboard.NewQueryVariableBuilder(varPipeline).
+		Label("Pipeline").
+		Datasource(datasource()).
+		Query(dashboard.StringOrMap{String: cog.ToPtr(pipelineValues)}).
+		Definition(pipelineValues).
+		Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
+		Sort(dashboard.VariableSortAlphabeticalAsc)
+	if spec.multiPipeline {
+		pipeline = pipeline.
+			Description("The outbox pipelines, as named in the outbox-canary configuration, that the chosen jobs and instances measure. All by default: every SLO of the fleet.").
+			Multi(true).
+			IncludeAll(true).
+			Current(multiOption("All", allValue))
+	} else {
+		// The first configured pipeline, so a fresh import shows data.
+		first := m.Pipelines[0].Name
+		pipeline = pipeline.
+			Description("The outbox pipeline, as named in the outbox-canary configuration, among those the chosen jobs and instances measure.").
+			// A link from the SLO overview carries its choice, All
+			// included; one this dashboard cannot show falls back to a
+			// pipeline it lists.
+			AllowCustomValue(false).
+			Current(option(first, first))
+	}
+	return dashboard.NewDashboardBuilder(spec.title).
+		Uid(spec.uid).
+		Description(GeneratedNotice+" "+spec.about).
 		Tags([]string{Tag}).
 		Editable().
 		Tooltip(dashboard.DashboardCursorSyncCrosshair).
-		Time(from, "now").
+		Time(spec.from, "now").
 		Timezone(common.TimeZoneBrowser).
 		Refresh("1m").
 		Link(dashboard.NewDashboardLinkBuilder("outbox-canary").
@@ -153,27 +207,80 @@ func newDashboard(m *slo.Model, uid, title, about, from string) *dashboard.Dashb
 		WithVariable(dashboard.NewDatasourceVariableBuilder(varDatasource).
 			Label("Data source").
 			Type("prometheus")).
-		WithVariable(dashboard.NewQueryVariableBuilder(varPipeline).
-			Label("Pipeline").
-			Description("The outbox pipeline, as named in the outbox-canary configuration.").
+		WithVariable(dashboard.NewQueryVariableBuilder(varJob).
+			Label("Job").
+			Description("The Prometheus job the prober is scraped under (alerting.prober_job, " + job + " here). Several jobs or instances chosen add up in the graphs; choose one to see one environment alone.").
 			Datasource(datasource()).
-			Query(dashboard.StringOrMap{String: cog.ToPtr(pipelineValues)}).
-			Definition(pipelineValues).
+			Query(dashboard.StringOrMap{String: cog.ToPtr(jobValues)}).
+			Definition(jobValues).
 			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
 			Sort(dashboard.VariableSortAlphabeticalAsc).
-			// The first configured pipeline, so a fresh import shows data.
-			Current(option(first, first)))
+			Multi(true).
+			IncludeAll(true).
+			Current(multiOption(job, job))).
+		WithVariable(dashboard.NewQueryVariableBuilder(varInstance).
+			Label("Instance").
+			Description("The prober instances of the chosen jobs (one per environment, as deployed).").
+			Datasource(datasource()).
+			Query(dashboard.StringOrMap{String: cog.ToPtr(instanceValues)}).
+			Definition(instanceValues).
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
+			Sort(dashboard.VariableSortAlphabeticalAsc).
+			Multi(true).
+			IncludeAll(true).
+			Current(multiOption("All", allValue))).
+		WithVariable(pipeline)
 }
 
-// pipelineValues lists the pipelines that have sent at least one canary:
-// the counter is created at zero per configured pipeline, so a stalled
-// pipeline stays in the list.
-var pipelineValues = fmt.Sprintf("label_values(%s, %s)", slo.MetricCanariesSent, slo.LabelPipeline)
+// jobValues lists the jobs a prober is scraped under: every prober
+// exports its build info.
+var jobValues = fmt.Sprintf("label_values(%s, %s)", slo.MetricBuildInfo, labelJob)
+
+// instanceValues lists the prober instances of the chosen jobs.
+var instanceValues = fmt.Sprintf(`label_values(%s{%s=~"$%s"}, %s)`, slo.MetricBuildInfo, labelJob, varJob, labelInstance)
+
+// pipelineValues lists the pipelines that the chosen jobs and instances
+// have sent at least one canary for: the counter is created at zero per
+// configured pipeline, so a stalled pipeline stays in the list.
+var pipelineValues = fmt.Sprintf(`label_values(%s{%s=~"$%s",%s=~"$%s"}, %s)`,
+	slo.MetricCanariesSent, labelJob, varJob, labelInstance, varInstance, slo.LabelPipeline)
+
+// reviewRange is the default time range of the dashboards a budget is
+// reviewed on: the SLO window, so the graphs show the same period the
+// budget is computed over. With several windows in the configuration,
+// the longest, so none is cut short.
+func reviewRange(m *slo.Model) string {
+	return "now-" + windowText(longestWindow(m))
+}
+
+// longestWindow is the longest SLO window of the model.
+func longestWindow(m *slo.Model) time.Duration {
+	var longest time.Duration
+	for _, p := range m.Pipelines {
+		for _, s := range p.SLOs {
+			longest = max(longest, s.Window)
+		}
+	}
+	if longest == 0 {
+		// No SLO at all: the configuration's default window.
+		longest = time.Duration(config.DefaultSLO.Window)
+	}
+	return longest
+}
 
 func option(text, value string) dashboard.VariableOption {
 	return dashboard.VariableOption{
 		Text:  dashboard.StringOrArrayOfString{String: cog.ToPtr(text)},
 		Value: dashboard.StringOrArrayOfString{String: cog.ToPtr(value)},
+	}
+}
+
+// multiOption is the current value of a multi-value variable: Grafana
+// stores it as a list.
+func multiOption(text, value string) dashboard.VariableOption {
+	return dashboard.VariableOption{
+		Text:  dashboard.StringOrArrayOfString{ArrayOfString: []string{text}},
+		Value: dashboard.StringOrArrayOfString{ArrayOfString: []string{value}},
 	}
 }
 

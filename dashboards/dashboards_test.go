@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -186,23 +187,37 @@ func TestDashboardsHaveStableUIDsAndVariables(t *testing.T) {
 		if got["uid"] != uid {
 			t.Errorf("%s.json: uid %v", uid, got["uid"])
 		}
-		vars := map[string]map[string]any{}
-		for _, v := range got["templating"].(map[string]any)["list"].([]any) {
-			v := v.(map[string]any)
-			vars[v["name"].(string)] = v
-		}
+		vars := variablesOf(got)
 		if vars[varDatasource]["type"] != "datasource" || vars[varDatasource]["query"] != "prometheus" {
 			t.Errorf("%s: datasource variable is %v", uid, vars[varDatasource])
 		}
 		p := vars[varPipeline]
-		if p["query"] != "label_values(outbox_canary_canaries_sent_total, pipeline)" {
+		if p["query"] != `label_values(outbox_canary_canaries_sent_total{job=~"$job",instance=~"$instance"}, pipeline)` {
 			t.Errorf("%s: pipeline variable query is %v", uid, p["query"])
 		}
+		cur, _ := p["current"].(map[string]any)
+		if uid == UIDSLOOverview {
+			// The review starts from the whole fleet.
+			if p["multi"] != true || p["includeAll"] != true || fmt.Sprint(cur["value"]) != "[$__all]" {
+				t.Errorf("%s: pipeline variable is %v, want multi-value with All chosen", uid, p)
+			}
+			continue
+		}
 		// The first pipeline of the example is preselected.
-		if cur, _ := p["current"].(map[string]any); cur["value"] != "orders" {
+		if cur["value"] != "orders" {
 			t.Errorf("%s: pipeline variable current is %v, want orders", uid, p["current"])
 		}
 	}
+}
+
+// variablesOf maps a dashboard's variables by name.
+func variablesOf(d map[string]any) map[string]map[string]any {
+	vars := map[string]map[string]any{}
+	for _, v := range d["templating"].(map[string]any)["list"].([]any) {
+		v := v.(map[string]any)
+		vars[v["name"].(string)] = v
+	}
+	return vars
 }
 
 // panelsOf lists every panel of a dashboard, those inside collapsed rows
@@ -310,9 +325,9 @@ func TestCDCSectionsAreCollapsedOnlyWithoutCDCPipelines(t *testing.T) {
 	}
 }
 
-// The burn-rate table has one column per window the rules record: the
-// configured burn windows, not a fixed list.
-func TestBurnRateTableFollowsTheConfiguredWindows(t *testing.T) {
+// The fleet table has one burn-rate column per window the rules record:
+// the configured burn windows, not a fixed list.
+func TestFleetTableFollowsTheConfiguredWindows(t *testing.T) {
 	tests := []struct {
 		name, config string
 		want         []time.Duration
@@ -323,21 +338,25 @@ func TestBurnRateTableFollowsTheConfiguredWindows(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := dashboardFiles(t, generate(t, tt.config))[UIDSLOOverview+".json"]
-			var got []string
-			for _, p := range panelsOf(d) {
-				if p["title"] != "Burn rate per window" {
-					continue
-				}
-				for _, q := range p["targets"].([]any) {
-					got = append(got, q.(map[string]any)["expr"].(string))
-				}
+			tables := fleetTables(d)
+			if len(tables) == 0 {
+				t.Fatal("no fleet table")
 			}
-			if len(got) != len(tt.want) {
-				t.Fatalf("%d columns, want one per window %v:\n%s", len(got), tt.want, strings.Join(got, "\n"))
-			}
-			for i, w := range tt.want {
-				if !strings.Contains(got[i], slo.RecordSLIError(w)+"{") {
-					t.Errorf("column %d reads %s, want the %s window", i, got[i], slo.PromDuration(w))
+			for _, p := range tables {
+				cols := columnsOf(t, p)
+				var got []string
+				for _, c := range cols {
+					if strings.HasPrefix(c.name, burnColumn) {
+						got = append(got, c.expr)
+					}
+				}
+				if len(got) != len(tt.want) {
+					t.Fatalf("%s: %d burn columns, want one per window %v:\n%s", p["title"], len(got), tt.want, strings.Join(got, "\n"))
+				}
+				for i, w := range tt.want {
+					if !strings.Contains(got[i], slo.RecordSLIError(w)+"{") {
+						t.Errorf("%s: burn column %d reads %s, want the %s window", p["title"], i, got[i], slo.PromDuration(w))
+					}
 				}
 			}
 		})

@@ -28,9 +28,12 @@ const (
 // Sections that only CDC relays feed start collapsed when no pipeline of
 // the configuration uses one.
 func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
-	b := newDashboard(m, UIDPipelineHealth, "outbox-canary / pipeline health",
-		"Backlog, transactions, replication slot, Kafka Connect, consumer lag and clocks of a pipeline, in runbook order.",
-		"now-6h")
+	b := newDashboard(m, dashboardSpec{
+		uid:   UIDPipelineHealth,
+		title: "outbox-canary / pipeline health",
+		about: "Backlog, transactions, replication slot, Kafka Connect, consumer lag and clocks of a pipeline, in runbook order.",
+		from:  "now-6h",
+	})
 
 	cdc := false
 	for _, p := range m.Pipelines {
@@ -48,7 +51,7 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 			{alertLine(timeSeries("Oldest unpublished row",
 				"Age of the oldest unpublished row (a partial index keeps this cheap). The dashed line is where the backlog age alert fires.",
 				"s",
-				query(sumBy(sel(slo.MetricOldestUnpublishedAge)), "age")), time.Duration(a.OldestUnpublishedAge)), 8, 8},
+				query(maxBy(sel(slo.MetricOldestUnpublishedAge)), "age")), time.Duration(a.OldestUnpublishedAge)), 8, 8},
 			{timeSeries("Backlog growth",
 				"Rows per second the backlog grows by; sustained growth over "+slo.PromDuration(time.Duration(a.BacklogGrowthFor))+" alerts.",
 				"short",
@@ -58,7 +61,7 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 			{alertLine(timeSeries("Oldest open transaction",
 				"Age of the oldest open transaction in the database: the outbox rows it wrote stay invisible to the relay until it commits. The dashed line is where the long transaction alert fires.",
 				"s",
-				query(sumBy(sel(slo.MetricOldestTransactionAge)), "age")), time.Duration(a.LongTransactionAge)), 12, 8},
+				query(maxBy(sel(slo.MetricOldestTransactionAge)), "age")), time.Duration(a.LongTransactionAge)), 12, 8},
 			{timeSeries("Long transactions",
 				"Open transactions older than watch.long_transaction_threshold.",
 				"short",
@@ -69,13 +72,13 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 			{statPanel("Slot active",
 				"Whether a consumer (the connector) is attached to the replication slot. An inactive slot retains WAL until the disk fills.",
 				"short",
-				instant(sumBy(sel(slo.MetricSlotActive), labelSlot), "{{slot}}")).
+				instant(minBy(sel(slo.MetricSlotActive), labelSlot), "{{slot}}")).
 				ColorMode(common.BigValueColorModeBackground).
 				Mappings(stateMapping("inactive", "active", "red", "green")), 4, 8},
 			{statPanel("WAL status",
 				"The slot's wal_status: reserved and extended are fine, unreserved means WAL is about to be removed, lost means the slot is broken and the connector must be re-snapshotted.",
 				"short",
-				instant(sumBy(sel(slo.MetricSlotWALStatus)+" == 1", labelSlot, labelWALStatus), "{{slot}}: {{wal_status}}")).
+				instant(maxBy(sel(slo.MetricSlotWALStatus)+" == 1", labelSlot, labelWALStatus), "{{slot}}: {{wal_status}}")).
 				TextMode(common.BigValueTextModeName).
 				ColorMode(common.BigValueColorModeBackground).
 				OverrideByRegexp(".*: reserved", []dashboard.DynamicConfigValue{fixedColor("green")}).
@@ -94,7 +97,7 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 			{statPanel("Connector",
 				"Whether the connector and all its tasks are RUNNING.",
 				"short",
-				instant(sumBy(sel(slo.MetricConnectorRunning), labelConnector), "{{connector}}")).
+				instant(minBy(sel(slo.MetricConnectorRunning), labelConnector), "{{connector}}")).
 				ColorMode(common.BigValueColorModeBackground).
 				Mappings(stateMapping("not running", "running", "red", "green")), 6, 8},
 			{timeSeries("Failed tasks",
@@ -117,16 +120,16 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 			{timeSeries("Consumer lag (time)",
 				"Age of the oldest message each watched consumer group has yet to consume.",
 				"s",
-				query(sumBy(sel(slo.MetricConsumerLagSeconds), labelGroup, labelTopic), "{{group}} on {{topic}}")).
+				query(maxBy(sel(slo.MetricConsumerLagSeconds), labelGroup, labelTopic), "{{group}} on {{topic}}")).
 				Min(0), 12, 8},
 		}},
 		{title: "Clocks and watchers", cells: []cell{
 			{timeSeries("Database clock offset",
-				"Database clock minus prober clock, with its error bound (half the round trip of the best sample). Stamps taken by the database are corrected by it.",
+				"Database clock minus prober clock, with its error bound (half the round trip of the best sample), per prober instance: each measures its own. Stamps taken by the database are corrected by it.",
 				"s",
-				query(sumBy(sel(slo.MetricDBClockOffset)), "offset"),
-				query(sumBy(sel(slo.MetricDBClockOffset))+" - "+sumBy(sel(slo.MetricDBClockOffsetError)), "lower bound"),
-				query(sumBy(sel(slo.MetricDBClockOffset))+" + "+sumBy(sel(slo.MetricDBClockOffsetError)), "upper bound")).
+				query(sumBy(sel(slo.MetricDBClockOffset), labelInstance), "{{instance}} offset"),
+				query(sumBy(sel(slo.MetricDBClockOffset), labelInstance)+" - "+sumBy(sel(slo.MetricDBClockOffsetError), labelInstance), "{{instance}} lower bound"),
+				query(sumBy(sel(slo.MetricDBClockOffset), labelInstance)+" + "+sumBy(sel(slo.MetricDBClockOffsetError), labelInstance), "{{instance}} upper bound")).
 				OverrideByQuery("B", dottedGrey()).
 				OverrideByQuery("C", dottedGrey()), 12, 8},
 			{timeSeries("Watcher errors",

@@ -214,17 +214,20 @@ func TestQueriesReadOnlyExportedOrRecordedMetrics(t *testing.T) {
 	}
 }
 
-// Each recording rule the dashboards read is written by the rules
+// Each recorded series the dashboards read is written by the rules
 // generator (checked on its example output), and the alert panels'
 // alertname=~"Outbox.*" sees every alert it writes.
 func TestRecordingRulesAndAlertsMatchTheRulesGenerator(t *testing.T) {
 	records, alerts := recordedNames(t)
-	used := []string{slo.RecordObjective, slo.RecordErrorBudget, slo.RecordCurrentBurnRate, slo.RecordPeriodBurnRate, slo.RecordPeriodErrorBudgetRemaining, slo.RecordSLOInfo}
-	for _, w := range rateWindows(loadModel(t, exampleConfig)) {
-		used = append(used, slo.RecordSLIError(w))
+	read := seriesRead(t)
+	for _, name := range []string{slo.RecordPeriodErrorBudgetRemaining, slo.RecordTimePeriodDays, slo.RecordErrorBudget, alertsMetric} {
+		if !read[name] {
+			t.Errorf("the dashboards no longer read %s: the review needs it", name)
+		}
 	}
-	for _, name := range used {
-		if !records[name] {
+	prober := proberMetrics(t)
+	for name := range read {
+		if !prober[name] && !records[name] {
 			t.Errorf("the dashboards read %s, which %s does not record", name, exampleRules)
 		}
 	}
@@ -237,6 +240,31 @@ func TestRecordingRulesAndAlertsMatchTheRulesGenerator(t *testing.T) {
 			t.Errorf("alert %s does not match alertname=~%q: the dashboards' alert panels miss it", a, alertNames)
 		}
 	}
+}
+
+// seriesRead is every series name a query or variable of a dashboard
+// generated from any test configuration selects.
+func seriesRead(t *testing.T) map[string]bool {
+	t.Helper()
+	read := map[string]bool{}
+	for _, path := range configs {
+		for _, d := range dashboardFiles(t, generate(t, path)) {
+			exprs, _ := queriesOf(t, d)
+			for _, e := range exprs {
+				parsed, err := promql.NewParser(promql.Options{}).ParseExpr(substitute(e))
+				if err != nil {
+					t.Fatalf("%s: %v", e, err)
+				}
+				promql.Inspect(parsed, func(node promql.Node, _ []promql.Node) error {
+					if vs, ok := node.(*promql.VectorSelector); ok {
+						read[vs.Name] = true
+					}
+					return nil
+				})
+			}
+		}
+	}
+	return read
 }
 
 // The checker itself must fail on what it is there to catch.

@@ -2,6 +2,7 @@ package dashboards
 
 import (
 	"fmt"
+	"math/big"
 	"strings"
 	"time"
 
@@ -15,11 +16,38 @@ const (
 	// for what the canaries see, Outbox* for what the watchers see (backlog,
 	// slot, transactions); OutboxCanary.* alone would hide the latter.
 	alertNames = "Outbox.*"
+	// labelJob and labelInstance are the target labels Prometheus adds to
+	// every scraped series.
+	labelJob      = "job"
+	labelInstance = "instance"
 )
 
-// sel is a selector of name on the pipeline variable, plus matchers.
+// Every matcher on the pipeline variable is a regex match: it serves the
+// multi-value pipeline variable of the SLO overview (Grafana writes the
+// chosen values as "(a|b)") and the single-value one of the other
+// dashboards alike, since a pipeline name has no regex metacharacter
+// (configuration validation allows [a-zA-Z0-9_-] only).
+var pipelineMatcher = slo.LabelPipeline + `=~"$` + varPipeline + `"`
+
+// sel selects a metric the prober exports: on the job and instance
+// variables (the target labels Prometheus adds when it scrapes the
+// prober), the pipeline variable, and more matchers.
 func sel(name string, matchers ...string) string {
-	all := append([]string{slo.LabelPipeline + `="$` + varPipeline + `"`}, matchers...)
+	all := append([]string{
+		labelJob + `=~"$` + varJob + `"`,
+		labelInstance + `=~"$` + varInstance + `"`,
+		pipelineMatcher,
+	}, matchers...)
+	return name + "{" + strings.Join(all, ",") + "}"
+}
+
+// recorded selects a series the generated rules record. Recording rules
+// aggregate the prober's series away from their job and instance labels,
+// so a job or instance matcher would select nothing: the job and instance
+// variables reach these series through the pipeline variable, whose values
+// are the pipelines the chosen job and instances export.
+func recorded(name string, matchers ...string) string {
+	all := append([]string{pipelineMatcher}, matchers...)
 	return name + "{" + strings.Join(all, ",") + "}"
 }
 
@@ -35,13 +63,26 @@ func rate(selector string) string {
 	return "rate(" + selector + "[$__rate_interval])"
 }
 
-// sumBy aggregates expr by labels (none: a plain sum).
-func sumBy(expr string, labels ...string) string {
+// aggregate applies op by labels (none: over everything).
+func aggregate(op, expr string, labels ...string) string {
 	if len(labels) == 0 {
-		return "sum(" + expr + ")"
+		return op + "(" + expr + ")"
 	}
-	return "sum by (" + strings.Join(labels, ", ") + ") (" + expr + ")"
+	return op + " by (" + strings.Join(labels, ", ") + ") (" + expr + ")"
 }
+
+// sumBy sums expr by labels (none: a plain sum). Counters and counts add up
+// across the chosen instances; gauges that do not (ages, 0/1 states) use
+// maxBy or minBy.
+func sumBy(expr string, labels ...string) string { return aggregate("sum", expr, labels...) }
+
+// maxBy keeps the largest value by labels: the oldest age of several
+// instances, not their sum.
+func maxBy(expr string, labels ...string) string { return aggregate("max", expr, labels...) }
+
+// minBy keeps the smallest value by labels: a 0/1 health state is healthy
+// only when every chosen instance says so.
+func minBy(expr string, labels ...string) string { return aggregate("min", expr, labels...) }
 
 // inRange is how many events a counter counted over the dashboard's time
 // range.
@@ -54,14 +95,65 @@ func quantile(q string, selector string) string {
 	return fmt.Sprintf("histogram_quantile(%s, %s)", q, sumBy(rate(selector), "le", slo.LabelSegment))
 }
 
-// burnRate is the burn rate over one recorded window, per segment: the
-// error ratio over the window divided by the error budget.
-func burnRate(window time.Duration) string {
-	return sumBy(sel(slo.RecordSLIError(window)), slo.LabelSegment) +
-		" / " + sumBy(sel(slo.RecordErrorBudget), slo.LabelSegment)
+// sloLabels identify one SLO in a dashboard and name who owns it: every
+// budget and burn query keeps them, so tables show the owner beside each
+// figure and legends can name it.
+var sloLabels = []string{slo.LabelPipeline, slo.LabelSegment, slo.LabelOwner}
+
+// sloLegend names an SLO and its owner in a legend.
+const sloLegend = "{{pipeline}}/{{segment}} ({{owner}})"
+
+// perSLO is a recorded series per SLO (summed over the labels that are not
+// the SLO's, such as sloth_window).
+func perSLO(name string, matchers ...string) string {
+	return sumBy(recorded(name, matchers...), sloLabels...)
 }
 
-// alertSelector selects outbox-canary's alerts of the pipeline.
+// burnRate is the burn rate of every SLO over one recorded window: the
+// error ratio over the window divided by the error budget.
+func burnRate(window time.Duration, matchers ...string) string {
+	return perSLO(slo.RecordSLIError(window), matchers...) + " / " + perSLO(slo.RecordErrorBudget, matchers...)
+}
+
+// burnThresholdExpr is, per pipeline, the burn rate at which the alert
+// fires, computed by Prometheus from the recorded SLO window in days:
+// budget_percent/100 * window/long, the model's BurnFactor. Read from the
+// rules' own record, the line is right for each pipeline's window (14.4
+// for 30d, 13.44 for 28d on the 1h page) where a fixed number could only
+// be right for one.
+//
+// It is written as one division of two exact integers, days * 86400 *
+// num / (100 * den * long_seconds) with budget_percent = num/den, so
+// Prometheus rounds once and draws exactly the float of the factor (14/15
+// on a 28d window's 3d ticket, not 0.9333333333333335).
+func burnThresholdExpr(a slo.BurnAlert) string {
+	pct := a.BudgetPercent
+	den := "100"
+	if pct.Denom().Cmp(big.NewInt(1)) != 0 {
+		den += " * " + pct.Denom().String()
+	}
+	return fmt.Sprintf("%s * 86400 * %s / (%s * %d)",
+		maxBy(recorded(slo.RecordTimePeriodDays), slo.LabelPipeline),
+		pct.Num().String(), den, int64(a.Long/time.Second))
+}
+
+// alertSelector selects outbox-canary's alerts of the chosen pipelines,
+// jobs and instances, and the instance-wide ones (the dead man,
+// OutboxCanaryProberAbsent, has no pipeline label). Each matcher also
+// accepts an absent label ("|" matches the empty value): burn-rate alerts
+// come from recorded series and carry no job or instance, the dead man
+// carries its job but no instance.
 func alertSelector(matchers ...string) string {
-	return sel(alertsMetric, append([]string{`alertname=~"` + alertNames + `"`}, matchers...)...)
+	all := append([]string{
+		`alertname=~"` + alertNames + `"`,
+		labelJob + `=~"$` + varJob + `|"`,
+		labelInstance + `=~"$` + varInstance + `|"`,
+		slo.LabelPipeline + `=~"$` + varPipeline + `|"`,
+	}, matchers...)
+	return alertsMetric + "{" + strings.Join(all, ",") + "}"
+}
+
+// alertsFiring counts the firing alerts alertSelector sees, 0 when none.
+func alertsFiring() string {
+	return "count(" + alertSelector(`alertstate="firing"`) + ") or vector(0)"
 }

@@ -13,9 +13,12 @@ import (
 // distribution and its SLI events, then the fate of the pipeline's
 // canaries (late, lost, duplicated, out of order, skipped, skewed).
 func segmentLatency(m *slo.Model) (dashboard.Dashboard, error) {
-	b := newDashboard(m, UIDSegmentLatency, "outbox-canary / segment latency",
-		"Latency of each segment of a pipeline against its budget, and what became of the canaries.",
-		"now-6h").
+	b := newDashboard(m, dashboardSpec{
+		uid:   UIDSegmentLatency,
+		title: "outbox-canary / segment latency",
+		about: "Latency of each segment of a pipeline against its budget, and what became of the canaries.",
+		from:  "now-6h",
+	}).
 		WithVariable(dashboard.NewQueryVariableBuilder(varSegment).
 			Label("Segment").
 			Description("Segments of the pipeline, between two stamps of a canary; end_to_end is commit to consume.").
@@ -35,7 +38,7 @@ func segmentLatency(m *slo.Model) (dashboard.Dashboard, error) {
 		query(quantile("0.5", bucket), "p50"),
 		query(quantile("0.9", bucket), "p90"),
 		query(quantile("0.99", bucket), "p99"),
-		query(sumBy(segmentSel(slo.MetricSegmentBudget), slo.LabelSegment), "budget")).
+		query(maxBy(segmentSel(slo.MetricSegmentBudget), slo.LabelSegment), "budget")).
 		Min(0).
 		OverrideByQuery("D", dashedRed())
 
@@ -68,7 +71,7 @@ func segmentLatency(m *slo.Model) (dashboard.Dashboard, error) {
 			{statPanel("Since last good canary",
 				"Time since the last canary that crossed the whole pipeline within its end-to-end budget; empty until the first.",
 				"s",
-				instant("time() - ("+sumBy(sel(slo.MetricLastSuccessTimestamp))+" > 0)", "")).
+				instant("time() - ("+maxBy(sel(slo.MetricLastSuccessTimestamp))+" > 0)", "")).
 				Decimals(0), 3, 4},
 			{timeSeries("Canaries",
 				"Canaries sent, received (late ones among them) and lost, and inserts that failed (those are not SLI events: the pipeline was not exercised).",
