@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -54,9 +55,19 @@ func kubeScore(manifest string) (report string, critical bool, err error) {
 	}
 }
 
+// buildKubeScore builds kube-score once, before the parallel runs below
+// would each build it.
+var buildKubeScore = sync.OnceValues(func() ([]byte, error) {
+	return exec.Command("go", "run", kubeScoreModule, "version").CombinedOutput()
+})
+
 func TestKubeScoreFindsNothingCritical(t *testing.T) {
+	if out, err := buildKubeScore(); err != nil {
+		t.Fatalf("go run %s version: %v\n%s", kubeScoreModule, err, out)
+	}
 	for _, vs := range valueSets {
 		t.Run(vs.name, func(t *testing.T) {
+			t.Parallel() // each kube-score run is a process of its own
 			manifest, err := renderChart(vs.values)
 			if err != nil {
 				t.Fatal(err)
