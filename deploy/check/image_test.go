@@ -1,0 +1,168 @@
+package check
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/buildkit/frontend/dockerfile/linter"
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/patternmatcher"
+	"github.com/moby/patternmatcher/ignorefile"
+	"golang.org/x/mod/modfile"
+)
+
+// No container engine runs on the machines this is tested on, so the image
+// is checked the way BuildKit reads it, without building it: the
+// Dockerfile's syntax and BuildKit's parse-time build checks, its base
+// images, and what .dockerignore keeps out of the build context.
+
+const repoRoot = "../.."
+
+func parseDockerfile(t *testing.T) []instructions.Stage {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot, "deploy/Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, err := parser.Parse(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("parse deploy/Dockerfile: %v", err)
+	}
+	for _, w := range result.Warnings {
+		t.Errorf("deploy/Dockerfile line %d: %s", w.Location.Start.Line, w.Short)
+	}
+	lint := linter.New(&linter.Config{Warn: func(rule, description, url, msg string, location []parser.Range) {
+		line := 0
+		if len(location) > 0 {
+			line = location[0].Start.Line
+		}
+		t.Errorf("deploy/Dockerfile line %d: BuildKit check %s: %s", line, rule, msg)
+	}})
+	stages, _, err := instructions.Parse(result.AST, lint)
+	if err != nil {
+		t.Fatalf("deploy/Dockerfile: %v", err)
+	}
+	return stages
+}
+
+// A base image is fully qualified (a registry host first) and pinned by a
+// digest, literal or from a build argument.
+var pinnedImage = regexp.MustCompile(`^[a-z0-9.-]+\.[a-z]+/[a-z0-9./_-]+:[A-Za-z0-9._-]+@(sha256:[a-f0-9]{64}|\$\{[A-Z_]+_DIGEST\})$`)
+
+func TestDockerfileBaseImagesAreQualifiedAndPinned(t *testing.T) {
+	for _, stage := range parseDockerfile(t) {
+		if !pinnedImage.MatchString(stage.BaseName) {
+			t.Errorf("FROM %s: want registry/repository:tag@digest", stage.BaseName)
+		}
+	}
+}
+
+func TestDockerfileGoMatchesGoMod(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := modfile.ParseLax("go.mod", data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mod.Go.Version
+	if mod.Toolchain != nil {
+		want = strings.TrimPrefix(mod.Toolchain.Name, "go")
+	}
+	build := parseDockerfile(t)[0]
+	if !strings.Contains(build.BaseName, "/golang:"+want+"-") {
+		t.Errorf("the build stage uses %s, go.mod asks for Go %s", build.BaseName, want)
+	}
+}
+
+func TestDockerfileBuildsTrimmedAndVersionedAndRunsAsNonRoot(t *testing.T) {
+	stages := parseDockerfile(t)
+	var run string
+	for _, cmd := range stages[0].Commands {
+		if r, ok := cmd.(*instructions.RunCommand); ok {
+			run += strings.Join(r.CmdLine, " ") + "\n"
+		}
+	}
+	for _, want := range []string{"-trimpath", "make build", `VERSION="${VERSION}"`, `REVISION="${REVISION}"`, "CGO_ENABLED=0"} {
+		if !strings.Contains(run, want) {
+			t.Errorf("the build stage's RUN lacks %s:\n%s", want, run)
+		}
+	}
+	var user string
+	for _, cmd := range stages[len(stages)-1].Commands {
+		if u, ok := cmd.(*instructions.UserCommand); ok {
+			user = u.User
+		}
+	}
+	if user != "65532:65532" {
+		t.Errorf("the final stage's USER = %q, want 65532:65532", user)
+	}
+}
+
+// TestDockerignoreKeepsTheContextToTheSources checks the patterns the way
+// docker and BuildKit apply them: the local stack, .git and binaries stay
+// out; every file of every package the binaries are built from stays in.
+func TestDockerignoreKeepsTheContextToTheSources(t *testing.T) {
+	f, err := os.Open(filepath.Join(repoRoot, ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	patterns, err := ignorefile.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	excluded := func(path string) bool {
+		t.Helper()
+		m, err := pm.MatchesOrParentMatches(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for _, path := range []string{".stack/pg/base/1/112", ".stack/kafka/libs/kafka_2.13-4.4.0.jar", ".git/HEAD", "bin/outbox-canary", "outbox-canary", "prober/prober.test", "deploy/local/kafka/pom.xml", "deploy/check/go.mod"} {
+		if !excluded(path) {
+			t.Errorf("%s is in the build context", path)
+		}
+	}
+	must := []string{"go.mod", "go.sum", "Makefile"}
+	out, err := exec.Command("go", "-C", repoRoot, "list", "-deps", "-f", "{{if not .Standard}}{{.Dir}}{{end}}", "./cmd/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range strings.Fields(string(out)) {
+		rel, err := filepath.Rel(root, dir)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			continue // a module from the module cache, downloaded in the build
+		}
+		files, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, file := range files {
+			if !file.IsDir() && !strings.HasSuffix(file.Name(), "_test.go") {
+				must = append(must, filepath.ToSlash(filepath.Join(rel, file.Name())))
+			}
+		}
+	}
+	for _, path := range must {
+		if excluded(path) {
+			t.Errorf("%s is needed to build the binaries but .dockerignore leaves it out", path)
+		}
+	}
+}
