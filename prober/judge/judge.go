@@ -1,0 +1,944 @@
+package judge
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Config is what the judge needs of a pipeline's configuration.
+type Config struct {
+	Plan Plan
+	// SkewTolerance: a segment negative by less than this (plus the error
+	// bounds of its stamps) is measurement noise, measured as 0.
+	SkewTolerance time.Duration
+	// MaxSkew: a stamp further than this outside [commit, consume] is
+	// invalid rather than skewed.
+	MaxSkew time.Duration
+	// LostAfter: a canary not arrived this long after its commit is lost.
+	LostAfter time.Duration
+	// Forget: a final canary is remembered this long after its commit, to
+	// recognise its duplicates.
+	Forget time.Duration
+	// ArrivedLookupWindow: how long after arrival a lookup stamp that
+	// reads absent is asked for again before it is given up as missing.
+	ArrivedLookupWindow time.Duration
+	// FloodSkips: readers behind with a backlog of at least this many
+	// messages (or after this many that were not our canaries since they
+	// were last caught up) are the prober's own lag.
+	FloodSkips int
+
+	// mutation, set only by the model test, breaks one rule on purpose to
+	// prove the test notices.
+	mutation string
+}
+
+// Sent is a canary whose insert committed.
+type Sent struct {
+	ID, Key, RowID string
+	Seq            uint64
+	InsertStarted  time.Time // before BEGIN
+	CommitSent     time.Time // before COMMIT
+	Committed      time.Time // when COMMIT returned
+}
+
+// Arrival is a canary's message as consumed, with the stamps it carries
+// (already on the prober clock).
+type Arrival struct {
+	CanaryID  string
+	Key       string
+	Seq       uint64
+	Partition int
+	Offset    int64
+	Consumed  time.Time
+	Stamps    map[string]time.Time
+}
+
+// Kind classifies an arrival.
+type Kind int
+
+// Arrival kinds.
+const (
+	KindFirst     Kind = iota + 1 // the first arrival of a known canary: judged
+	KindDuplicate                 // a later arrival: counted, never judged again
+	KindReplay                    // an offset processed before a restart: ignored
+	KindUnknown                   // a canary of this instance without a record: skipped
+	KindPending                   // overtook Sent: parked, resolved by Sent
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindFirst:
+		return "first"
+	case KindDuplicate:
+		return "duplicate"
+	case KindReplay:
+		return "replay"
+	case KindUnknown:
+		return "unknown"
+	case KindPending:
+		return "pending"
+	}
+	return "Kind(?)"
+}
+
+// Position is where the prober's readers of the canary topic were: at At
+// (before the high watermarks were read), CaughtUp says whether every
+// partition had been processed up to its high watermark. A message acked
+// before At was therefore processed if CaughtUp. Lag is how many messages
+// were left to process, summed over the partitions.
+type Position struct {
+	At       time.Time
+	CaughtUp bool
+	Lag      int64
+}
+
+// position is the judge's memory of the readers' positions.
+type position struct {
+	caughtUpAsOf time.Time // latest At with CaughtUp
+	// behindSince and behindAt span the current streak of samples that
+	// found the readers behind; zero when the latest was caught up. A
+	// single behind sample is ordinary (a canary published a moment ago,
+	// not yet fetched); a streak across a deadline is a lag.
+	behindSince, behindAt time.Time
+	sampledSince          bool  // a sample was taken since the start
+	caughtUp              bool  // caught up at least once since the start
+	skips                 int   // non-canary messages since the last caught-up sample
+	lag                   int64 // messages left to process at the latest sample
+}
+
+// Judge is the pure state machine. Not safe for concurrent use: the shell
+// serialises events.
+type Judge struct {
+	cfg      Config
+	st       *State
+	started  time.Time
+	expected map[string][]Arrival // between Expect and Sent, with parked arrivals
+	inFlight map[string]bool      // lookups asked for and not answered
+	pos      position
+	fx       []Effect
+	dirty    bool
+}
+
+// New resumes from a state (nil: a fresh one) at now, the process's start.
+// The span since the state's last write is recorded as the prober's
+// downtime.
+func New(cfg Config, st *State, now time.Time) *Judge {
+	if st == nil {
+		st = &State{}
+	}
+	if st.Canaries == nil {
+		st.Canaries = map[string]*Canary{}
+	}
+	if st.LastSeq == nil {
+		st.LastSeq = map[string]uint64{}
+	}
+	if st.Next == nil {
+		st.Next = map[int]int64{}
+	}
+	j := &Judge{cfg: cfg, st: st, started: now, expected: map[string][]Arrival{}, inFlight: map[string]bool{}}
+	if !st.AliveAt.IsZero() && st.AliveAt.Before(now) {
+		st.Downtimes = append(st.Downtimes, Interval{From: st.AliveAt, To: now})
+		j.dirty = true
+	}
+	// Keep only the downtimes a remembered canary can span.
+	horizon := now.Add(-cfg.Forget - cfg.LostAfter)
+	st.Downtimes = slices.DeleteFunc(st.Downtimes, func(iv Interval) bool { return iv.To.Before(horizon) })
+	return j
+}
+
+// State is the judge's state, for the shell to persist.
+func (j *Judge) State() *State { return j.st }
+
+// Dirty reports whether the state changed since the last MarkPersisted.
+func (j *Judge) Dirty() bool { return j.dirty }
+
+// MarkPersisted records that the state was written at now.
+func (j *Judge) MarkPersisted(now time.Time) {
+	j.st.AliveAt = now
+	j.dirty = false
+}
+
+// Canary returns a canary's record (nil if unknown). Callers must not
+// change it.
+func (j *Judge) Canary(id string) *Canary { return j.st.Canaries[id] }
+
+// Canaries returns every remembered canary by sequence number.
+func (j *Judge) Canaries() []*Canary {
+	out := slices.Collect(maps.Values(j.st.Canaries))
+	slices.SortFunc(out, func(a, b *Canary) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out
+}
+
+// Config is the judge's configuration.
+func (j *Judge) Config() Config { return j.cfg }
+
+func (j *Judge) take() []Effect {
+	fx := j.fx
+	j.fx = nil
+	return fx
+}
+
+func (j *Judge) emit(e Effect) { j.fx = append(j.fx, e) }
+
+// Expect announces a canary whose insert is about to commit, so that an
+// arrival overtaking Sent is parked rather than taken for unknown.
+func (j *Judge) Expect(id string) {
+	if _, ok := j.expected[id]; !ok {
+		j.expected[id] = nil
+	}
+}
+
+// Abandon withdraws an Expect whose insert failed; an arrival parked for it
+// (a COMMIT that took effect although it reported an error) is unknown.
+func (j *Judge) Abandon(id string) []Effect {
+	parked, ok := j.expected[id]
+	delete(j.expected, id)
+	if ok {
+		for range parked {
+			j.emit(Effect{Kind: EffectUnknownCanary, Canary: id})
+		}
+	}
+	return j.take()
+}
+
+// Sent records a committed canary and judges insert_to_commit.
+func (j *Judge) Sent(s Sent) []Effect {
+	parked := j.expected[s.ID]
+	delete(j.expected, s.ID)
+	if _, ok := j.st.Canaries[s.ID]; ok {
+		return nil // Sent is idempotent
+	}
+	c := &Canary{ID: s.ID, Seq: s.Seq, Key: s.Key, RowID: s.RowID,
+		InsertStarted: s.InsertStarted, CommitSent: s.CommitSent, Committed: s.Committed}
+	j.st.Canaries[s.ID] = c
+	j.st.LastSent = s.Committed
+	j.dirty = true
+	j.emit(Effect{Kind: EffectSent, Canary: c.ID, At: s.Committed})
+	ins := j.cfg.Plan.Insert
+	d := s.Committed.Sub(s.InsertStarted)
+	j.observe(c, ins, d)
+	if ins.Budgeted {
+		j.decide(c, ins.Name, outcomeOf(d, ins.Budget), "", s.Committed)
+	}
+	for _, a := range parked {
+		j.arrived(c, a)
+	}
+	return j.take()
+}
+
+func outcomeOf(d, budget time.Duration) string {
+	if d <= budget {
+		return Good
+	}
+	return Bad
+}
+
+// Arrived classifies a consumed canary of this instance and judges what
+// its stamps prove.
+func (j *Judge) Arrived(a Arrival) (Kind, []Effect) {
+	if j.isReplay(a.Partition, a.Offset) {
+		return KindReplay, nil
+	}
+	j.advance(a.Partition, a.Offset)
+	j.dirty = true
+	c, ok := j.st.Canaries[a.CanaryID]
+	if parked, expected := j.expected[a.CanaryID]; !ok && expected {
+		j.expected[a.CanaryID] = append(parked, a)
+		return KindPending, j.take()
+	}
+	if !ok {
+		j.emit(Effect{Kind: EffectUnknownCanary, Canary: a.CanaryID})
+		return KindUnknown, j.take()
+	}
+	kind := j.arrived(c, a)
+	return kind, j.take()
+}
+
+// Skipped records a message that is not one of our canaries; it reports
+// whether the offset was already processed before a restart.
+func (j *Judge) Skipped(partition int, offset int64) (replay bool) {
+	if j.isReplay(partition, offset) {
+		return true
+	}
+	j.advance(partition, offset)
+	j.pos.skips++
+	j.dirty = true
+	return false
+}
+
+// ResetOffset makes next the next offset of a partition even if lower (the
+// topic was recreated).
+func (j *Judge) ResetOffset(partition int, next int64) {
+	j.st.Next[partition] = next
+	j.dirty = true
+}
+
+// NextOffsets returns, per partition, the next offset to process.
+func (j *Judge) NextOffsets() map[int]int64 { return maps.Clone(j.st.Next) }
+
+func (j *Judge) isReplay(partition int, offset int64) bool {
+	next, ok := j.st.Next[partition]
+	return ok && offset < next
+}
+
+func (j *Judge) advance(partition int, offset int64) {
+	if next, ok := j.st.Next[partition]; !ok || offset+1 > next {
+		j.st.Next[partition] = offset + 1
+	}
+}
+
+// Position records where the readers were.
+func (j *Judge) Position(p Position) []Effect {
+	if p.At.After(j.started) || p.At.Equal(j.started) {
+		j.pos.sampledSince = true
+	}
+	if p.CaughtUp {
+		if p.At.After(j.pos.caughtUpAsOf) {
+			j.pos.caughtUpAsOf = p.At
+		}
+		if !p.At.Before(j.started) {
+			j.pos.caughtUp = true
+		}
+		j.pos.skips = 0
+		j.pos.behindSince, j.pos.behindAt = time.Time{}, time.Time{}
+		return nil
+	}
+	j.pos.lag = p.Lag
+	if j.pos.behindSince.IsZero() {
+		j.pos.behindSince = p.At
+	}
+	if p.At.After(j.pos.behindAt) {
+		j.pos.behindAt = p.At
+	}
+	return nil
+}
+
+// arrived resolves the first (or a later) arrival of a known canary.
+func (j *Judge) arrived(c *Canary, a Arrival) Kind {
+	if c.Arrived {
+		j.emit(Effect{Kind: EffectDuplicate, Canary: c.ID})
+		return KindDuplicate
+	}
+	c.Arrived, c.Consumed, c.Partition, c.Offset = true, a.Consumed, a.Partition, a.Offset
+	c.Tainted = j.trouble(c, a.Consumed)
+	for name, t := range a.Stamps {
+		j.addStamp(c, name, t, 0, a.Consumed)
+	}
+	key := cmp.Or(a.Key, c.Key)
+	if last, ok := j.st.LastSeq[key]; ok && c.Seq < last {
+		c.OutOfOrder = true
+		j.emit(Effect{Kind: EffectOutOfOrder, Canary: c.ID})
+	} else {
+		j.st.LastSeq[key] = c.Seq
+	}
+	j.emit(Effect{Kind: EffectReceived, Canary: c.ID, At: a.Consumed})
+	e2e := j.cfg.Plan.EndToEnd
+	if c.Lost || (e2e.Budgeted && a.Consumed.After(c.Committed.Add(e2e.Budget))) {
+		j.emit(Effect{Kind: EffectLate, Canary: c.ID})
+	}
+	j.st.LastReceived = a.Consumed
+	j.judgeArrived(c, a.Consumed)
+	if v, ok := c.Verdicts[e2e.Name]; ok && v.Outcome == Good {
+		j.st.LastSuccess = a.Consumed
+	}
+	if j.lookupWanted(c) {
+		c.Lookup.Pending = true
+		j.askLookup(c)
+	} else {
+		j.finalize(c, a.Consumed)
+	}
+	return KindFirst
+}
+
+// trouble names the prober's own trouble that may have delayed the
+// consumption of a canary up to at: a downtime since its commit, a
+// restart it is still catching up from, or a flood of messages that are
+// not its canaries. "" when there was none.
+func (j *Judge) trouble(c *Canary, at time.Time) string {
+	if j.cfg.mutation == "no_taint" {
+		return ""
+	}
+	for _, d := range j.st.Downtimes {
+		if d.To.After(c.CommitSent) && d.From.Before(at) {
+			return ReasonProberDown
+		}
+	}
+	if j.pos.sampledSince && !j.pos.caughtUp {
+		return ReasonProberDown // catching up after the start
+	}
+	// A backlog of that many messages is more than a stall of our own
+	// canaries leaves behind: the readers chew through messages that are
+	// not ours, and that wait is the prober's.
+	if flood := int64(j.cfg.FloodSkips); flood > 0 && j.behind() && (int64(j.pos.skips) >= flood || j.pos.lag >= flood) {
+		return ReasonProberLag
+	}
+	return ""
+}
+
+// behind reports whether the latest position sample had the readers
+// behind the topic's end.
+func (j *Judge) behind() bool { return !j.pos.behindSince.IsZero() }
+
+// laggedAcross reports whether the readers have been behind, sample after
+// sample, from before t until after it.
+func (j *Judge) laggedAcross(t time.Time) bool {
+	return j.behind() && !j.pos.behindSince.After(t) && j.pos.behindAt.After(t)
+}
+
+// addStamp records a middle stamp, unless it is implausible.
+func (j *Judge) addStamp(c *Canary, name string, t time.Time, errBound time.Duration, now time.Time) {
+	if j.cfg.Plan.index(name) <= 0 || name == StampConsume {
+		return
+	}
+	if _, known := c.Stamps[name]; known {
+		return // segments may already have been judged against it
+	}
+	if _, bad := c.Invalid[name]; bad {
+		return
+	}
+	upper := now
+	if c.Arrived {
+		upper = c.Consumed
+	}
+	var reason string
+	switch {
+	case t.Before(c.CommitSent.Add(-j.cfg.MaxSkew - errBound)):
+		reason = "before_commit"
+	case t.After(upper.Add(j.cfg.MaxSkew + errBound)):
+		reason = "after_consume"
+	}
+	if reason != "" {
+		if c.Invalid == nil {
+			c.Invalid = map[string]string{}
+		}
+		c.Invalid[name] = reason
+		j.emit(Effect{Kind: EffectStampInvalid, Canary: c.ID, Stamp: name, Reason: reason})
+		j.dirty = true
+		return
+	}
+	if c.Stamps == nil {
+		c.Stamps = map[string]time.Time{}
+	}
+	c.Stamps[name] = t
+	if errBound > 0 {
+		if c.StampError == nil {
+			c.StampError = map[string]time.Duration{}
+		}
+		c.StampError[name] = errBound
+	}
+	j.dirty = true
+}
+
+// lookupWanted reports whether a lookup stamp is still unknown (and not
+// invalid).
+func (j *Judge) lookupWanted(c *Canary) bool {
+	for s := range j.cfg.Plan.Lookup {
+		_, known := c.Stamps[s]
+		_, bad := c.Invalid[s]
+		if !known && !bad {
+			return true
+		}
+	}
+	return false
+}
+
+func (j *Judge) askLookup(c *Canary) {
+	if j.inFlight[c.ID] {
+		return
+	}
+	j.inFlight[c.ID] = true
+	j.emit(Effect{Kind: EffectLookup, Canary: c.ID})
+}
+
+// StampFound delivers looked-up stamps (on the prober clock, with the
+// error bound of their conversion).
+func (j *Judge) StampFound(id string, stamps map[string]time.Time, errBound time.Duration, at time.Time) []Effect {
+	delete(j.inFlight, id)
+	c, ok := j.st.Canaries[id]
+	if !ok || c.Final {
+		return j.take()
+	}
+	c.Lookup.Attempts++
+	c.Lookup.Unavailable, c.Lookup.Absent = false, false
+	for name, t := range stamps {
+		if j.cfg.Plan.Lookup[name] {
+			j.addStamp(c, name, t, errBound, at)
+		}
+	}
+	j.dirty = true
+	if c.Arrived {
+		j.judgeArrived(c, at)
+		if !j.lookupWanted(c) {
+			j.finalize(c, at)
+		}
+	}
+	return j.take()
+}
+
+// StampAbsent reports that a lookup found no stamp (published_at still
+// NULL, or the row gone).
+func (j *Judge) StampAbsent(id string, at time.Time) []Effect {
+	delete(j.inFlight, id)
+	if c, ok := j.st.Canaries[id]; ok && !c.Final {
+		c.Lookup.Attempts++
+		c.Lookup.Absent, c.Lookup.Unavailable = true, false
+		j.dirty = true
+	}
+	return j.take()
+}
+
+// StampUnavailable reports that a lookup could not be made because the
+// prober's own dependency is down: it is retried, and never taken for a
+// missing stamp.
+func (j *Judge) StampUnavailable(id string, at time.Time) []Effect {
+	delete(j.inFlight, id)
+	if c, ok := j.st.Canaries[id]; ok && !c.Final {
+		c.Lookup.Unavailable = true
+		j.dirty = true
+	}
+	return j.take()
+}
+
+// LookupWanted reports whether the canary still wants a lookup; the shell
+// retries a lookup that it could not deliver (its process stopping) while
+// this holds.
+func (j *Judge) LookupWanted(id string) bool {
+	c, ok := j.st.Canaries[id]
+	return ok && !c.Final && j.lookupWanted(c)
+}
+
+// LookupDropped tells the judge a lookup it asked for will not be answered
+// (the shell gave up on it without an answer); it may be asked again.
+func (j *Judge) LookupDropped(id string) { delete(j.inFlight, id) }
+
+// point is a stamp's time as used to measure segments: commit's start
+// (an upper bound for segments from commit), consume, or a middle stamp.
+func (j *Judge) point(c *Canary, stamp string) (time.Time, bool) {
+	switch stamp {
+	case StampCommit:
+		if j.cfg.mutation == "commit_returned" {
+			return c.Committed, true
+		}
+		return c.CommitSent, true
+	case StampConsume:
+		return c.Consumed, c.Arrived
+	}
+	t, ok := c.Stamps[stamp]
+	return t, ok
+}
+
+// measurement is what a canary's stamps say about one segment.
+type measurement struct {
+	status   int           // one of the m* constants
+	duration time.Duration // mMeasured: the duration; mBound: its upper bound; mSkew/mOrder: the negative raw value
+	reason   string        // mUnjudged: why
+}
+
+const (
+	mWait     = iota // a stamp may still come (lookup pending)
+	mMeasured        // duration is the segment's length
+	mBound           // only an upper bound is known (a late stamp): good if within budget
+	mSkew            // clocks disagree
+	mOrder           // a stamp taken after its event made the segment negative
+	mUnjudged        // cannot be judged (reason)
+)
+
+// measure evaluates a segment of an arrived canary.
+func (j *Judge) measure(c *Canary, s Segment) measurement {
+	if s.Name == j.cfg.Plan.EndToEnd.Name {
+		return measurement{status: mMeasured, duration: c.Consumed.Sub(c.CommitSent)}
+	}
+	for _, st := range []string{s.From, s.To} {
+		if _, ok := j.point(c, st); ok {
+			continue
+		}
+		if r, bad := c.Invalid[st]; bad {
+			_ = r
+			return measurement{status: mUnjudged, reason: ReasonInvalidStamp}
+		}
+		if j.cfg.Plan.Lookup[st] && !c.Final {
+			return measurement{status: mWait}
+		}
+		if j.cfg.Plan.Lookup[st] && (c.Lookup.Unavailable || c.Lookup.Attempts == 0) {
+			return measurement{status: mUnjudged, reason: ReasonUnknown}
+		}
+		return measurement{status: mUnjudged, reason: ReasonMissingStamp}
+	}
+	a, _ := j.point(c, s.From)
+	b, _ := j.point(c, s.To)
+	d := b.Sub(a)
+	tol := j.cfg.SkewTolerance + c.StampError[s.From] + c.StampError[s.To]
+	switch {
+	case j.late(c, s.To):
+		// The end stamp was taken after a later stamp's event: the true
+		// end lies before the next stamp, which bounds the segment.
+		next := j.cfg.Plan.Stamps[j.cfg.Plan.index(s.To)+1]
+		n, _ := j.point(c, next)
+		return measurement{status: mBound, duration: max(n.Sub(a), 0)}
+	case d >= 0:
+		return measurement{status: mMeasured, duration: d}
+	case d >= -tol:
+		return measurement{status: mMeasured, duration: 0} // noise: the stamps are that precise
+	case j.cfg.Plan.AfterEvent[s.From] && j.cfg.mutation != "order_as_skew":
+		return measurement{status: mOrder, duration: d}
+	}
+	return measurement{status: mSkew, duration: d}
+}
+
+// knownBefore is the latest known stamp before stamp in the chain (commit
+// at least): a lower bound of stamp's event.
+func (j *Judge) knownBefore(c *Canary, stamp string) time.Time {
+	for i := j.cfg.Plan.index(stamp) - 1; i > 0; i-- {
+		if t, ok := j.point(c, j.cfg.Plan.Stamps[i]); ok {
+			return t
+		}
+	}
+	return c.CommitSent
+}
+
+// late reports whether stamp was taken after its event and after the next
+// stamp of the chain too (published_at marked after consumption).
+func (j *Judge) late(c *Canary, stamp string) bool {
+	if !j.cfg.Plan.AfterEvent[stamp] {
+		return false
+	}
+	i := j.cfg.Plan.index(stamp)
+	if i < 0 || i+1 >= len(j.cfg.Plan.Stamps) {
+		return false
+	}
+	t, ok := j.point(c, stamp)
+	n, okN := j.point(c, j.cfg.Plan.Stamps[i+1])
+	if !ok || !okN {
+		return false
+	}
+	return t.Sub(n) > j.cfg.SkewTolerance+c.StampError[stamp]
+}
+
+// judgeArrived judges every segment of an arrived canary its stamps decide.
+func (j *Judge) judgeArrived(c *Canary, now time.Time) {
+	for _, s := range j.cfg.Plan.Segments() {
+		if c.decided(s.Name) && c.verdict(s.Name).Observed {
+			continue
+		}
+		m := j.measure(c, s)
+		endsAtConsume := s.To == StampConsume
+		switch m.status {
+		case mWait:
+			continue
+		case mMeasured:
+			j.observe(c, s, m.duration)
+			if s.Budgeted {
+				out, reason := outcomeOf(m.duration, s.Budget), ""
+				if out == Bad && endsAtConsume && c.Tainted != "" {
+					out, reason = Unjudged, c.Tainted
+				}
+				j.decide(c, s.Name, out, reason, now)
+			}
+		case mBound:
+			j.markObserved(c, s)
+			if s.Budgeted {
+				if m.duration <= s.Budget {
+					j.decide(c, s.Name, Good, "", now)
+				} else {
+					j.decide(c, s.Name, Unjudged, ReasonStampOrder, now)
+				}
+			}
+		case mOrder:
+			if !c.verdict(s.Name).Observed {
+				j.emit(Effect{Kind: EffectStampOrder, Canary: c.ID, Segment: s.Name, Duration: m.duration})
+			}
+			j.markObserved(c, s)
+			// The true start lies after the stamp before it: that bounds
+			// the segment from above.
+			if s.Budgeted {
+				p := j.knownBefore(c, s.From)
+				to, _ := j.point(c, s.To)
+				switch {
+				case to.Sub(p) <= s.Budget:
+					j.decide(c, s.Name, Good, "", now)
+				default:
+					j.decide(c, s.Name, Unjudged, ReasonStampOrder, now)
+				}
+			}
+		case mSkew:
+			if !c.verdict(s.Name).Observed {
+				j.emit(Effect{Kind: EffectSkew, Canary: c.ID, Segment: s.Name, Duration: m.duration})
+			}
+			j.markObserved(c, s)
+			if s.Budgeted {
+				j.decide(c, s.Name, Unjudged, ReasonClockSkew, now)
+			}
+		case mUnjudged:
+			if s.Budgeted {
+				j.decide(c, s.Name, Unjudged, m.reason, now)
+			}
+		}
+	}
+}
+
+// observe records a segment's duration once.
+func (j *Judge) observe(c *Canary, s Segment, d time.Duration) {
+	v := c.verdict(s.Name)
+	if v.Observed {
+		return
+	}
+	v.Observed = true
+	j.dirty = true
+	j.emit(Effect{Kind: EffectObserve, Canary: c.ID, Segment: s.Name, Duration: d})
+}
+
+func (j *Judge) markObserved(c *Canary, s Segment) {
+	if v := c.verdict(s.Name); !v.Observed {
+		v.Observed = true
+		j.dirty = true
+	}
+}
+
+// decide sets a segment's outcome once and emits it.
+func (j *Judge) decide(c *Canary, segment, outcome, reason string, at time.Time) {
+	v := c.verdict(segment)
+	if v.Outcome != "" {
+		return
+	}
+	v.Outcome, v.Reason, v.At = outcome, reason, at
+	j.dirty = true
+	j.emit(Effect{Kind: EffectVerdict, Canary: c.ID, Segment: segment, Outcome: outcome, Reason: reason, At: at})
+}
+
+// finalize ends a canary: segments it entered and that are still undecided
+// get their reason, stamps the relay did not provide are counted.
+func (j *Judge) finalize(c *Canary, now time.Time) {
+	if c.Final {
+		return
+	}
+	c.Lookup.Pending = false
+	delete(j.inFlight, c.ID)
+	if c.Arrived {
+		for _, st := range j.cfg.Plan.Middle() {
+			_, known := c.Stamps[st]
+			_, bad := c.Invalid[st]
+			unread := j.cfg.Plan.Lookup[st] && (c.Lookup.Unavailable || c.Lookup.Attempts == 0)
+			if !known && !bad && !unread {
+				j.emit(Effect{Kind: EffectStampMissing, Canary: c.ID, Stamp: st})
+			}
+		}
+		c.Final = true // measure() now reports missing stamps as such
+		j.judgeArrived(c, now)
+	} else {
+		entered := j.entered(c)
+		for i, s := range j.cfg.Plan.Chain {
+			if i > entered || !s.Budgeted || c.decided(s.Name) {
+				continue
+			}
+			reason := ReasonLost
+			if i == entered {
+				reason = ReasonUnknown // it was there or further, nothing says which
+			}
+			j.decide(c, s.Name, Unjudged, reason, now)
+		}
+		if e := j.cfg.Plan.EndToEnd; e.Budgeted && !c.decided(e.Name) {
+			j.decide(c, e.Name, Unjudged, ReasonLost, now)
+		}
+	}
+	c.Final, c.FinalAt = true, now
+	j.dirty = true
+	j.emit(Effect{Kind: EffectFinal, Canary: c.ID, At: now})
+}
+
+// entered is the index of the furthest chain segment a canary that has not
+// arrived is known to have entered: the one it was charged in, else the one
+// after the furthest stamp it passed (a published_at claim the topic
+// contradicts is not progress).
+func (j *Judge) entered(c *Canary) int {
+	for i, s := range j.cfg.Plan.Chain {
+		if v, ok := c.Verdicts[s.Name]; ok && v.Outcome == Bad {
+			return i
+		}
+	}
+	furthest := 0
+	for i, s := range j.cfg.Plan.Chain {
+		t, ok := c.Stamps[s.To]
+		if !ok {
+			continue
+		}
+		if s.To == StampPublish && j.pos.caughtUpAsOf.After(t.Add(c.StampError[s.To])) {
+			continue
+		}
+		furthest = max(furthest, i+1)
+	}
+	return min(furthest, len(j.cfg.Plan.Chain)-1)
+}
+
+// Tick judges what time alone decides at now: deadlines, lookups due,
+// losses, and forgets old canaries. now must not pass an arrival the judge
+// has not been told of (the shell's fence).
+func (j *Judge) Tick(now time.Time) []Effect {
+	for _, c := range j.Canaries() {
+		switch {
+		case c.Final:
+			if now.Sub(c.Committed) > j.cfg.Forget {
+				delete(j.st.Canaries, c.ID)
+				j.dirty = true
+			}
+		case c.Arrived:
+			j.tickArrived(c, now)
+		default:
+			j.tickInFlight(c, now)
+		}
+	}
+	return j.take()
+}
+
+func (j *Judge) tickArrived(c *Canary, now time.Time) {
+	if !c.Lookup.Pending {
+		j.finalize(c, now)
+		return
+	}
+	// A stamp that reads absent is asked for again for a while (the relay
+	// may not have committed it yet), then given up as missing. One that
+	// could not be read (our own database down) or got no answer is asked
+	// for until the canary would be lost, then it is unknown, never
+	// missing.
+	giveUp := now.Sub(c.Committed) > j.cfg.LostAfter
+	if c.Lookup.Attempts > 0 && !c.Lookup.Unavailable && now.Sub(c.Consumed) >= j.cfg.ArrivedLookupWindow {
+		giveUp = true
+	}
+	if giveUp {
+		j.finalize(c, now)
+		return
+	}
+	j.askLookup(c)
+}
+
+func (j *Judge) tickInFlight(c *Canary, now time.Time) {
+	p := j.cfg.Plan
+	e2e := p.EndToEnd
+	if e2e.Budgeted && !c.decided(e2e.Name) && now.After(c.Committed.Add(e2e.Budget)) {
+		if reason := j.trouble(c, now); reason != "" {
+			j.decide(c, e2e.Name, Unjudged, reason, now)
+		} else {
+			j.decide(c, e2e.Name, Bad, "", now)
+		}
+	}
+	j.blame(c, now)
+	if len(p.Lookup) > 0 && j.lookupWanted(c) && len(p.Chain) > 0 {
+		// Before arrival, a lookup stamp can prove progress (or expose a
+		// false claim); ask once the first segment's deadline passed.
+		first := p.Chain[0]
+		if !first.Budgeted || now.After(c.Committed.Add(first.Budget)) {
+			j.askLookup(c)
+		}
+	}
+	if now.Sub(c.Committed) > j.cfg.LostAfter {
+		c.Lost = true
+		j.dirty = true
+		j.emit(Effect{Kind: EffectLost, Canary: c.ID, At: now})
+		j.finalize(c, now)
+	}
+}
+
+// blame charges the segment a canary that has not arrived is proven to be
+// stuck in (see the package documentation).
+func (j *Judge) blame(c *Canary, now time.Time) {
+	p := j.cfg.Plan
+	pub := p.index(StampPublish)
+	// The furthest stamp before publish (or publish itself) that the
+	// canary is known to have passed, and when at the latest.
+	last, lastAt := 0, c.Committed
+	for i := 1; i <= pub; i++ {
+		if t, ok := c.Stamps[p.Stamps[i]]; ok {
+			last, lastAt = i, t.Add(c.StampError[p.Stamps[i]])
+		}
+	}
+	if j.cfg.mutation == "first_unstamped" {
+		// The old rule: the segment after the last known stamp, at its
+		// deadline, whatever the topic says.
+		seg := p.Chain[last]
+		if last == pub {
+			seg = p.segmentTo(pub + 1)
+		}
+		if seg.Budgeted && !c.decided(seg.Name) && now.After(lastAt.Add(seg.Budget)) {
+			j.decide(c, seg.Name, Bad, "", now)
+		}
+		return
+	}
+	if j.cfg.mutation == "trust_claims" && last == pub {
+		// Taking published_at at its word: the canary is in Kafka.
+		if seg := p.segmentTo(pub + 1); seg.Budgeted && !c.decided(seg.Name) && now.After(lastAt.Add(seg.Budget)) {
+			j.decide(c, seg.Name, Bad, "", now)
+		}
+		return
+	}
+	if j.pos.caughtUpAsOf.After(c.Committed) {
+		// Not published as of caughtUpAsOf: it was on the publish side
+		// then, whatever came after.
+		asOf := j.pos.caughtUpAsOf
+		var seg Segment
+		if last == pub {
+			// A published_at the topic contradicts: the relay read the
+			// row by then; it is stuck before the broker, since lastAt.
+			seg = p.segmentTo(pub)
+		} else {
+			seg = p.Chain[last]
+		}
+		if seg.Budgeted && !c.decided(seg.Name) && asOf.After(lastAt.Add(seg.Budget)) {
+			j.decide(c, seg.Name, Bad, "", now)
+			return
+		}
+	}
+	if p.EndToEnd.Budgeted && j.laggedAcross(c.Committed.Add(p.EndToEnd.Budget)) {
+		// The canary may be waiting in the topic: consumption.
+		seg := p.segmentTo(len(p.Stamps) - 1)
+		if seg.Budgeted && !c.decided(seg.Name) {
+			if reason := j.trouble(c, now); reason != "" {
+				j.decide(c, seg.Name, Unjudged, reason, now)
+			} else {
+				j.decide(c, seg.Name, Bad, "", now)
+			}
+		}
+	}
+}
+
+// Where places a canary that has not arrived, as the evidence stands: the
+// segment it is waiting in and when that segment's budget runs (or ran)
+// out (zero when unknown); "" when it has arrived or is final.
+func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
+	if c.Arrived || c.Final {
+		return "", time.Time{}
+	}
+	p := j.cfg.Plan
+	for _, s := range p.Chain {
+		if v, ok := c.Verdicts[s.Name]; ok && v.Outcome == Bad {
+			return s.Name, time.Time{}
+		}
+	}
+	consume := p.segmentTo(len(p.Stamps) - 1)
+	if j.behind() {
+		return consume.Name, time.Time{}
+	}
+	pub := p.index(StampPublish)
+	last, lastAt := 0, c.Committed
+	for i := 1; i <= pub; i++ {
+		if t, ok := c.Stamps[p.Stamps[i]]; ok {
+			last, lastAt = i, t.Add(c.StampError[p.Stamps[i]])
+		}
+	}
+	if last == pub {
+		if j.pos.caughtUpAsOf.After(lastAt) {
+			s := p.segmentTo(pub) // a claim the topic contradicts
+			return s.Name, deadlineOf(c, s, lastAt)
+		}
+		return consume.Name, time.Time{}
+	}
+	s := p.Chain[last]
+	return s.Name, deadlineOf(c, s, lastAt)
+}
+
+func deadlineOf(_ *Canary, s Segment, from time.Time) time.Time {
+	if !s.Budgeted {
+		return time.Time{}
+	}
+	return from.Add(s.Budget)
+}
