@@ -464,9 +464,9 @@ const statusHTML = `<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">{{if .RefreshSeconds}}<meta http-equiv="refresh" content="{{.RefreshSeconds}}">{{end}}
 <title>{{range .Pipelines}}{{if .Stall}}{{if .Stall.Stalled}}STALLED {{.Name}} · {{end}}{{end}}{{end}}outbox-canary {{.Instance}}</title>
 <style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;margin-bottom:1.5em}
-td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#eee}.bad{color:#b00}.good{color:#070}.other{color:#555;font-style:italic}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap}th{background:#eee}.bad{color:#b00}.good{color:#070}.other{color:#555;font-style:italic}
 .stall{background:#fdd;border:2px solid #b00;color:#600;padding:.6em;margin:.6em 0;font-weight:bold}
-.down{color:#b00}td.stuck{text-align:left}small{color:#555}</style>
+.down{color:#b00}td.stuck{text-align:left}td.id{font-family:monospace;font-size:85%}small{color:#555}</style>
 </head><body>
 <h1>outbox-canary <small>{{.Instance}} ({{.Version}})</small></h1>
 <p>{{if .Ready}}<span class="good">ready</span>{{else}}<span class="bad">not ready</span>: {{range .Reasons}}{{.}}; {{end}}{{end}}
@@ -477,13 +477,13 @@ td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#eee}
 <h2>{{.Name}}</h2>
 {{with .Stall}}{{if .Stalled}}<div class="stall" role="alert">{{.Message}}</div>{{end}}{{end}}
 <p>table {{.Table}} &rarr; {{.Relay}} relay &rarr; topic {{.Topic}}; schedule {{.Schedule}}
-{{with .Stall}}; {{if .LastReceived.IsZero}}no canary arrived yet{{else}}last canary arrived <time datetime="{{rfc3339 .LastReceived}}">{{clock .LastReceived}}</time>{{with .SecondsWithoutArrival}} ({{human (deref .)}} ago){{end}}{{end}}; stall threshold {{human .ThresholdSeconds}} ({{.Threshold}}){{end}}
-{{if .DBClockOffsetSeconds}}; DB clock offset {{printf "%.6f" (deref .DBClockOffsetSeconds)}}s &plusmn; {{printf "%.6f" (deref .DBClockOffsetErrorSeconds)}}s{{end}}</p>
+{{- with .Stall}}; {{if .LastReceived.IsZero}}no canary arrived yet{{else}}last canary arrived <time datetime="{{rfc3339 .LastReceived}}">{{clock .LastReceived}}</time>{{with .SecondsWithoutArrival}} ({{human (deref .)}} ago){{end}}{{end}}; stall threshold {{human .ThresholdSeconds}} ({{.Threshold}}){{end}}
+{{- if .DBClockOffsetSeconds}}; DB clock offset {{printf "%.6f" (deref .DBClockOffsetSeconds)}}s &plusmn; {{printf "%.6f" (deref .DBClockOffsetErrorSeconds)}}s{{end}}</p>
 <p class="dependencies">{{if .DependenciesDown}}{{range $dep, $why := .DependenciesDown}}<span class="down">{{$dep}} unreachable: {{$why}}</span>; {{end}}canaries cannot be sent or read while it lasts{{else}}<span class="good">database and Kafka answer</span>{{end}}</p>
 
 <h3>In flight ({{.InFlight}})</h3>
-<table class="in-flight"><tr><th>canary</th><th>committed</th><th>age</th><th>where</th><th>owner</th>{{range .Segments}}<th>{{.Name}}{{if .Budgeted}}<br><small>budget {{.BudgetSeconds}}s</small>{{end}}</th>{{end}}</tr>
-{{range .InFlightCanaries}}{{$r := .}}<tr><td>{{.ID}}</td><td><time datetime="{{rfc3339 .Committed}}">{{clock .Committed}}</time></td><td>{{human .AgeSeconds}}</td><td class="stuck{{with .PastDeadlineSeconds}}{{if gt (deref .) 0.0}} bad{{end}}{{end}}">{{.Stuck}}</td><td>{{.WhereOwner}}</td>{{range $p.Segments}}{{template "cell" (index $r.Segments .Name)}}{{end}}</tr>
+<table class="in-flight"><tr><th>canary</th><th>committed</th><th>age</th><th>where</th><th>owner</th>{{range .Segments}}{{if .Budgeted}}<th>{{.Name}}<br><small>budget {{.BudgetSeconds}}s</small></th>{{end}}{{end}}</tr>
+{{range .InFlightCanaries}}{{$r := .}}<tr><td class="id">{{.ID}}</td><td><time datetime="{{rfc3339 .Committed}}">{{clock .Committed}}</time></td><td>{{human .AgeSeconds}}</td><td class="stuck{{with .PastDeadlineSeconds}}{{if gt (deref .) 0.0}} bad{{end}}{{end}}">{{.Stuck}}</td><td>{{.WhereOwner}}</td>{{range $p.Segments}}{{if .Budgeted}}{{template "cell" (index $r.Segments .Name)}}{{end}}{{end}}</tr>
 {{else}}<tr><td colspan="99">none</td></tr>{{end}}
 </table>
 
@@ -495,7 +495,7 @@ td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#eee}
 
 <h3>Recent canaries</h3>
 <table class="recent"><tr><th>canary</th><th>committed</th><th>status</th>{{range .Segments}}<th>{{.Name}}{{if .Budgeted}}<br><small>budget {{.BudgetSeconds}}s</small>{{end}}</th>{{end}}</tr>
-{{range .Recent}}{{$r := .}}<tr><td>{{.ID}}</td><td><time datetime="{{rfc3339 .Committed}}">{{clock .Committed}}</time></td><td>{{.State}}</td>{{range $p.Segments}}{{template "cell" (index $r.Segments .Name)}}{{end}}</tr>
+{{range .Recent}}{{$r := .}}<tr><td class="id">{{.ID}}</td><td><time datetime="{{rfc3339 .Committed}}">{{clock .Committed}}</time></td><td>{{.State}}</td>{{range $p.Segments}}{{template "cell" (index $r.Segments .Name)}}{{end}}</tr>
 {{else}}<tr><td colspan="99">no canary yet</td></tr>{{end}}
 </table>
 </section>
