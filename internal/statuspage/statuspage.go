@@ -261,7 +261,7 @@ func stall(p slo.Pipeline, intervals int, lastReceived time.Time, inFlight []InF
 	fmt.Fprintf(&b, "Stalled: %s, longer than the stall threshold of %s (%s).", lead, human(thr), st.Threshold)
 	switch len(inFlight) {
 	case 0:
-		b.WriteString(" No canary is in flight: none could be sent since.")
+		b.WriteString(" No canary is in flight: none was sent since, or all were declared lost.")
 	case 1:
 		fmt.Fprintf(&b, " 1 canary in flight: %s.", inFlight[0].Stuck)
 	default:
