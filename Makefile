@@ -8,6 +8,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X $(PKG)/internal/version.Version=$(VERSION) -X $(PKG)/internal/version.Revision=$(REVISION)
 BIN := bin
+# TEST_OUTPUT keeps what tests save for people to look at (go test -outputdir):
+# the status page's screenshot during a stall, e2e/statuspage_test.go.
+TEST_OUTPUT := $(CURDIR)/test-output
 
 .DEFAULT_GOAL := help
 
@@ -29,8 +32,9 @@ test: stack-up test-deploy ## start the local stack (installing what it needs) a
 	$(GO) vet ./...
 	@echo "== promtool: generated rules checked, scenario suites (quiet vs stalled, routing, tickets, dead man, recovery) =="
 	$(GO) test -count=1 -v ./alerts/
-	@echo "== every other package, on the local stack =="
-	$(GO) test -count=1 -timeout 15m -skip 'TestDisruptive' $$($(GO) list ./... | grep -v '/alerts$$')
+	@echo "== every other package, on the local stack (what tests save, such as the status page's screenshot: $(TEST_OUTPUT)/) =="
+	@mkdir -p $(TEST_OUTPUT)
+	$(GO) test -count=1 -timeout 15m -skip 'TestDisruptive' -outputdir $(TEST_OUTPUT) $$($(GO) list ./... | grep -v '/alerts$$')
 	@echo "== tests that stop or restart the shared servers, one package at a time =="
 	$(GO) test -count=1 -timeout 10m -p 1 -run 'TestDisruptive' ./...
 

@@ -1,5 +1,6 @@
-// Package e2e holds end-to-end tests that run the generated alert rules in
-// real Prometheus and Alertmanager servers against a real pipeline
-// (PostgreSQL -> reference relay -> Kafka -> prober). It has no code of its
-// own: see the tests, and their file headers for how to run them.
+// Package e2e holds end-to-end tests on a real pipeline (PostgreSQL ->
+// reference relay -> Kafka -> prober): the generated alert rules in real
+// Prometheus and Alertmanager servers, and the status page in a real
+// headless Chromium. It has no code of its own: see the tests, and their
+// file headers for how to run them.
 package e2e

@@ -156,7 +156,7 @@ func startService(t *testing.T, cfg *config.Config, stateDir string, noSchedule 
 	r := &running{svc: svc, cancel: cancel, done: make(chan struct{})}
 	go func() { defer close(r.done); _ = svc.Run(ctx) }()
 	t.Cleanup(r.stop)
-	waitFor(t, "the service to be ready", func() bool { ok, _ := svc.Ready(); return ok })
+	waitFor(t, "the service's database and Kafka to answer", func() bool { ok, _ := svc.Dependencies(); return ok })
 	return r
 }
 
@@ -430,7 +430,7 @@ func TestE2EProberKilledMidFlightLosesAndDoubleCountsNothing(t *testing.T) {
 	go func() { defer close(done); _ = svc.run(ctx, false) }()
 	first := &running{svc: svc, cancel: cancel, done: done}
 	t.Cleanup(first.stop)
-	waitFor(t, "the first service to be ready", func() bool { ok, _ := svc.Ready(); return ok })
+	waitFor(t, "the first service's database and Kafka to answer", func() bool { ok, _ := svc.Dependencies(); return ok })
 	first.send(t)
 	waitFor(t, "the first canary", func() bool { return first.counter(svc.Metrics().CanariesReceived) == 1 })
 	o.relay.Faults().Pause()

@@ -184,8 +184,13 @@ func TestServiceRunStopsPromptlyWhenServersAreDown(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if ok, _ := svc.Ready(); ok {
-		t.Error("ready with unreachable servers")
+	if ok, _ := svc.Dependencies(); ok {
+		t.Error("dependencies reported up while the servers are unreachable")
+	}
+	// Readiness is this process working, not its servers answering: a
+	// pipeline's outage must not take the prober out of service.
+	if ok, reasons := svc.Ready(); !ok {
+		t.Errorf("not ready while running with unreachable servers: %v", reasons)
 	}
 	cancel()
 	select {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,6 +65,9 @@ type Service struct {
 	log      *slog.Logger
 	pipes    []*pipelineRunner
 	started  time.Time
+	// running is true from the moment Run has started every pipeline's
+	// schedule, consumer and sweeper until it begins to stop: readiness.
+	running atomic.Bool
 }
 
 // pipelineRunner is one pipeline's parts.
@@ -91,7 +95,7 @@ type pipelineRunner struct {
 
 // New builds the service: the metrics, one pool, tracker, sender and
 // consumer per pipeline. It connects to nothing: servers that are down at
-// start are retried by Run, and /readyz says so meanwhile.
+// start are retried by Run, and Dependencies says so meanwhile.
 func New(o Options) (*Service, error) {
 	if o.Config == nil || o.Registerer == nil {
 		return nil, errors.New("service: config and registerer are required")
@@ -262,22 +266,51 @@ func (s *Service) Pipelines() []*config.Pipeline {
 	return out
 }
 
-// Ready reports whether every pipeline has a working database pool and
-// consumer; otherwise the reasons, one per broken part.
+// Ready reports whether this process works: its configuration is loaded
+// (the service exists) and Run has started every pipeline's canary
+// schedule, consumer and sweeper and is not stopping; otherwise why not.
+// Whether the pipelines' databases and Kafka answer is not part of it: a
+// downstream outage is what the prober is there to measure, and a prober
+// taken out of service for it (a NotReady pod, a failed rollout) would page
+// its namespace on top of the pipeline's own alerts. Dependencies says
+// whether they answer, and outbox_canary_dependency_up exports it.
 func (s *Service) Ready() (bool, []string) {
+	if !s.running.Load() {
+		return false, []string{"the canary schedules are not running (starting or stopping)"}
+	}
+	return true, nil
+}
+
+// Dependencies reports whether every pipeline's database and Kafka answer;
+// otherwise the reasons, one per broken part. `check` waits for it before
+// sending, so a dead server is reported as such rather than as a lost
+// canary.
+func (s *Service) Dependencies() (bool, []string) {
 	var reasons []string
 	for _, pr := range s.pipes {
-		pr.mu.Lock()
-		ok, why := pr.dbOK, pr.dbReason
-		pr.mu.Unlock()
-		if !ok {
-			reasons = append(reasons, fmt.Sprintf("pipeline %q: database: %s", pr.p.Name, why))
-		}
-		if ok, why := pr.consumer.Ready(); !ok {
-			reasons = append(reasons, fmt.Sprintf("pipeline %q: kafka: %s", pr.p.Name, why))
+		down := pr.down()
+		for _, d := range []string{DependencyDatabase, DependencyKafka} {
+			if why, ok := down[d]; ok {
+				reasons = append(reasons, fmt.Sprintf("pipeline %q: %s: %s", pr.p.Name, d, why))
+			}
 		}
 	}
 	return len(reasons) == 0, reasons
+}
+
+// down returns the pipeline's dependencies that do not answer, with why.
+func (pr *pipelineRunner) down() map[string]string {
+	out := map[string]string{}
+	pr.mu.Lock()
+	ok, why := pr.dbOK, pr.dbReason
+	pr.mu.Unlock()
+	if !ok {
+		out[DependencyDatabase] = why
+	}
+	if ok, why := pr.consumer.Ready(); !ok {
+		out[DependencyKafka] = why
+	}
+	return out
 }
 
 // scheduleParser lets cron parse specs exactly as config validated them.
@@ -323,9 +356,11 @@ func (s *Service) run(ctx context.Context, flush bool) error {
 	if c != nil {
 		c.Start()
 	}
+	s.running.Store(true)
 	s.log.Info("prober started", "instance", s.instance, "pipelines", len(s.pipes))
 
 	<-ctx.Done()
+	s.running.Store(false)
 	s.log.Info("prober stopping")
 	if c != nil {
 		stopped := c.Stop()
@@ -532,13 +567,16 @@ type PipelineView struct {
 	Memory time.Duration
 	// ClockOffset is the database clock offset, if measured.
 	ClockOffset *ClockOffset
+	// Down holds the pipeline's dependencies (DependencyDatabase,
+	// DependencyKafka) that do not answer, with why; empty when all do.
+	Down map[string]string
 }
 
 // Views returns a view of every pipeline, in configuration order.
 func (s *Service) Views() []PipelineView {
 	out := make([]PipelineView, 0, len(s.pipes))
 	for _, pr := range s.pipes {
-		v := PipelineView{Pipeline: pr.p, InFlight: pr.tracker.InFlightReports(), LastReceived: pr.tracker.LastReceived(), Resolved: pr.tracker.Recent(math.MaxInt), Memory: pr.tracker.forget}
+		v := PipelineView{Pipeline: pr.p, InFlight: pr.tracker.InFlightReports(), LastReceived: pr.tracker.LastReceived(), Resolved: pr.tracker.Recent(math.MaxInt), Memory: pr.tracker.forget, Down: pr.down()}
 		if off, ok := pr.clock.Current(); ok {
 			v.ClockOffset = &off
 		}

@@ -81,7 +81,7 @@ func check(ctx context.Context, c *cli, cfg *config.Config, pipeline string, tim
 	go func() { defer close(done); _ = svc.Run(runCtx) }()
 	defer func() { stop(); <-done }()
 
-	if err := waitReady(ctx, svc); err != nil {
+	if err := waitDependencies(ctx, svc); err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("check: %w", err)}
 	}
 
@@ -112,19 +112,20 @@ func check(ctx context.Context, c *cli, cfg *config.Config, pipeline string, tim
 	return nil
 }
 
-// waitReady waits until every pipeline's database and Kafka answer, so
-// that a dead server is reported as such rather than as a lost canary.
-func waitReady(ctx context.Context, svc *prober.Service) error {
+// waitDependencies waits until every pipeline's database and Kafka
+// answer, so that a dead server is reported as such rather than as a lost
+// canary.
+func waitDependencies(ctx context.Context, svc *prober.Service) error {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
-		ready, reasons := svc.Ready()
-		if ready {
+		up, reasons := svc.Dependencies()
+		if up {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not ready before --timeout: %s", strings.Join(reasons, "; "))
+			return fmt.Errorf("not reachable before --timeout: %s", strings.Join(reasons, "; "))
 		case <-t.C:
 		}
 	}

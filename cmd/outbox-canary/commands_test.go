@@ -21,7 +21,7 @@ func TestHelpGoesToStdoutAndExplainsEachCommandWithAnExample(t *testing.T) {
 		{"help run is run's help.", []string{"help", "run"},
 			[]string{"usage: outbox-canary run --config.file=FILE", "--web.listen-address", "--web.config.file", "web.systemd-socket", "--state.dir", "/readyz", "SIGTERM", "Example:"}},
 		{"run's help names its flags, its endpoints and an example.", []string{"run", "--help"},
-			[]string{"usage: outbox-canary run --config.file=FILE", "--web.listen-address", "/readyz", "SIGTERM", "Example:"}},
+			[]string{"usage: outbox-canary run --config.file=FILE", "--web.listen-address", "/readyz", "outbox_canary_dependency_up", "SIGTERM", "Example:"}},
 		{"validate's help says secrets are hidden and gives an example.", []string{"validate", "--help"},
 			[]string{"usage: outbox-canary validate --config.file=FILE", "<secret>", "Example:"}},
 		{"check's help explains the instance id suffix, the exit status and an example.", []string{"check", "-h"},

@@ -24,6 +24,7 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/statuspage"
 	"github.com/outbox-canary/outbox-canary/internal/watch"
 	"github.com/outbox-canary/outbox-canary/prober"
+	"github.com/outbox-canary/outbox-canary/slo"
 )
 
 const runHelp = `Run the prober service.
@@ -35,8 +36,12 @@ watchers (backlog, open transactions, replication slot, consumer lag,
 connector).
 
 Serves /metrics, /healthz (liveness), /readyz (readiness), /api/status (JSON)
-and / (a status page). Unreachable servers are retried with backoff and
-reported in metrics, never fatal. On SIGTERM or SIGINT it stops sending, lets
+and / (a status page). /readyz answers 200 once this process works: the
+configuration is loaded, HTTP serves and the canary schedules run. It never
+depends on a pipeline's database or Kafka: their outages are what the
+canaries measure, reported in outbox_canary_dependency_up and on the status
+page, so they neither restart nor unready the prober. Unreachable servers
+are retried with backoff, never fatal. On SIGTERM or SIGINT it stops sending, lets
 in-flight inserts finish (5s at most), flushes the in-flight state to the
 state directory, and stops the HTTP server (5s at most).
 
@@ -139,6 +144,12 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 		}
 		watchers = append(watchers, openWatcher{w, closeW})
 	}
+	// The status page judges a stall as the generated alert does, from the
+	// same SLO model.
+	model, err := slo.FromConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
 	listeners, err := listen(webFlags)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
@@ -146,7 +157,7 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv := &http.Server{Handler: statuspage.NewHandler(svc, reg, logger, time.Now), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: statuspage.NewHandler(svc, model, reg, logger, time.Now), ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() {
 		err := web.ServeMultiple(listeners, srv, webFlags, quiet(logger))

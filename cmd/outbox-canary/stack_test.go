@@ -146,7 +146,7 @@ func TestRunServesUntilCancelledAndFlushesItsState(t *testing.T) {
 		{"/healthz", 200, "ok"},
 		{"/readyz", 200, "ready"},
 		{"/api/status", 200, `"name": "orders"`},
-		{"/", 200, "<table>"},
+		{"/", 200, `<table class="in-flight">`},
 		{"/metrics", 200, "outbox_canary_build_info{"},
 	} {
 		code, body := get(tc.path)

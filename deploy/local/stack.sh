@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The local test stack of outbox-canary: PostgreSQL 15 and a single-node
 # Apache Kafka 4.4.0 (KRaft), plus the Debian packages of Prometheus,
-# Alertmanager, promtool and kcat. Everything lives under $STACK_DIR
+# Alertmanager, promtool, kcat and chromium (the status page's browser test). Everything lives under $STACK_DIR
 # (default <repo>/.stack, git-ignored); the servers listen on free ports of
 # 127.0.0.1 and are described in $STACK_DIR/env for tests (internal/stacktest).
 #
@@ -94,7 +94,8 @@ debian_daemons() {
 }
 
 ensure_packages() {
-	local want=(postgresql-15 prometheus prometheus-alertmanager kcat)
+	# chromium: e2e loads the status page in it, headless.
+	local want=(postgresql-15 prometheus prometheus-alertmanager kcat chromium)
 	command -v java >/dev/null || want+=(openjdk-17-jre-headless)
 	command -v mvn >/dev/null || want+=(maven)
 	command -v ss >/dev/null || want+=(iproute2)
