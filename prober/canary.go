@@ -1,7 +1,8 @@
-// Package prober sends canaries through an outbox pipeline and measures
-// them: the sender inserts canary rows on a schedule, the consumer reads
-// them back from the canary topic, and the tracker turns each canary into
-// per-segment latencies and SLI events, exactly once, across restarts.
+// Package prober is the canary engine: the sender inserts canary rows on a
+// schedule, the consumer reads them back from the canary topic, and the
+// tracker, a thin shell around the pure judge (package prober/judge),
+// turns each canary into per-segment latencies and SLI events, charged
+// only on evidence, exactly once across restarts.
 package prober
 
 import "time"
@@ -16,6 +17,7 @@ type Canary struct {
 	RowID    string // primary key of the outbox row, as text (for reading published_at back)
 
 	InsertStarted time.Time // before BEGIN
+	CommitSent    time.Time // before COMMIT: the commit happened between it and Committed
 	Committed     time.Time // when COMMIT returned
 }
 

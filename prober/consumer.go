@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,7 +14,9 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/retry"
+	"github.com/outbox-canary/outbox-canary/prober/judge"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -44,12 +47,10 @@ type ConsumerOptions struct {
 	Dialer   *kafka.Dialer
 	Now      func() time.Time
 	Logger   *slog.Logger
-	// ReadPublished, for a published_at pipeline, reads the canary's row
-	// back on arrival and returns its published_at on the prober clock. It
-	// makes one attempt and must not wait for the relay to commit
-	// published_at: the partition's next messages queue behind it, and
-	// the tracker looks the stamp up again (Sweep) if it is not there yet.
-	ReadPublished func(ctx context.Context, canaryID string, msg kafka.Message) (time.Time, bool)
+	// Client, optional, reads the canary topic's high watermarks: the
+	// readers' position samples that let the judge place a canary that has
+	// not arrived.
+	Client *kafka.Client
 	// Since positions a partition that has no stored offset: at the first
 	// record stamped at or after Since (the service's start, a little
 	// earlier for clock skew), so that a canary sent while Kafka was still
@@ -84,12 +85,18 @@ type Consumer struct {
 	log      *slog.Logger
 	since    time.Time
 
-	readPublished func(ctx context.Context, canaryID string, msg kafka.Message) (time.Time, bool)
+	// client reads the partitions' high watermarks for the position
+	// samples; nil: no samples (the judge then places no canary by the
+	// topic before it arrives).
+	client *kafka.Client
 
 	mu      sync.Mutex
 	healthy bool
 	reason  string
 	readers map[int]bool
+	// starts is where each running reader began: what precedes it was
+	// never ours to read.
+	starts map[int]int64
 }
 
 // NewConsumer checks its options; Run starts consuming.
@@ -105,8 +112,8 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 	}
 	return &Consumer{
 		p: o.Pipeline, instance: o.Instance, signer: o.Signer, tracker: o.Tracker, metrics: o.Metrics,
-		dialer: o.Dialer, now: o.Now, log: o.Logger, since: o.Since, readPublished: o.ReadPublished,
-		reason: "not connected to Kafka yet", readers: map[int]bool{},
+		dialer: o.Dialer, now: o.Now, log: o.Logger, since: o.Since, client: o.Client,
+		reason: "not connected to Kafka yet", readers: map[int]bool{}, starts: map[int]int64{},
 	}, nil
 }
 
@@ -142,11 +149,69 @@ func (c *Consumer) setHealth(ok bool, reason string) {
 	}
 }
 
+// positionInterval is how often the readers' position is sampled: how
+// soon after a deadline the judge can tell which side of publish a missing
+// canary is on.
+const positionInterval = 500 * time.Millisecond
+
+// samplePositions reports the readers' position to the tracker until ctx
+// is done.
+func (c *Consumer) samplePositions(ctx context.Context) {
+	if c.client == nil {
+		return
+	}
+	t := time.NewTicker(positionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.samplePosition(ctx)
+		}
+	}
+}
+
+// samplePosition reads the high watermarks and compares them with what
+// the tracker has processed: caught up when every partition was processed
+// up to its high watermark, so every message acknowledged before the
+// sample began has been handed to the tracker.
+func (c *Consumer) samplePosition(ctx context.Context) {
+	at := c.now()
+	sctx, cancel := context.WithTimeout(ctx, positionInterval)
+	hwm, err := kafkaclient.HighWatermarks(sctx, c.client, c.p.Kafka.Topic)
+	cancel()
+	if err != nil {
+		c.log.Debug("sampling the readers' position failed", "err", err)
+		return // no evidence this time
+	}
+	next := c.tracker.StartOffsets()
+	c.mu.Lock()
+	starts := maps.Clone(c.starts)
+	c.mu.Unlock()
+	caught, lag := true, int64(0)
+	for p, h := range hwm {
+		done, ok := next[p]
+		if s, started := starts[p]; started && (!ok || s > done) {
+			done, ok = s, true
+		}
+		switch {
+		case !ok:
+			caught, lag = false, lag+h
+		case done < h:
+			caught, lag = false, lag+h-done
+		}
+	}
+	c.tracker.Position(judge.Position{At: at, CaughtUp: caught, Lag: lag})
+}
+
 // Run consumes until ctx is done. Broker failures are logged, counted and
 // retried with backoff; Run returns only when ctx is done.
 func (c *Consumer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	wg.Add(1)
+	go func() { defer wg.Done(); c.samplePositions(ctx) }()
 	retryWait := retry.Backoff(500*time.Millisecond, 10*time.Second)
 	for {
 		err := c.check(ctx, &wg)
@@ -192,6 +257,10 @@ func (c *Consumer) check(ctx context.Context, wg *sync.WaitGroup) error {
 		return fmt.Errorf("topic %s: no partitions (does it exist?)", c.p.Kafka.Topic)
 	}
 	stored := c.tracker.StartOffsets()
+	// One partition that cannot be started must not keep the others from
+	// being read: each is tried, the failures are reported together and
+	// retried on the next check.
+	var errs []error
 	for _, part := range partitions {
 		c.mu.Lock()
 		running := c.readers[part.ID]
@@ -200,17 +269,23 @@ func (c *Consumer) check(ctx context.Context, wg *sync.WaitGroup) error {
 			continue
 		}
 		start, ok := stored[part.ID]
-		if start, ok, err = c.startOffset(ctx, part, start, ok); err != nil {
-			return fmt.Errorf("topic %s partition %d: start offset: %w", c.p.Kafka.Topic, part.ID, err)
+		start, ok, err := c.startOffset(ctx, part, start, ok)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("topic %s partition %d: start offset: %w", c.p.Kafka.Topic, part.ID, err))
+			continue
 		}
 		c.mu.Lock()
 		c.readers[part.ID] = true
+		c.starts[part.ID] = start
 		c.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c.readPartition(ctx, part.ID, start, ok)
 		}()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	c.setHealth(true, "")
 	return nil
@@ -352,9 +427,11 @@ func (c *Consumer) readPartition(ctx context.Context, partition int, start int64
 
 // Handle classifies one message of the canary topic and hands our canaries
 // to the tracker. Everything else is counted by reason and skipped: a
-// message on the topic never stops the consumer.
+// message on the topic never stops the consumer. The consume stamp is taken
+// first, behind the tracker's fence, and the arrival is registered before
+// any I/O: a canary consumed before its deadline is never judged late.
 func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
-	consumed := c.now()
+	token, consumed := c.tracker.BeginArrival()
 	payload, err := c.signer.Decode(msg.Value)
 	reason := ""
 	switch {
@@ -370,7 +447,7 @@ func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 	if reason != "" {
 		// The tracker stores the offset, so a restart neither reads nor
 		// counts this message again.
-		if replay := c.tracker.Skipped(msg.Partition, msg.Offset); replay {
+		if replay := c.tracker.Skipped(token, msg.Partition, msg.Offset); replay {
 			return
 		}
 		c.metrics.MessagesSkipped.WithLabelValues(c.p.Name, reason).Inc()
@@ -386,26 +463,12 @@ func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 		Consumed:  consumed,
 		Stamps:    c.stamps(msg),
 	}
-	if c.readPublished != nil {
-		// One bounded attempt: the consumed stamps of the messages queued
-		// behind this one must not wait for the relay's published_at.
-		rctx, cancel := context.WithTimeout(ctx, readPublishedTimeout)
-		if t, ok := c.readPublished(rctx, a.CanaryID, msg); ok {
-			a.Stamps[config.StampPublish] = t
-		}
-		cancel()
-	}
-	out := c.tracker.Arrived(a)
-	c.log.Debug("canary arrived", "canary", a.CanaryID, "partition", a.Partition,
-		"offset", a.Offset, "kind", out.Kind, "late", out.Late, "out_of_order", out.OutOfOrder)
+	out := c.tracker.Arrived(token, a)
+	c.log.Debug("canary arrived", "canary", a.CanaryID, "partition", a.Partition, "offset", a.Offset, "kind", out.Kind)
 }
 
-// readPublishedTimeout bounds the consumer's one attempt at reading
-// published_at; a slower database is left to the tracker's lookups.
-const readPublishedTimeout = 250 * time.Millisecond
-
 // stamps reads the header and record-timestamp stamps of a message. A
-// published_at stamp is read back from the row by readPublished.
+// published_at stamp is read back from the row by the tracker's lookups.
 func (c *Consumer) stamps(msg kafka.Message) map[string]time.Time {
 	stamps := map[string]time.Time{}
 	switch c.p.Relay.PublishedStamp {
@@ -427,7 +490,7 @@ func (c *Consumer) stamps(msg kafka.Message) map[string]time.Time {
 }
 
 // headerTime parses a header as RFC 3339 (with or without fractional
-// seconds) or as integer unix milliseconds, the two forms relays write.
+// seconds) or as an integer Unix time in s, ms, µs or ns (by magnitude).
 func headerTime(msg kafka.Message, name string) (time.Time, bool) {
 	for _, h := range msg.Headers {
 		if !strings.EqualFold(h.Key, name) {
@@ -443,11 +506,32 @@ func parseStampValue(v string) (time.Time, bool) {
 	if v == "" {
 		return time.Time{}, false
 	}
-	if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
-		return time.UnixMilli(ms), true
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return unixByMagnitude(n), true
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 		return t, true
 	}
 	return time.Time{}, false
+}
+
+// unixByMagnitude reads an integer Unix time in the unit its size implies
+// for the years 2001 to 2286: up to 11 digits seconds, up to 14
+// milliseconds, up to 17 microseconds, else nanoseconds. Relays write all
+// four; a stamp in a unit that lands it far from the canary is then
+// invalid (relay.max_clock_skew), never silently wrong.
+func unixByMagnitude(n int64) time.Time {
+	abs := n
+	if abs < 0 {
+		abs = -abs
+	}
+	switch {
+	case abs < 1e11:
+		return time.Unix(n, 0)
+	case abs < 1e14:
+		return time.UnixMilli(n)
+	case abs < 1e17:
+		return time.UnixMicro(n)
+	}
+	return time.Unix(0, n)
 }

@@ -469,7 +469,7 @@ func TestE2EStoredOffsetBeyondTheEndOfARecreatedTopicIsReset(t *testing.T) {
 	// The state of a prober that had read 1000 messages of the topic
 	// before it was deleted and recreated (empty: offsets from 0 again).
 	dir := t.TempDir()
-	state := `{"version":1,"pipeline":"e2e","instance":"e2e","canaries":[],"next_offset_by_partition":{"0":1000}}`
+	state := `{"version":2,"pipeline":"e2e","instance":"e2e","judge":{"canaries":{},"next_offset_by_partition":{"0":1000}}}`
 	if err := os.WriteFile(filepath.Join(dir, "e2e.json"), []byte(state), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	committed := now.Add(-300 * time.Millisecond)
-	if err := tr.Sent(Canary{ID: "c1", Seq: 1, Pipeline: "orders", Key: "k", InsertStarted: committed.Add(-time.Millisecond), Committed: committed}); err != nil {
+	if err := tr.Sent(Canary{ID: "c1", Seq: 1, Pipeline: "orders", Key: "k", InsertStarted: committed.Add(-time.Millisecond), CommitSent: committed, Committed: committed}); err != nil {
 		t.Fatal(err)
 	}
 	enc := func(s *Signer, pl Payload) []byte {
@@ -156,7 +156,10 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 			if got := testutil.ToFloat64(m.CanariesReceived.WithLabelValues("orders")); got != before+1 {
 				t.Fatalf("received = %v, want %v", got, before+1)
 			}
-			rep := tr.Recent(1)[0]
+			rep, ok := tr.Report("c1")
+			if !ok {
+				t.Fatal("the canary is not remembered")
+			}
 			if seg := rep.Segments["commit_to_read"]; !seg.Measured || seg.Duration != 100*time.Millisecond {
 				t.Errorf("commit_to_read = %+v, want 100ms from the read header", seg)
 			}

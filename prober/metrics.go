@@ -10,6 +10,7 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/metricsdoc"
 	"github.com/outbox-canary/outbox-canary/internal/version"
+	"github.com/outbox-canary/outbox-canary/prober/judge"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -79,6 +80,15 @@ type Metrics struct {
 	ClockSkew      *prometheus.CounterVec
 	SegmentBudget  *prometheus.GaugeVec
 	StampsMissing  *prometheus.CounterVec // pipeline, stamp
+	// Verdicts that are not SLI events, and negative segments that are
+	// stamp order rather than skew.
+	CanariesUnjudged *prometheus.CounterVec // pipeline, segment, reason
+	StampOrder       *prometheus.CounterVec // pipeline, segment
+	StampsInvalid    *prometheus.CounterVec // pipeline, stamp, reason
+
+	// The tracker's state file.
+	StateResets        *prometheus.CounterVec // pipeline, reason
+	StateWriteFailures *prometheus.CounterVec // pipeline
 
 	// Clocks, label pipeline.
 	DBClockOffset      *prometheus.GaugeVec
@@ -93,6 +103,7 @@ var (
 	lp   = []string{slo.LabelPipeline}
 	lps  = []string{slo.LabelPipeline, slo.LabelSegment}
 	lpso = []string{slo.LabelPipeline, slo.LabelSegment, slo.LabelOutcome}
+	lpsr = []string{slo.LabelPipeline, slo.LabelSegment, slo.LabelReason}
 )
 
 // catalogue is the single list of what the prober exports. Order is the
@@ -116,13 +127,18 @@ var catalogue = []metricsdoc.Family{
 
 	{Name: slo.MetricSegmentLatency, Type: metricsdoc.Histogram, Help: "Latency of each segment of each arrived canary (late ones included); negative segments are not observed but counted as suspected clock skew. Classic buckets are fractions and multiples of the pipeline's budgets; native buckets too.", Labels: lps},
 	{Name: slo.MetricSLIEvents, Type: metricsdoc.Counter, Help: "One event per canary and budgeted segment, good if the segment ended within its budget, bad once its deadline passed without it.", Labels: lpso},
-	{Name: slo.MetricClockSkew, Type: metricsdoc.Counter, Help: "Segments measured negative: their stamps come from clocks that disagree by more than the segment lasted.", Labels: lps},
+	{Name: slo.MetricClockSkew, Type: metricsdoc.Counter, Help: "Segments measured negative beyond relay.skew_tolerance by stamps from clocks that disagree (a relay's, the database's); not observed, not judged. A published_at marked after consumption is stamp order, not skew.", Labels: lps},
+	{Name: slo.MetricStampOrder, Type: metricsdoc.Counter, Help: "Segments measured negative because a stamp was taken after its event (published_at marked after the record was consumed): not clock skew; the segments next to it are judged by what can be proven.", Labels: lps},
+	{Name: slo.MetricCanariesUnjudged, Type: metricsdoc.Counter, Help: "Segments a canary entered that are not SLI events, by reason: prober_down, prober_lag (the prober's own downtime or backlog), unknown (its own dependency was down), invalid_stamp, missing_stamp, stamp_order, clock_skew, lost.", Labels: lpsr},
+	{Name: slo.MetricStampsInvalid, Type: metricsdoc.Counter, Help: "Stamps more than relay.max_clock_skew before the commit (before_commit) or after the consumption (after_consume): not observed, their segments not judged.", Labels: []string{slo.LabelPipeline, labelStamp, slo.LabelReason}},
 	{Name: slo.MetricSegmentBudget, Type: metricsdoc.Gauge, Help: "The configured latency budget of each budgeted segment.", Labels: lps},
 	{Name: slo.MetricStampsMissing, Type: metricsdoc.Counter, Help: "Canaries that arrived without a configured stamp (a relay header, the publish time); the segments next to it are not judged.", Labels: []string{slo.LabelPipeline, labelStamp}},
 
 	{Name: slo.MetricDBClockOffset, Type: metricsdoc.Gauge, Help: "Estimated database clock minus prober clock, from the lowest round-trip sample.", Labels: lp},
 	{Name: slo.MetricDBClockOffsetError, Type: metricsdoc.Gauge, Help: "Error bound of the database clock offset: half the round trip of the sample used.", Labels: lp},
 
+	{Name: slo.MetricStateResets, Type: metricsdoc.Counter, Help: "State files moved aside with a timestamp because this release cannot use them (corrupt, another version, another pipeline's); the pipeline started afresh.", Labels: []string{slo.LabelPipeline, slo.LabelReason}},
+	{Name: slo.MetricStateWriteFailures, Type: metricsdoc.Counter, Help: "Writes of the state file that failed; the state stays in memory and a restart may recount what it held.", Labels: lp},
 	{Name: slo.MetricDependencyUp, Type: metricsdoc.Gauge, Help: "1 while the prober reaches its dependency (its database pool, its Kafka readers), else 0. Not readiness: a downstream outage must not make the prober's pod unready.", Labels: []string{slo.LabelPipeline, labelDependency}},
 	{Name: slo.MetricDependencyErrors, Type: metricsdoc.Counter, Help: "Failed checks of a dependency of the prober (database pings and clock samples, Kafka metadata requests).", Labels: []string{slo.LabelPipeline, labelDependency}},
 }
@@ -165,6 +181,11 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 		ClockSkew:            counterVec(slo.MetricClockSkew),
 		SegmentBudget:        gaugeVec(slo.MetricSegmentBudget),
 		StampsMissing:        counterVec(slo.MetricStampsMissing),
+		CanariesUnjudged:     counterVec(slo.MetricCanariesUnjudged),
+		StampOrder:           counterVec(slo.MetricStampOrder),
+		StampsInvalid:        counterVec(slo.MetricStampsInvalid),
+		StateResets:          counterVec(slo.MetricStateResets),
+		StateWriteFailures:   counterVec(slo.MetricStateWriteFailures),
 		DBClockOffset:        gaugeVec(slo.MetricDBClockOffset),
 		DBClockOffsetError:   gaugeVec(slo.MetricDBClockOffsetError),
 		DependencyUp:         gaugeVec(slo.MetricDependencyUp),
@@ -176,6 +197,7 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 		m.BuildInfo, m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived, m.CanariesLate, m.CanariesLost, m.OffsetResets,
 		m.CanariesDuplicate, m.CanariesOutOfOrder, m.MessagesSkipped, m.InFlight, m.LastSent,
 		m.LastReceived, m.LastSuccess, m.SLIEvents, m.ClockSkew, m.SegmentBudget, m.StampsMissing,
+		m.CanariesUnjudged, m.StampOrder, m.StampsInvalid, m.StateResets, m.StateWriteFailures,
 		m.DBClockOffset, m.DBClockOffsetError, m.DependencyUp, m.DependencyErrors,
 	}
 
@@ -232,10 +254,18 @@ func (m *Metrics) initPipeline(p *config.Pipeline) {
 	for _, s := range p.Segments() {
 		m.SegmentLatency[n].WithLabelValues(s)
 		m.ClockSkew.WithLabelValues(n, s)
+		m.StampOrder.WithLabelValues(n, s)
 	}
+	for _, r := range StateResetReasons() {
+		m.StateResets.WithLabelValues(n, r)
+	}
+	m.StateWriteFailures.WithLabelValues(n)
 	for _, s := range p.StampOrder() {
 		if s != config.StampCommit && s != config.StampConsume {
 			m.StampsMissing.WithLabelValues(n, s)
+			for _, r := range []string{judge.InvalidBeforeCommit, judge.InvalidAfterConsume} {
+				m.StampsInvalid.WithLabelValues(n, s, r)
+			}
 		}
 	}
 	for _, s := range p.BudgetedSegments() {
@@ -243,6 +273,9 @@ func (m *Metrics) initPipeline(p *config.Pipeline) {
 		m.SegmentBudget.WithLabelValues(n, s).Set(b.Seconds())
 		m.SLIEvents.WithLabelValues(n, s, slo.OutcomeGood)
 		m.SLIEvents.WithLabelValues(n, s, slo.OutcomeBad)
+		for _, r := range judge.Reasons() {
+			m.CanariesUnjudged.WithLabelValues(n, s, r)
+		}
 	}
 	// insert_to_commit is observed at Sent even without a budget.
 	m.SegmentLatency[n].WithLabelValues(config.SegmentInsertToCommit)

@@ -208,6 +208,7 @@ func (s *Sender) insert(ctx context.Context) (_ Canary, err error) {
 		// instead of skipping it as unknown.
 		s.tracker.Expect(c.ID)
 	}
+	c.CommitSent = s.now()
 	if err := tx.Commit(ctx); err != nil {
 		return Canary{}, fmt.Errorf("commit: %w", err)
 	}

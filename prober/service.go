@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
@@ -72,16 +71,17 @@ type Service struct {
 
 // pipelineRunner is one pipeline's parts.
 type pipelineRunner struct {
-	p        *config.Pipeline
-	pool     *pgxpool.Pool
-	clock    *DBClock
-	tracker  *Tracker
-	sender   *Sender
-	consumer *Consumer
-	log      *slog.Logger
-	now      func() time.Time
+	p          *config.Pipeline
+	pool       *pgxpool.Pool
+	closeKafka func() // the position client's connections
+	clock      *DBClock
+	tracker    *Tracker
+	sender     *Sender
+	consumer   *Consumer
+	log        *slog.Logger
+	now        func() time.Time
 	// lookup is lookupStamps; tests replace it to play the database.
-	lookup func(ctx context.Context, c Canary) (map[string]time.Time, error)
+	lookup func(ctx context.Context, c Canary) (LookupResult, error)
 
 	// publishedSQL reads a row's published_at back by primary key; built
 	// once, as it runs on every arrival of a published_at pipeline.
@@ -181,7 +181,7 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 	tr, err := NewTracker(TrackerOptions{
 		Pipeline: p, Instance: s.instance, Metrics: s.metrics, Now: s.now, Logger: log,
 		StatePath: statePath, OnDone: s.opts.OnCanaryDone,
-		LookupStamps: func(ctx context.Context, c Canary) (map[string]time.Time, error) { return pr.lookup(ctx, c) },
+		LookupStamps: func(ctx context.Context, c Canary) (LookupResult, error) { return pr.lookup(ctx, c) },
 	})
 	if err != nil {
 		pool.Close()
@@ -199,16 +199,21 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 		pool.Close()
 		return nil, err
 	}
-	var readPublished func(context.Context, string, kafka.Message) (time.Time, bool)
-	if p.Relay.PublishedStamp == config.PublishedFromColumn {
-		readPublished = pr.readPublished
+	// The readers' position samples ask the brokers for high watermarks on
+	// a client of their own.
+	client, closeClient, err := kafkaclient.NewClient(p.Kafka, positionTimeout)
+	if err != nil {
+		pool.Close()
+		return nil, err
 	}
+	pr.closeKafka = closeClient
 	pr.consumer, err = NewConsumer(ConsumerOptions{Pipeline: p, Instance: s.instance, Signer: s.signer, Tracker: tr,
-		Metrics: s.metrics, Dialer: dialer, Now: s.now, Logger: log, ReadPublished: readPublished,
+		Metrics: s.metrics, Dialer: dialer, Client: client, Now: s.now, Logger: log,
 		// A little before the start, for the relay's clock.
 		Since: s.started.Add(-5 * time.Second)})
 	if err != nil {
 		pool.Close()
+		closeClient()
 		return nil, err
 	}
 	return pr, nil
@@ -221,8 +226,14 @@ func (s *Service) Close() { s.closePools() }
 func (s *Service) closePools() {
 	for _, pr := range s.pipes {
 		pr.pool.Close()
+		if pr.closeKafka != nil {
+			pr.closeKafka()
+		}
 	}
 }
+
+// positionTimeout bounds the high-watermark requests of a position sample.
+const positionTimeout = 5 * time.Second
 
 // Metrics returns the service's metrics (tests read them).
 func (s *Service) Metrics() *Metrics { return s.metrics }
@@ -348,10 +359,11 @@ func (s *Service) run(ctx context.Context, flush bool) error {
 
 	var wg sync.WaitGroup
 	for _, pr := range s.pipes {
-		wg.Add(3)
+		wg.Add(4)
 		go func() { defer wg.Done(); pr.watchDB(ctx, s.opts.HealthInterval) }()
 		go func() { defer wg.Done(); _ = pr.consumer.Run(ctx) }()
 		go func() { defer wg.Done(); pr.sweep(ctx, s.opts.SweepInterval) }()
+		go func() { defer wg.Done(); pr.tracker.RunLookups(ctx) }()
 	}
 	if c != nil {
 		c.Start()
@@ -422,7 +434,7 @@ func (pr *pipelineRunner) sweep(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			pr.tracker.Sweep(ctx)
+			pr.tracker.Sweep()
 		}
 	}
 }
@@ -492,62 +504,30 @@ func (pr *pipelineRunner) setDB(err error) {
 
 // lookupStamps is the tracker's LookupStamps: for a pipeline whose publish
 // stamp is the row's published_at, it reads the row back by primary key and
-// converts the database time to the prober's clock. Until the relay's
-// transaction commits, published_at reads NULL and no stamp is returned;
-// the tracker asks again.
-func (pr *pipelineRunner) lookupStamps(ctx context.Context, c Canary) (map[string]time.Time, error) {
+// converts the database time to the prober's clock, with the offset's error
+// bound. Until the relay's transaction commits, published_at reads NULL:
+// ErrStampAbsent, and the judge asks again. Any other failure (our own
+// database unreachable, the offset not measured yet) is retried and never
+// taken for a missing stamp.
+func (pr *pipelineRunner) lookupStamps(ctx context.Context, c Canary) (LookupResult, error) {
 	if pr.p.Relay.PublishedStamp != config.PublishedFromColumn || c.RowID == "" {
-		return nil, nil
+		return LookupResult{}, ErrStampAbsent
 	}
 	off, ok := pr.clock.Current()
 	if !ok {
-		return nil, errors.New("database clock offset not measured yet")
+		return LookupResult{}, errors.New("database clock offset not measured yet")
 	}
 	var published *time.Time
 	if err := pr.pool.QueryRow(ctx, pr.publishedSQL, c.RowID).Scan(&published); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("read published_at of row %s: row not found (deleted by a cleanup?)", c.RowID)
+			return LookupResult{}, fmt.Errorf("read published_at of row %s: row not found (deleted by a cleanup?): %w", c.RowID, ErrStampAbsent)
 		}
-		return nil, fmt.Errorf("read published_at of row %s: %w", c.RowID, err)
+		return LookupResult{}, fmt.Errorf("read published_at of row %s: %w", c.RowID, err)
 	}
 	if published == nil {
-		return nil, nil
+		return LookupResult{}, ErrStampAbsent
 	}
-	return map[string]time.Time{config.StampPublish: off.ToLocal(*published)}, nil
-}
-
-// readPublished reads published_at of an arrived canary's row, once. The
-// row id comes from the tracker, which has it from Sent (persisted, so
-// canaries sent before a restart have it too), or, for an arrival that
-// overtook Sent, from the record's "id" header (which the reference relay
-// and Debezium both write).
-//
-// It does not wait while published_at is NULL, although it often is: the
-// reference relay (like the seed's algorithm) sets it after the broker
-// acknowledged, so the record can be consumed a moment before the row
-// shows it. Waiting here would hold up the partition, and stamp every
-// canary queued behind this one consumed late, blaming Kafka for the
-// relay's commit. The tracker marks the arrival PendingLookup instead and
-// Sweep reads published_at again shortly after.
-func (pr *pipelineRunner) readPublished(ctx context.Context, canaryID string, msg kafka.Message) (time.Time, bool) {
-	rowID, ok := pr.tracker.rowID(canaryID)
-	if !ok {
-		for _, h := range msg.Headers {
-			if h.Key == "id" {
-				rowID = string(h.Value)
-			}
-		}
-	}
-	if rowID == "" {
-		return time.Time{}, false
-	}
-	stamps, err := pr.lookup(ctx, Canary{ID: canaryID, RowID: rowID})
-	if err != nil {
-		pr.log.Debug("reading published_at on arrival failed; the tracker looks it up again", "canary", canaryID, "err", err)
-		return time.Time{}, false
-	}
-	t, ok := stamps[config.StampPublish]
-	return t, ok
+	return LookupResult{Stamps: map[string]time.Time{config.StampPublish: off.ToLocal(*published)}, ErrorBound: off.Error}, nil
 }
 
 // PipelineView is what the status page reads of one pipeline: its
@@ -576,7 +556,7 @@ type PipelineView struct {
 func (s *Service) Views() []PipelineView {
 	out := make([]PipelineView, 0, len(s.pipes))
 	for _, pr := range s.pipes {
-		v := PipelineView{Pipeline: pr.p, InFlight: pr.tracker.InFlightReports(), LastReceived: pr.tracker.LastReceived(), Resolved: pr.tracker.Recent(math.MaxInt), Memory: pr.tracker.forget, Down: pr.down()}
+		v := PipelineView{Pipeline: pr.p, InFlight: pr.tracker.InFlightReports(), LastReceived: pr.tracker.LastReceived(), Resolved: pr.tracker.Recent(math.MaxInt), Memory: pr.tracker.Memory(), Down: pr.down()}
 		if off, ok := pr.clock.Current(); ok {
 			v.ClockOffset = &off
 		}

@@ -49,20 +49,24 @@ func TestConsumerStampsQueuedCanariesWithoutWaitingForPublishedAt(t *testing.T) 
 	defer svc.closePools()
 	pr := svc.pipes[0]
 	// The database, played: published_at by row id, absent while NULL.
+	var mu sync.Mutex
 	published := map[string]time.Time{}
-	lookups := map[string]int{}
-	pr.lookup = func(_ context.Context, c Canary) (map[string]time.Time, error) {
-		lookups[c.RowID]++
+	pr.lookup = func(_ context.Context, c Canary) (LookupResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
 		if ts, ok := published[c.RowID]; ok {
-			return map[string]time.Time{config.StampPublish: ts}, nil
+			return LookupResult{Stamps: map[string]time.Time{config.StampPublish: ts}}, nil
 		}
-		return nil, nil
+		return LookupResult{}, ErrStampAbsent
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go pr.tracker.RunLookups(ctx)
 	signer, _ := NewSigner([]byte("unit-key"))
 	var msgs []kafka.Message
 	for i, id := range []string{"a", "b"} {
 		c := Canary{ID: id, Seq: uint64(i + 1), Pipeline: "orders", Key: "k", RowID: fmt.Sprint(i + 1),
-			InsertStarted: t0.Add(-time.Millisecond), Committed: t0}
+			InsertStarted: t0.Add(-time.Millisecond), CommitSent: t0, Committed: t0}
 		if err := pr.tracker.Sent(c); err != nil {
 			t.Fatal(err)
 		}
@@ -73,39 +77,38 @@ func TestConsumerStampsQueuedCanariesWithoutWaitingForPublishedAt(t *testing.T) 
 		msgs = append(msgs, kafka.Message{Partition: 0, Offset: int64(i), Key: []byte("k"), Value: value,
 			Headers: []kafka.Header{{Key: "outbox-relay-read-at", Value: []byte(t0.Add(50 * time.Millisecond).Format(time.RFC3339Nano))}}})
 	}
-	// b's row is marked published; a's relay has not committed yet, and b
-	// is queued behind a on the partition.
-	published["2"] = t0.Add(100 * time.Millisecond)
+	// a's relay has not committed published_at yet, and b is queued
+	// behind a on the partition: the consumer must not wait for it.
 	clock.Advance(300 * time.Millisecond)
 	pr.consumer.Handle(context.Background(), msgs[0])
 	clock.Advance(10 * time.Millisecond)
 	pr.consumer.Handle(context.Background(), msgs[1])
-	if lookups["1"] != 1 || lookups["2"] != 1 {
-		t.Fatalf("published_at read %v times per row on arrival, want one attempt each: the consumer must not wait for the relay", lookups)
-	}
-	consumed := func(id string) time.Duration {
-		t.Helper()
-		for _, r := range pr.tracker.Recent(10) {
-			if r.ID == id {
-				return r.Consumed.Sub(t0)
+	mu.Lock()
+	published["1"], published["2"] = t0.Add(200*time.Millisecond), t0.Add(100*time.Millisecond)
+	mu.Unlock()
+	reports := map[string]Report{}
+	for _, id := range []string{"a", "b"} {
+		for {
+			actx, acancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			r, err := pr.tracker.Await(actx, id)
+			acancel()
+			if err == nil {
+				reports[id] = r
+				break
 			}
+			clock.Advance(500 * time.Millisecond) // past each lookup's backoff
+			pr.tracker.Sweep()
 		}
-		t.Fatalf("canary %s is not final", id)
-		return 0
 	}
-	if got := consumed("b"); got != 310*time.Millisecond {
-		t.Errorf("b consumed at +%v, want +310ms: stamped when read", got)
+	if got := reports["a"].Consumed.Sub(t0); got != 300*time.Millisecond {
+		t.Errorf("a consumed at +%v, want +300ms: stamped when read", got)
 	}
-	// a waits for its stamp in the tracker, not in the consumer.
-	published["1"] = t0.Add(200 * time.Millisecond)
-	clock.Advance(100 * time.Millisecond)
-	pr.tracker.Sweep(context.Background())
-	if got := consumed("a"); got != 300*time.Millisecond {
-		t.Errorf("a consumed at +%v, want +300ms", got)
+	if got := reports["b"].Consumed.Sub(t0); got != 310*time.Millisecond {
+		t.Errorf("b consumed at +%v, want +310ms: stamped when read, not after a's lookup", got)
 	}
-	for _, r := range pr.tracker.Recent(10) {
+	for id, r := range reports {
 		if seg := r.Segments["publish_to_consume"]; !seg.Measured {
-			t.Errorf("canary %s: publish_to_consume unmeasured: %+v", r.ID, seg)
+			t.Errorf("canary %s: publish_to_consume unmeasured: %+v", id, seg)
 		}
 	}
 }

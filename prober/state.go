@@ -5,92 +5,123 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/outbox-canary/outbox-canary/prober/judge"
 )
 
-// stateVersion is bumped when the file layout changes incompatibly; a
-// tracker refuses a file of another version rather than misread it.
-const stateVersion = 1
+// stateVersion is bumped when the file layout changes incompatibly. A file
+// of another version is moved aside, never misread and never fatal.
+const stateVersion = 2
 
-// stateFile is what a Tracker persists, one file per pipeline. It holds
-// everything needed to resume after kill -9 without losing or recounting a
-// canary: in-flight canaries with how far each segment got, recently
-// resolved canaries (to recognise duplicates), the last sequence number per
-// key (for out-of-order), and per partition the next offset to read.
+// stateFile is what a Tracker persists, one file per pipeline: the judge's
+// state (every canary remembered with its verdicts, the last sequence per
+// key, the next offset per partition, the prober's downtimes) under the
+// pipeline and instance it belongs to.
 type stateFile struct {
-	Version  int    `json:"version"`
-	Pipeline string `json:"pipeline"`
-	Instance string `json:"instance"`
-	// Canaries is every canary still tracked, in flight or resolved, by Seq.
-	Canaries    []*canaryState    `json:"canaries"`
-	LastSeq     map[string]uint64 `json:"last_seq_by_key,omitempty"`
-	NextOffsets map[int]int64     `json:"next_offset_by_partition,omitempty"`
-	// Last* restore the last_*_timestamp_seconds gauges after a restart, so
-	// that the stall alert (last sent minus last received, guarded by last
-	// received > 0) does not go blind until the next canary arrives. They
-	// were added without a version bump: a file without them loads, with
-	// the gauges at 0 as before.
-	LastSent     time.Time `json:"last_sent,omitzero"`
-	LastReceived time.Time `json:"last_received,omitzero"`
-	LastSuccess  time.Time `json:"last_success,omitzero"`
+	Version  int          `json:"version"`
+	Pipeline string       `json:"pipeline"`
+	Instance string       `json:"instance"`
+	Judge    *judge.State `json:"judge"`
 }
 
-// canaryState is one canary as tracked: what Sent recorded, the stamps
-// learnt since, and per segment whether its SLI event and its latency
-// observation have already been emitted (each exactly once).
-type canaryState struct {
-	ID            string    `json:"id"`
-	Seq           uint64    `json:"seq"`
-	Key           string    `json:"key"`
-	RowID         string    `json:"row_id,omitempty"`
-	InsertStarted time.Time `json:"insert_started"`
-	// Stamps holds every known stamp on the prober clock, commit included
-	// and consume once arrived.
-	Stamps     map[string]time.Time     `json:"stamps"`
-	Segments   map[string]*segmentState `json:"segments,omitempty"`
-	Arrived    bool                     `json:"arrived,omitempty"`
-	Lost       bool                     `json:"lost,omitempty"`
-	OutOfOrder bool                     `json:"out_of_order,omitempty"`
-	// PendingLookup: arrived, still missing a stamp that LookupStamps may
-	// find (a polling relay's published_at).
-	PendingLookup bool      `json:"pending_lookup,omitempty"`
-	ResolvedAt    time.Time `json:"resolved_at,omitzero"` // arrival or loss, for Recent
-	Lookups       int       `json:"lookups,omitempty"`
-	NextLookup    time.Time `json:"next_lookup,omitzero"`
+// Reasons a state file is moved aside, the values of the reason label of
+// outbox_canary_state_resets_total.
+const (
+	StateResetCorrupt  = "corrupt"  // not JSON, or truncated
+	StateResetVersion  = "version"  // written by an older or newer release
+	StateResetPipeline = "pipeline" // another pipeline's file
+)
+
+// StateResetReasons lists every reason, for the metrics created at zero.
+func StateResetReasons() []string {
+	return []string{StateResetCorrupt, StateResetVersion, StateResetPipeline}
 }
 
-// segmentState records what was emitted for one segment of one canary.
-type segmentState struct {
-	// Outcome is "good" or "bad" once the SLI event was counted, at
-	// JudgedAt.
-	Outcome  string    `json:"outcome,omitempty"`
-	JudgedAt time.Time `json:"judged_at,omitzero"`
-	// Observed is set once the duration went into the histogram (or, if
-	// negative, into the skew counter).
-	Observed bool `json:"observed,omitempty"`
+// stateStore reads and writes one pipeline's state file. A file it cannot
+// use is moved aside with a timestamp, counted and logged, and the
+// pipeline starts afresh: a damaged file or a release that changes the
+// layout never stops the service.
+type stateStore struct {
+	path     string // "": in memory only
+	pipeline string
+	instance string
+	log      *slog.Logger
+	m        *Metrics
 }
 
-// loadState reads a state file; a missing file is no state (nil, nil).
-func loadState(path string) (*stateFile, error) {
-	data, err := os.ReadFile(path)
+// load returns the judge's state from the file, or nil to start afresh.
+func (s *stateStore) load(now time.Time) *judge.State {
+	if s.path == "" {
+		return nil
+	}
+	data, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read state: %w", err)
+		s.log.Error("reading the state file failed; starting without it", "file", s.path, "err", err)
+		return nil
 	}
-	var s stateFile
-	if err := json.Unmarshal(data, &s); err != nil {
-		// Writes are atomic, so this is not a torn write but damage or a
-		// foreign file: refuse it rather than silently forget canaries.
-		return nil, fmt.Errorf("state file %s: decode: %w (move it away to start afresh)", path, err)
+	var f stateFile
+	reason, detail := "", ""
+	switch err := json.Unmarshal(data, &f); {
+	case err != nil:
+		reason, detail = StateResetCorrupt, err.Error()
+	case f.Version != stateVersion:
+		reason, detail = StateResetVersion, fmt.Sprintf("version %d, this release reads %d", f.Version, stateVersion)
+	case f.Pipeline != s.pipeline:
+		reason, detail = StateResetPipeline, fmt.Sprintf("it belongs to pipeline %q", f.Pipeline)
+	case f.Judge == nil:
+		reason, detail = StateResetCorrupt, "no state in it"
 	}
-	if s.Version != stateVersion {
-		return nil, fmt.Errorf("state file %s: version %d, this build reads %d (move it away to start afresh)", path, s.Version, stateVersion)
+	if reason != "" {
+		aside := fmt.Sprintf("%s.%s-%s", s.path, reason, now.UTC().Format("20060102T150405Z"))
+		if err := os.Rename(s.path, aside); err != nil {
+			s.log.Error("a state file this release cannot use could not be moved aside; starting afresh anyway", "file", s.path, "problem", detail, "err", err)
+		} else {
+			s.log.Warn("state file moved aside; the pipeline starts afresh (in-flight canaries of the previous run are forgotten)",
+				"file", s.path, "moved_to", aside, "problem", detail)
+		}
+		s.m.StateResets.WithLabelValues(s.pipeline, reason).Inc()
+		return nil
 	}
-	return &s, nil
+	if f.Instance != s.instance {
+		// A renamed instance: its canaries now look foreign on the topic,
+		// so tracking them would only produce false losses. Offsets and
+		// the last times are the pipeline's, whoever wrote them.
+		s.log.Warn("state file written by another instance id; forgetting its canaries",
+			"file", s.path, "state_instance", f.Instance, "instance", s.instance)
+		f.Judge.Canaries = nil
+	}
+	s.log.Info("tracker state loaded", "file", s.path, "canaries", len(f.Judge.Canaries))
+	return f.Judge
+}
+
+// save writes the judge's state atomically and marks it persisted; a
+// failure is counted and returned (the state stays in memory).
+func (s *stateStore) save(j *judge.Judge, now time.Time) error {
+	if s.path == "" {
+		j.MarkPersisted(now)
+		return nil
+	}
+	st := j.State()
+	prev := st.AliveAt
+	st.AliveAt = now
+	data, err := json.Marshal(&stateFile{Version: stateVersion, Pipeline: s.pipeline, Instance: s.instance, Judge: st})
+	if err == nil {
+		err = writeFileAtomic(s.path, data)
+	}
+	if err != nil {
+		st.AliveAt = prev
+		s.m.StateWriteFailures.WithLabelValues(s.pipeline).Inc()
+		return fmt.Errorf("write state %s: %w", s.path, err)
+	}
+	j.MarkPersisted(now)
+	return nil
 }
 
 // writeFileAtomic replaces path with data so that a crash at any instant

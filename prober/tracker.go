@@ -3,7 +3,6 @@ package prober
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,140 +15,51 @@ import (
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/retry"
-	"github.com/outbox-canary/outbox-canary/slo"
+	"github.com/outbox-canary/outbox-canary/prober/judge"
 )
 
-// The tracker turns canaries into per-segment latencies and SLI events.
+// The Tracker is the thin shell around the pure judge (package judge, whose
+// documentation holds the blame rule): it serialises the events, takes the
+// consume stamp behind a fence so that the judge's clock never passes an
+// arrival it has not been told of, persists the state after every change
+// and before any metric moves, runs the stamp lookups the judge asks for
+// outside its lock, and applies the judge's effects to the metrics and the
+// callbacks once the lock is released.
 //
-// How a canary resolves, per budgeted segment, exactly once:
-//
-//   - A segment whose two stamps are known is judged by its duration: good
-//     within budget, bad beyond. This happens at Sent (insert_to_commit), on
-//     arrival, or when LookupStamps reveals a stamp before the message.
-//   - end_to_end is bad as soon as commit + its budget has passed without
-//     arrival: a stall is counted when the first canary's budget runs out,
-//     not when lost_after expires.
-//   - Per segment, a canary that has not arrived is "stuck" in the chain
-//     segment after the latest stamp known for it. Once that segment's
-//     deadline (its start stamp + budget) passes, it is bad. Only that
-//     segment: the later ones have not started as far as we can see. They
-//     are judged by their own durations if the canary arrives, and are NOT
-//     counted if it is lost, because the blame already went to the segment
-//     it was stuck in. This is what routes an alert to the team that owns
-//     the stalled stage instead of paging every team downstream of it.
-//     LookupStamps lets a polling pipeline prove the row was published, so
-//     a broker stall is blamed on publish_to_consume, not on the relay.
-//   - Segments the canary provably passed but whose end stamp only the
-//     message carries (a relay read header, with publish looked up) are
-//     judged on arrival, and not counted if it is lost or the stamp is
-//     missing from the message (counted as outbox_canary_stamps_missing_total).
-//   - Latencies are observed once per segment, when both stamps are known,
-//     late arrivals included; a segment already judged is not counted again.
-//   - A negative segment (stamps from disagreeing clocks) is counted as
-//     suspected skew, not observed in the histogram and not clamped. A
-//     negative within relay.skew_tolerance is measurement noise, not skew:
-//     it is observed as measured (negative) and not flagged. A polling relay
-//     writes published_at after the broker's ack, so its consumer often
-//     reads the record a millisecond before published_at. Its SLI
-//     outcome is good: whatever the skew, the stamps do not show the budget
-//     being exceeded, and end_to_end (one clock, exact) still catches delay.
-//
-// Restarts: the state is written atomically on every Sent and Arrived (and
-// by Sweep when it changed something), BEFORE the corresponding metrics are
-// incremented. So after kill -9 at any instant a canary is neither lost nor
-// counted twice: a message processed before the crash is below the stored
-// next offset and ignored as a replay; a deadline that passed while the
-// prober was down is resolved bad on the first Sweep. The last sent,
-// received and success times are persisted too, so the gauges the stall
-// alert reads come back with their values. The remaining windows: a crash
-// between the canary's COMMIT and Sent persisting it makes it arrive as
-// unknown (counted as skipped, reason unknown_canary, not as an SLI event);
-// and increments between the state write and the metric update, like any
-// counter increments not yet scraped before a crash, are never seen by
-// Prometheus (under-counted, never double-counted).
-//
-// A message can overtake Sent: the relay may publish and the consumer read
-// the canary between the sender's COMMIT and its call to Sent. The sender
-// therefore calls Expect before COMMIT; an arrival of an expected canary is
-// parked in memory (KindPending) and processed by Sent, with its original
-// consumed stamp, as if it had come just after. If the insert fails the
-// sender calls Abandon, and a parked arrival (a COMMIT that succeeded
-// although it reported an error) is skipped as unknown_canary, as before.
-// Parking, not waiting: the consumer never blocks on the sender.
+// Restarts: the state is written atomically on every change, before the
+// corresponding metrics are incremented. After kill -9 at any instant a
+// canary is neither lost nor counted twice: a message processed before the
+// crash is below the stored next offset and ignored as a replay, and a
+// verdict in the state is never emitted again. The span from the last write
+// to the restart is the prober's downtime, which no pipeline segment is
+// charged for. What remains unknown is a crash between a canary's COMMIT and
+// Sent persisting it: the canary then arrives as unknown_canary (skipped),
+// never as an SLI event.
 
 // ErrUnknownCanary is returned by Await for a canary id the tracker does not
 // know (never sent through it, or forgotten long after it resolved).
 var ErrUnknownCanary = errors.New("unknown canary")
 
+// ErrStampAbsent is what a lookup returns when the stamp is not there (yet):
+// published_at still NULL, or the row gone.
+var ErrStampAbsent = errors.New("stamp absent")
+
 // Kind classifies an arrival.
-type Kind int
+type Kind = judge.Kind
 
 // Arrival kinds.
 const (
-	// KindFirst is the first arrival of a tracked canary: judged and observed.
-	KindFirst Kind = iota + 1
-	// KindDuplicate is a second or later arrival of a canary: counted as a
-	// duplicate, never as an SLI event.
-	KindDuplicate
-	// KindReplay is a message at an offset already processed before a
-	// restart: ignore it silently, it was counted the first time.
-	KindReplay
-	// KindUnknown is a canary of this instance that the tracker has no
-	// record of; counted as skipped with reason unknown_canary.
-	KindUnknown
-	// KindPending is a canary whose insert is committing (Expect called,
-	// Sent not yet): the arrival is parked and resolved by Sent.
-	KindPending
+	KindFirst     = judge.KindFirst
+	KindDuplicate = judge.KindDuplicate
+	KindReplay    = judge.KindReplay
+	KindUnknown   = judge.KindUnknown
+	KindPending   = judge.KindPending
 )
-
-func (k Kind) String() string {
-	switch k {
-	case KindFirst:
-		return "first"
-	case KindDuplicate:
-		return "duplicate"
-	case KindReplay:
-		return "replay"
-	case KindUnknown:
-		return "unknown"
-	case KindPending:
-		return "pending"
-	}
-	return fmt.Sprintf("Kind(%d)", int(k))
-}
-
-// SegmentResult is one segment of one canary as far as it is known.
-type SegmentResult struct {
-	Segment  string        `json:"segment"`
-	Measured bool          `json:"measured"`           // both stamps known, Duration valid
-	Duration time.Duration `json:"duration,omitempty"` // end stamp minus start stamp
-	Budget   time.Duration `json:"budget,omitempty"`
-	Budgeted bool          `json:"budgeted"`
-	// Outcome is "good" or "bad" once the SLI event was counted, "" if
-	// the segment is not budgeted or not (yet) judged.
-	Outcome string `json:"outcome,omitempty"`
-	// JudgedAt is when the SLI event was counted (an arrival, or a
-	// deadline that passed): burn rates over a window count it then.
-	JudgedAt time.Time `json:"judged_at,omitzero"`
-	// Skew is true when the duration is negative (suspected clock skew).
-	Skew bool `json:"skew,omitempty"`
-	// MissingStamp names a stamp the arrived message did not carry, which
-	// leaves this segment unmeasured.
-	MissingStamp string `json:"missing_stamp,omitempty"`
-}
 
 // Outcome is what Arrived made of one message.
 type Outcome struct {
 	Kind     Kind
 	CanaryID string
-	// Late is true when the canary arrived after its end_to_end deadline
-	// (it was, or is now, bad end to end), or after being declared lost.
-	Late bool
-	// OutOfOrder is true when a canary with a higher Seq of the same key
-	// arrived earlier.
-	OutOfOrder bool
-	// Segments is set for KindFirst: every segment, insert_to_commit first.
-	Segments []SegmentResult
 }
 
 // Canary states in a Report.
@@ -159,6 +69,34 @@ const (
 	StateLate     = "late" // arrived after its end_to_end deadline
 	StateLost     = "lost"
 )
+
+// SegmentResult is one segment of one canary as far as it is known.
+type SegmentResult struct {
+	Segment  string        `json:"segment"`
+	Measured bool          `json:"measured"`           // both stamps known, Duration valid
+	Duration time.Duration `json:"duration,omitempty"` // end stamp minus start stamp; an upper bound when Bound
+	// Bound: Duration is only an upper bound (a stamp taken after its
+	// event, such as a published_at marked after consumption).
+	Bound    bool          `json:"bound,omitempty"`
+	Budget   time.Duration `json:"budget,omitempty"`
+	Budgeted bool          `json:"budgeted"`
+	// Outcome is "good" or "bad" once the SLI event was counted,
+	// "unjudged" (with Reason) when the segment is not an SLI event, ""
+	// if not (yet) decided or not budgeted.
+	Outcome string `json:"outcome,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// JudgedAt is when the outcome was decided (an arrival, or a deadline
+	// that passed): burn rates over a window count it then.
+	JudgedAt time.Time `json:"judged_at,omitzero"`
+	// Skew is true when the segment measured negative by clocks that
+	// disagree; StampOrder when by a stamp taken after its event. Neither
+	// is a latency.
+	Skew       bool `json:"skew,omitempty"`
+	StampOrder bool `json:"stamp_order,omitempty"`
+	// MissingStamp names a stamp the canary did not get, which leaves this
+	// segment unmeasured.
+	MissingStamp string `json:"missing_stamp,omitempty"`
+}
 
 // Report is one canary's segment breakdown, for the status page and the
 // check command. Segments is keyed by segment name (every segment of the
@@ -172,11 +110,23 @@ type Report struct {
 	Consumed   time.Time                `json:"consumed,omitzero"`
 	OutOfOrder bool                     `json:"out_of_order,omitempty"`
 	Segments   map[string]SegmentResult `json:"segments"`
+	// CommitUncertainty is how long COMMIT took to return: the commit
+	// happened somewhere in it, and segments from commit are measured from
+	// its start.
+	CommitUncertainty time.Duration `json:"commit_uncertainty,omitempty"`
 	// Where, for a canary in flight, is the segment it is waiting in as
 	// far as the evidence goes, and Deadline when that segment's budget
-	// runs out (zero for a segment without a budget).
+	// runs out (zero when unknown).
 	Where    string    `json:"where,omitempty"`
 	Deadline time.Time `json:"deadline,omitzero"`
+}
+
+// LookupResult is what a stamp lookup found, on the prober's clock.
+type LookupResult struct {
+	Stamps map[string]time.Time
+	// ErrorBound of the stamps' conversion to the prober's clock (the
+	// database clock offset's).
+	ErrorBound time.Duration
 }
 
 // TrackerOptions configures a Tracker.
@@ -185,74 +135,68 @@ type TrackerOptions struct {
 	Instance string
 	Metrics  *Metrics
 	Now      func() time.Time
-	Logger   *slog.Logger
-	// OnDone, optional, is called once per canary when it is final (arrived
-	// and judged, or lost), outside the tracker's lock: the demo prints a
-	// line per canary from it.
+	Logger   *slog.Logger // already carrying the pipeline
+	// OnDone, optional, is called once per canary when it is final
+	// (arrived and judged, or lost), after the tracker's lock is released:
+	// the demo prints a line per canary from it.
 	OnDone func(Report)
 	// StatePath is the file for the persisted state; "" keeps it in memory
 	// only (tests, and `check`, which must not disturb the service's file).
 	StatePath string
-	// LookupStamps, optional, is called (outside the tracker's lock) for
-	// canaries whose current segment's deadline passed without arrival, to
-	// learn stamps observable without the message (polling: published_at
-	// read back by primary key, already converted to the prober clock). It
-	// returns the stamps found, maybe none. It is retried with backoff
-	// while the canary stays stuck before its last segment.
-	LookupStamps func(ctx context.Context, c Canary) (map[string]time.Time, error)
+	// LookupStamps, optional, reads the stamps the message does not carry
+	// (a polling relay's published_at). It returns ErrStampAbsent when the
+	// stamp is not there (yet), and any other error when it could not
+	// look (the prober's own database down), which is retried.
+	LookupStamps func(ctx context.Context, c Canary) (LookupResult, error)
 }
 
-// Lookup retry backoff: the first lookup happens at the deadline, retries
-// double (with jitter) from lookupBackoffMin so a long stall costs a few
-// queries per canary, not four a second.
+// Lookup pacing: the first lookup is made when the judge asks, retries of
+// one canary back off (with jitter) from lookupBackoffMin, and each is
+// bounded by lookupTimeout.
 const (
-	lookupBackoffMin = 500 * time.Millisecond
-	lookupBackoffMax = 30 * time.Second
+	lookupBackoffMin = 250 * time.Millisecond
+	lookupBackoffMax = 10 * time.Second
+	lookupTimeout    = 2 * time.Second
 )
-
-// lookupTimeoutMax bounds each lookup (further bounded by the budget of the
-// segment it is to prove progress in) and all the lookups of one Sweep
-// together: a hung database must not hold up the deadlines, which are what
-// turns a stall into bad events.
-const lookupTimeoutMax = 2 * time.Second
 
 // Tracker follows the canaries of one pipeline from Sent to arrival or
 // loss. It is safe for concurrent use.
 type Tracker struct {
-	p        *config.Pipeline
-	plan     segmentPlan
-	instance string
-	m        *Metrics
-	now      func() time.Time
-	log      *slog.Logger
-	path     string
-	lookup   func(ctx context.Context, c Canary) (map[string]time.Time, error)
-	lost     time.Duration
-	skewTol  time.Duration // negatives within it are noise, not skew
-	forget   time.Duration // how long resolved canaries are kept for duplicates
-	onDone   func(Report)
-	// lookupTimeout is lookupTimeoutMax; tests shorten it.
-	lookupTimeout time.Duration
+	p       *config.Pipeline
+	plan    judge.Plan
+	m       *Metrics
+	now     func() time.Time
+	log     *slog.Logger
+	path    string
+	store   *stateStore
+	lookup  func(ctx context.Context, c Canary) (LookupResult, error)
+	onDone  func(Report)
+	forget  time.Duration
+	lookups chan string // canary ids the judge asked to look up
 
-	mu       sync.Mutex
-	canaries map[string]*canaryState
-	lastSeq  map[string]uint64
-	next     map[int]int64
-	dirty    bool // state changed since the last write (offsets from Skipped)
-	waiters  map[string][]chan Report
-	// lookupWaits spaces the lookups of each canary; in memory only (a
-	// restart starts each canary's backoff again).
-	lookupWaits map[string]*backoff.ExponentialBackOff
-	// expected holds the canaries between Expect and Sent, with the
-	// arrivals that overtook Sent (parked, in arrival order).
-	expected map[string][]Arrival
-	// last sent, received and success times, persisted for the gauges.
-	lastSent, lastReceived, lastSuccess time.Time
+	// fence: consume stamps taken and not yet handed to the judge.
+	fenceMu sync.Mutex
+	fence   map[uint64]time.Time
+	fenceN  uint64
+
+	mu      sync.Mutex
+	j       *judge.Judge
+	waiters map[string][]chan Report
+
+	backoffMu sync.Mutex
+	backoffs  map[string]*lookupPace
+}
+
+// lookupPace spaces the lookups of one canary.
+type lookupPace struct {
+	b    *backoff.ExponentialBackOff
+	next time.Time
 }
 
 // NewTracker creates the tracker of one pipeline and loads its state file
-// if there is one. Canaries whose deadlines passed while the prober was down
-// are resolved by the first Sweep.
+// if there is one (a damaged or foreign file is moved aside, see
+// stateStore). The span since the state's last write is the prober's
+// downtime.
 func NewTracker(opts TrackerOptions) (*Tracker, error) {
 	if opts.Pipeline == nil || opts.Metrics == nil {
 		return nil, errors.New("tracker: Pipeline and Metrics are required")
@@ -263,135 +207,230 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if _, ok := opts.Metrics.SegmentLatency[opts.Pipeline.Name]; !ok {
-		return nil, fmt.Errorf("pipeline %q: tracker: metrics were not created for this pipeline", opts.Pipeline.Name)
+	p := opts.Pipeline
+	if _, ok := opts.Metrics.SegmentLatency[p.Name]; !ok {
+		return nil, errors.New("tracker: metrics were not created for this pipeline")
 	}
 	t := &Tracker{
-		p:        opts.Pipeline,
-		onDone:   opts.OnDone,
-		skewTol:  time.Duration(opts.Pipeline.Relay.SkewTolerance),
-		plan:     planSegments(opts.Pipeline),
-		instance: opts.Instance,
-		m:        opts.Metrics,
-		now:      opts.Now,
-		log:      opts.Logger.With("pipeline", opts.Pipeline.Name),
-		path:     opts.StatePath,
-		lookup:   opts.LookupStamps,
-		lost:     time.Duration(opts.Pipeline.Canary.LostAfter),
-		forget:   2 * time.Duration(opts.Pipeline.Canary.LostAfter),
-		canaries: make(map[string]*canaryState),
-		lastSeq:  make(map[string]uint64),
-		next:     make(map[int]int64),
-		waiters:  make(map[string][]chan Report),
-
-		lookupWaits: make(map[string]*backoff.ExponentialBackOff),
-		expected:    make(map[string][]Arrival),
-
-		lookupTimeout: lookupTimeoutMax,
+		p: p, plan: planOf(p), m: opts.Metrics, now: opts.Now, log: opts.Logger, path: opts.StatePath,
+		lookup: opts.LookupStamps, onDone: opts.OnDone, forget: 2 * time.Duration(p.Canary.LostAfter),
+		lookups: make(chan string, 1024), fence: map[uint64]time.Time{},
+		waiters: map[string][]chan Report{}, backoffs: map[string]*lookupPace{},
 	}
-	if t.path != "" {
-		st, err := loadState(t.path)
-		if err != nil {
-			return nil, fmt.Errorf("pipeline %q: %w", t.p.Name, err)
-		}
-		if st != nil {
-			if err := t.restore(st); err != nil {
-				return nil, err
-			}
+	t.store = &stateStore{path: opts.StatePath, pipeline: p.Name, instance: opts.Instance, log: opts.Logger, m: opts.Metrics}
+	st := t.store.load(opts.Now())
+	t.j = judge.New(judgeConfig(p, t.plan, t.forget), st, opts.Now())
+	// The gauges the stall alert reads come back with their values.
+	restored := t.j.State()
+	for _, g := range []struct {
+		vec *prometheus.GaugeVec
+		at  time.Time
+	}{{t.m.LastSent, restored.LastSent}, {t.m.LastReceived, restored.LastReceived}, {t.m.LastSuccess, restored.LastSuccess}} {
+		if !g.at.IsZero() {
+			g.vec.WithLabelValues(p.Name).Set(unixSeconds(g.at))
 		}
 	}
-	t.m.InFlight.WithLabelValues(t.p.Name).Set(float64(t.inFlightLocked()))
-	for g, ts := range map[*prometheus.GaugeVec]time.Time{t.m.LastSent: t.lastSent, t.m.LastReceived: t.lastReceived, t.m.LastSuccess: t.lastSuccess} {
-		if !ts.IsZero() {
-			g.WithLabelValues(t.p.Name).Set(unixSeconds(ts))
-		}
-	}
+	t.m.InFlight.WithLabelValues(p.Name).Set(float64(t.inFlightLocked()))
 	return t, nil
 }
 
-func (t *Tracker) restore(st *stateFile) error {
-	if st.Pipeline != t.p.Name {
-		return fmt.Errorf("pipeline %q: state file %s belongs to pipeline %q", t.p.Name, t.path, st.Pipeline)
+// planOf derives the judge's plan from the pipeline's stamps and budgets.
+func planOf(p *config.Pipeline) judge.Plan {
+	var after, lookup []string
+	if p.Relay.PublishedStamp == config.PublishedFromColumn {
+		// published_at is written after the broker's ack, and read back
+		// from the row rather than carried by the message.
+		after, lookup = []string{config.StampPublish}, []string{config.StampPublish}
 	}
-	for p, o := range st.NextOffsets {
-		t.next[p] = o
-	}
-	// The pipeline's last times, whichever instance id wrote them.
-	t.lastSent, t.lastReceived, t.lastSuccess = st.LastSent, st.LastReceived, st.LastSuccess
-	if st.Instance != t.instance {
-		// A renamed instance: its old canaries now look foreign on the
-		// topic, so tracking them would only produce false losses.
-		t.log.Warn("state file written by another instance id; forgetting its canaries",
-			"file", t.path, "state_instance", st.Instance, "instance", t.instance)
-		return nil
-	}
-	for _, c := range st.Canaries {
-		if c.Stamps == nil {
-			c.Stamps = make(map[string]time.Time)
-		}
-		if c.Segments == nil {
-			c.Segments = make(map[string]*segmentState)
-		}
-		t.canaries[c.ID] = c
-	}
-	for k, v := range st.LastSeq {
-		t.lastSeq[k] = v
-	}
-	t.log.Info("tracker state loaded", "file", t.path, "canaries", len(t.canaries), "in_flight", t.inFlightLocked())
-	return nil
+	return judge.NewPlan(p.StampOrder(), p.Budget, config.SegmentInsertToCommit, config.SegmentEndToEnd, after, lookup)
 }
 
-// effects are metric updates applied only after the state that implies them
-// is durable (see the package comment on restarts).
-type effects []func()
-
-func (e *effects) add(f func()) { *e = append(*e, f) }
-
-func (e effects) apply() {
-	for _, f := range e {
-		f()
+func judgeConfig(p *config.Pipeline, plan judge.Plan, forget time.Duration) judge.Config {
+	return judge.Config{
+		Plan:                plan,
+		SkewTolerance:       time.Duration(p.Relay.SkewTolerance),
+		MaxSkew:             time.Duration(p.Relay.MaxClockSkew),
+		LostAfter:           time.Duration(p.Canary.LostAfter),
+		Forget:              forget,
+		ArrivedLookupWindow: arrivedLookupWindow,
+		FloodSkips:          floodSkips,
 	}
+}
+
+// arrivedLookupWindow bounds how long after arrival a published_at that
+// reads NULL is asked for again (the polling relay commits it just after
+// sending) before it is given up as missing.
+const arrivedLookupWindow = 10 * time.Second
+
+// floodSkips: the readers behind with at least this many messages to go
+// are chewing through a flood that is not our canaries (the prober's own
+// lag, charged to no segment).
+const floodSkips = 1000
+
+// BeginArrival takes the consume stamp of a message just fetched and
+// raises the fence: until EndArrival or Arrived hands it over, no deadline
+// later than this stamp is judged.
+func (t *Tracker) BeginArrival() (token uint64, consumed time.Time) {
+	t.fenceMu.Lock()
+	defer t.fenceMu.Unlock()
+	t.fenceN++
+	consumed = t.now()
+	t.fence[t.fenceN] = consumed
+	return t.fenceN, consumed
+}
+
+// EndArrival lowers a fence without an arrival (the message was not one
+// of ours, or was dropped).
+func (t *Tracker) EndArrival(token uint64) {
+	t.fenceMu.Lock()
+	delete(t.fence, token)
+	t.fenceMu.Unlock()
+}
+
+// fencedNow is now, or the earliest consume stamp not yet handed over.
+func (t *Tracker) fencedNow() time.Time {
+	t.fenceMu.Lock()
+	defer t.fenceMu.Unlock()
+	now := t.now()
+	for _, c := range t.fence {
+		if c.Before(now) {
+			now = c
+		}
+	}
+	return now
+}
+
+// commit persists a changed state, then (outside the lock) applies the
+// effects. It must be called with t.mu held; it releases it.
+func (t *Tracker) commitAndUnlock(fx []judge.Effect) error {
+	var err error
+	if t.j.Dirty() {
+		err = t.store.save(t.j, t.now())
+	}
+	reports := t.reportsFor(fx)
+	inFlight := t.inFlightLocked()
+	waiters := t.takeWaiters(reports)
+	t.mu.Unlock()
+	t.apply(fx, reports, waiters, inFlight)
+	return err
+}
+
+// reportsFor builds, under the lock, the reports of the canaries that
+// became final.
+func (t *Tracker) reportsFor(fx []judge.Effect) map[string]Report {
+	var out map[string]Report
+	for _, e := range fx {
+		if e.Kind != judge.EffectFinal {
+			continue
+		}
+		if c := t.j.Canary(e.Canary); c != nil {
+			if out == nil {
+				out = map[string]Report{}
+			}
+			out[e.Canary] = t.report(c)
+		}
+	}
+	return out
+}
+
+func (t *Tracker) takeWaiters(reports map[string]Report) map[string][]chan Report {
+	var out map[string][]chan Report
+	for id := range reports {
+		if ws := t.waiters[id]; len(ws) > 0 {
+			if out == nil {
+				out = map[string][]chan Report{}
+			}
+			out[id] = ws
+			delete(t.waiters, id)
+		}
+	}
+	return out
+}
+
+// apply turns the judge's effects into metrics, lookups and callbacks.
+func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters map[string][]chan Report, inFlight int) {
+	name := t.p.Name
+	m := t.m
+	for _, e := range fx {
+		switch e.Kind {
+		case judge.EffectVerdict:
+			if e.Outcome == judge.Unjudged {
+				m.CanariesUnjudged.WithLabelValues(name, e.Segment, e.Reason).Inc()
+				t.log.Info("canary segment not judged", "canary", e.Canary, "segment", e.Segment, "reason", e.Reason)
+			} else {
+				m.SLIEvents.WithLabelValues(name, e.Segment, e.Outcome).Inc()
+				if e.Outcome == judge.Bad {
+					t.log.Info("canary segment over budget", "canary", e.Canary, "segment", e.Segment)
+				}
+			}
+		case judge.EffectObserve:
+			m.ObserveLatency(name, e.Segment, e.Duration)
+		case judge.EffectSkew:
+			m.ClockSkew.WithLabelValues(name, e.Segment).Inc()
+			t.log.Warn("negative segment: the clocks of its stamps disagree (clock skew suspected)", "canary", e.Canary, "segment", e.Segment, "duration", e.Duration)
+		case judge.EffectStampOrder:
+			m.StampOrder.WithLabelValues(name, e.Segment).Inc()
+			t.log.Debug("negative segment from a stamp taken after its event (stamp order, not skew)", "canary", e.Canary, "segment", e.Segment, "duration", e.Duration)
+		case judge.EffectStampInvalid:
+			m.StampsInvalid.WithLabelValues(name, e.Stamp, e.Reason).Inc()
+			t.log.Warn("stamp outside the plausible range; its segments are not judged", "canary", e.Canary, "stamp", e.Stamp, "reason", e.Reason)
+		case judge.EffectStampMissing:
+			m.StampsMissing.WithLabelValues(name, e.Stamp).Inc()
+			t.log.Warn("canary arrived without a configured stamp; its segments are not judged", "canary", e.Canary, "stamp", e.Stamp)
+		case judge.EffectSent:
+			m.CanariesSent.WithLabelValues(name).Inc()
+			m.LastSent.WithLabelValues(name).Set(unixSeconds(e.At))
+		case judge.EffectReceived:
+			m.CanariesReceived.WithLabelValues(name).Inc()
+			m.LastReceived.WithLabelValues(name).Set(unixSeconds(e.At))
+		case judge.EffectLate:
+			m.CanariesLate.WithLabelValues(name).Inc()
+		case judge.EffectLost:
+			m.CanariesLost.WithLabelValues(name).Inc()
+			t.log.Warn("canary lost", "canary", e.Canary, "lost_after", t.p.Canary.LostAfter)
+		case judge.EffectDuplicate:
+			m.CanariesDuplicate.WithLabelValues(name).Inc()
+		case judge.EffectOutOfOrder:
+			m.CanariesOutOfOrder.WithLabelValues(name).Inc()
+		case judge.EffectUnknownCanary:
+			m.MessagesSkipped.WithLabelValues(name, ReasonUnknownCanary).Inc()
+			t.log.Warn("canary of this instance not in the tracker's state; skipped", "canary", e.Canary)
+		case judge.EffectLookup:
+			select {
+			case t.lookups <- e.Canary:
+			default:
+				// A full queue: the judge asks again on a later tick.
+				t.mu.Lock()
+				t.j.LookupDropped(e.Canary)
+				t.mu.Unlock()
+			}
+		case judge.EffectFinal:
+			if r, ok := reports[e.Canary]; ok {
+				if e2e := r.Segments[config.SegmentEndToEnd]; e2e.Outcome == judge.Good {
+					m.LastSuccess.WithLabelValues(name).Set(unixSeconds(r.Consumed))
+				}
+				for _, ch := range waiters[e.Canary] {
+					ch <- r // buffered, one send per waiter
+				}
+				if t.onDone != nil {
+					t.onDone(r)
+				}
+			}
+		}
+	}
+	m.InFlight.WithLabelValues(name).Set(float64(inFlight))
 }
 
 // Sent records a committed canary and persists it durably before
 // returning, so a restart right after still knows it. insert_to_commit is
-// observed (and judged, if budgeted) here. If the write fails the canary is
-// still tracked in memory and the error says so.
+// judged here. If the write fails the canary is tracked in memory and the
+// error says so.
 func (t *Tracker) Sent(c Canary) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	parked := t.expected[c.ID]
-	delete(t.expected, c.ID)
-	if _, ok := t.canaries[c.ID]; ok {
-		return nil // already recorded: Sent is idempotent
-	}
-	r := &canaryState{
-		ID: c.ID, Seq: c.Seq, Key: c.Key, RowID: c.RowID, InsertStarted: c.InsertStarted,
-		Stamps:   map[string]time.Time{config.StampCommit: c.Committed},
-		Segments: make(map[string]*segmentState),
-	}
-	t.canaries[c.ID] = r
-	t.lastSent = c.Committed
-	var fx effects
-	t.judge(r, t.plan.insert, c.InsertStarted, c.Committed, &fx)
-	name := t.p.Name
-	fx.add(func() {
-		t.m.CanariesSent.WithLabelValues(name).Inc()
-		t.m.LastSent.WithLabelValues(name).Set(unixSeconds(c.Committed))
-	})
-	for _, a := range parked {
-		// Arrivals that overtook Sent, resolved now in arrival order;
-		// their offsets were advanced when they were parked.
-		out := Outcome{CanaryID: a.CanaryID}
-		t.arrivedKnown(r, a, &out, &fx)
-		t.log.Debug("parked canary arrival resolved", "canary", c.ID, "kind", out.Kind, "late", out.Late)
-	}
-	inFlight := t.inFlightLocked()
-	fx.add(func() { t.m.InFlight.WithLabelValues(name).Set(float64(inFlight)) })
-	err := t.persistLocked()
-	fx.apply()
-	if err != nil {
-		return fmt.Errorf("pipeline %q: canary %s is tracked in memory only: %w", name, c.ID, err)
+	fx := t.j.Sent(judge.Sent{ID: c.ID, Key: c.Key, RowID: c.RowID, Seq: c.Seq,
+		InsertStarted: c.InsertStarted, CommitSent: cmp.Or(c.CommitSent, c.Committed), Committed: c.Committed})
+	if err := t.commitAndUnlock(fx); err != nil {
+		return fmt.Errorf("canary %s is tracked in memory only: %w", c.ID, err)
 	}
 	return nil
 }
@@ -402,535 +441,50 @@ func (t *Tracker) Sent(c Canary) error {
 func (t *Tracker) Expect(canaryID string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := t.expected[canaryID]; !ok {
-		t.expected[canaryID] = nil
-	}
+	t.j.Expect(canaryID)
 }
 
-// Abandon withdraws an Expect whose insert failed. An arrival parked for it
+// Abandon withdraws an Expect whose insert failed; an arrival parked for it
 // (a COMMIT that took effect although it reported an error) is skipped as
-// an unknown canary, which is what it would have been without Expect.
+// an unknown canary.
 func (t *Tracker) Abandon(canaryID string) {
 	t.mu.Lock()
-	parked, ok := t.expected[canaryID]
-	delete(t.expected, canaryID)
-	t.mu.Unlock()
-	if !ok {
-		return
-	}
-	for _, a := range parked {
-		t.log.Warn("canary arrived although its insert reported a failure; skipped",
-			"canary", a.CanaryID, "seq", a.Seq, "partition", a.Partition, "offset", a.Offset)
-		t.m.MessagesSkipped.WithLabelValues(t.p.Name, ReasonUnknownCanary).Inc()
-	}
+	fx := t.j.Abandon(canaryID)
+	_ = t.commitAndUnlock(fx)
 }
 
-// ResetOffset makes next the next offset to read from a partition, even
-// if it is below the stored one: the consumer found the stored offset
-// beyond the partition's end (the topic was deleted and recreated), and
-// the messages of the new partition must not be taken for replays.
-func (t *Tracker) ResetOffset(partition int, next int64) {
+// Arrived hands a consumed canary of this instance to the judge and lowers
+// its fence. a.Consumed must be the stamp BeginArrival returned with token.
+func (t *Tracker) Arrived(token uint64, a Arrival) Outcome {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.next[partition] = next
-	t.dirty = true
+	kind, fx := t.j.Arrived(judge.Arrival{CanaryID: a.CanaryID, Key: a.Key, Seq: a.Seq,
+		Partition: a.Partition, Offset: a.Offset, Consumed: a.Consumed, Stamps: a.Stamps})
+	t.EndArrival(token)
+	if err := t.commitAndUnlock(fx); err != nil {
+		t.log.Error("persisting tracker state failed; a restart may recount this canary", "canary", a.CanaryID, "err", err)
+	}
+	return Outcome{Kind: kind, CanaryID: a.CanaryID}
 }
 
 // Skipped records that the message at this offset was read and skipped
-// (not one of our canaries), so a restart does not read and count it again.
-// It reports whether the offset was already processed before a restart; if
-// so the caller must not count the skip again. The offset is written with
-// the next state write, not synchronously: losing it re-counts one skip.
-func (t *Tracker) Skipped(partition int, offset int64) (replay bool) {
+// (not one of our canaries), so a restart does not read and count it
+// again, and lowers its fence. It reports whether the offset was already
+// processed before a restart; if so the caller must not count the skip.
+// The offset is written with the next state write: losing it re-counts one
+// skip.
+func (t *Tracker) Skipped(token uint64, partition int, offset int64) (replay bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.isReplay(partition, offset) {
-		return true
-	}
-	t.advance(partition, offset)
-	t.dirty = true
-	return false
+	t.EndArrival(token)
+	return t.j.Skipped(partition, offset)
 }
 
-func (t *Tracker) isReplay(partition int, offset int64) bool {
-	next, ok := t.next[partition]
-	return ok && offset < next
-}
-
-func (t *Tracker) advance(partition int, offset int64) {
-	if next, ok := t.next[partition]; !ok || offset+1 > next {
-		t.next[partition] = offset + 1
-	}
-}
-
-// Arrived classifies a consumed canary of this instance, resolves and
-// observes its segments, and persists the result before counting it.
-func (t *Tracker) Arrived(a Arrival) Outcome {
+// ResetOffset makes next the next offset to read from a partition even if
+// lower: the topic was deleted and recreated.
+func (t *Tracker) ResetOffset(partition int, next int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := Outcome{CanaryID: a.CanaryID}
-	if t.isReplay(a.Partition, a.Offset) {
-		out.Kind = KindReplay
-		return out
-	}
-	t.advance(a.Partition, a.Offset)
-	name := t.p.Name
-	var fx effects
-	r, ok := t.canaries[a.CanaryID]
-	if parked, expected := t.expected[a.CanaryID]; !ok && expected {
-		// Overtook Sent: Sent resolves it (see the package comment).
-		t.expected[a.CanaryID] = append(parked, a)
-		t.dirty = true
-		out.Kind = KindPending
-		return out
-	}
-	if !ok {
-		out.Kind = KindUnknown
-		t.log.Warn("canary of this instance not in the tracker's state; skipped",
-			"canary", a.CanaryID, "seq", a.Seq, "partition", a.Partition, "offset", a.Offset)
-		fx.add(func() { t.m.MessagesSkipped.WithLabelValues(name, ReasonUnknownCanary).Inc() })
-	} else {
-		t.arrivedKnown(r, a, &out, &fx)
-	}
-	if err := t.persistLocked(); err != nil {
-		t.log.Error("persisting tracker state failed; a restart may recount this canary", "canary", a.CanaryID, "err", err)
-	}
-	fx.apply()
-	return out
-}
-
-// arrivedKnown classifies and resolves an arrival of a tracked canary.
-func (t *Tracker) arrivedKnown(r *canaryState, a Arrival, out *Outcome, fx *effects) {
-	name := t.p.Name
-	if r.Arrived {
-		out.Kind = KindDuplicate
-		t.log.Debug("duplicate canary", "canary", a.CanaryID, "partition", a.Partition, "offset", a.Offset)
-		fx.add(func() { t.m.CanariesDuplicate.WithLabelValues(name).Inc() })
-		return
-	}
-	out.Kind = KindFirst
-	t.first(r, a, out, fx)
-}
-
-// first resolves a canary's first arrival.
-func (t *Tracker) first(r *canaryState, a Arrival, out *Outcome, fx *effects) {
-	name := t.p.Name
-	r.Arrived = true
-	r.ResolvedAt = a.Consumed
-	r.Stamps[config.StampConsume] = a.Consumed
-	t.mergeStamps(r, a.Stamps)
-
-	key := cmp.Or(a.Key, r.Key)
-	if last, ok := t.lastSeq[key]; ok && r.Seq < last {
-		r.OutOfOrder = true
-		out.OutOfOrder = true
-		t.log.Info("canary arrived out of order", "canary", r.ID, "seq", r.Seq, "key", key, "after_seq", last)
-		fx.add(func() { t.m.CanariesOutOfOrder.WithLabelValues(name).Inc() })
-	} else {
-		t.lastSeq[key] = r.Seq
-	}
-
-	out.Late = r.Lost || a.Consumed.After(r.Stamps[config.StampCommit].Add(t.plan.endToEnd.budget))
-	if out.Late {
-		// Once per canary: first runs once, at its first arrival.
-		fx.add(func() { t.m.CanariesLate.WithLabelValues(name).Inc() })
-	}
-	t.resolveAll(r, fx)
-	if len(t.missingStamps(r)) > 0 && t.lookup != nil {
-		// A polling relay's published_at is read back, not carried by the
-		// message, and the relay may not have committed it yet: Sweep
-		// looks it up and judges the segments then.
-		r.PendingLookup = true
-		r.Lookups, r.NextLookup = 0, time.Time{}
-	} else {
-		t.finalize(r, fx)
-	}
-	for _, s := range t.plan.all() {
-		out.Segments = append(out.Segments, t.finalResult(r, s))
-	}
-	e2eGood := r.segment(config.SegmentEndToEnd).Outcome == slo.OutcomeGood
-	t.lastReceived = a.Consumed
-	if e2eGood {
-		t.lastSuccess = a.Consumed
-	}
-	inFlight := t.inFlightLocked()
-	fx.add(func() {
-		t.m.CanariesReceived.WithLabelValues(name).Inc()
-		t.m.LastReceived.WithLabelValues(name).Set(unixSeconds(a.Consumed))
-		if e2eGood {
-			t.m.LastSuccess.WithLabelValues(name).Set(unixSeconds(a.Consumed))
-		}
-		t.m.InFlight.WithLabelValues(name).Set(float64(inFlight))
-	})
-}
-
-// mergeStamps adds the pipeline's stamps among found. A stamp already known
-// is kept: segments may already have been judged against it.
-func (t *Tracker) mergeStamps(r *canaryState, found map[string]time.Time) {
-	for s, ts := range found {
-		if _, known := r.Stamps[s]; !known && t.plan.isMiddleStamp(s) {
-			r.Stamps[s] = ts
-		}
-	}
-}
-
-// resolveAll observes every segment whose stamps are known and judges those
-// not judged yet, except for a canary already declared lost: its unjudged
-// segments are not counted (the blame went to the segment it was stuck in).
-func (t *Tracker) resolveAll(r *canaryState, fx *effects) {
-	for _, s := range t.plan.pipelineSegments() {
-		t.resolve(r, s, !r.Lost, fx)
-	}
-}
-
-func (t *Tracker) missingStamps(r *canaryState) []string {
-	var out []string
-	for _, s := range t.plan.middleStamps() {
-		if _, ok := r.Stamps[s]; !ok {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// finalize ends an arrived canary's resolution: stamps still missing are
-// counted (their segments stay unjudged) and `check` is told.
-func (t *Tracker) finalize(r *canaryState, fx *effects) {
-	r.PendingLookup = false
-	name := t.p.Name
-	for _, s := range t.missingStamps(r) {
-		t.log.Warn("canary arrived without a configured stamp; its segments are not judged", "canary", r.ID, "stamp", s)
-		fx.add(func() { t.m.StampsMissing.WithLabelValues(name, s).Inc() })
-	}
-	t.notify(r, fx)
-}
-
-// resolve observes a segment whose stamps are both known and, if count and
-// it is budgeted and not yet judged, judges it. It returns the segment's
-// result either way.
-func (t *Tracker) resolve(r *canaryState, s segment, count bool, fx *effects) SegmentResult {
-	from, okF := r.Stamps[s.from]
-	to, okT := r.Stamps[s.to]
-	if okF && okT {
-		if count {
-			t.judge(r, s, from, to, fx)
-		} else {
-			t.observe(r, s, to.Sub(from), fx)
-		}
-	}
-	return t.result(r, s)
-}
-
-// judge observes a segment of known duration and counts its SLI event once.
-func (t *Tracker) judge(r *canaryState, s segment, from, to time.Time, fx *effects) {
-	d := to.Sub(from)
-	t.observe(r, s, d, fx)
-	st := r.segment(s.name)
-	if !s.budgeted || st.Outcome != "" {
-		return
-	}
-	// d <= budget holds for a negative d too: skewed stamps are counted
-	// good (see the package comment), and flagged by observe.
-	outcome := slo.OutcomeBad
-	if d <= s.budget {
-		outcome = slo.OutcomeGood
-	}
-	st.Outcome, st.JudgedAt = outcome, t.now()
-	t.count(s.name, outcome, fx)
-}
-
-func (t *Tracker) count(segment, outcome string, fx *effects) {
-	name := t.p.Name
-	fx.add(func() { t.m.SLIEvents.WithLabelValues(name, segment, outcome).Inc() })
-}
-
-// observe records a segment's duration once: in the histogram, or, if
-// negative, as suspected clock skew (never clamped to zero, which would
-// flatter the segment).
-func (t *Tracker) observe(r *canaryState, s segment, d time.Duration, fx *effects) {
-	st := r.segment(s.name)
-	if st.Observed {
-		return
-	}
-	st.Observed = true
-	name := t.p.Name
-	if t.isSkew(d) {
-		t.log.Warn("negative segment: clock skew suspected", "canary", r.ID, "segment", s.name, "duration", d)
-		fx.add(func() { t.m.ClockSkew.WithLabelValues(name, s.name).Inc() })
-		return
-	}
-	fx.add(func() { t.m.ObserveLatency(name, s.name, d) })
-}
-
-// isSkew reports whether a segment is negative beyond the tolerance.
-func (t *Tracker) isSkew(d time.Duration) bool { return d < -t.skewTol }
-
-func (t *Tracker) result(r *canaryState, s segment) SegmentResult {
-	res := SegmentResult{Segment: s.name, Budget: s.budget, Budgeted: s.budgeted}
-	from, okF := r.Stamps[s.from]
-	if s.from == stampInsert {
-		from, okF = r.InsertStarted, true
-	}
-	to, okT := r.Stamps[s.to]
-	if okF && okT {
-		res.Measured, res.Duration = true, to.Sub(from)
-		res.Skew = t.isSkew(res.Duration)
-	}
-	res.Outcome, res.JudgedAt = r.segment(s.name).Outcome, r.segment(s.name).JudgedAt
-	return res
-}
-
-// finalResult is result plus, for an arrived canary no longer waiting for a
-// lookup, the stamp whose absence left the segment unmeasured.
-func (t *Tracker) finalResult(r *canaryState, s segment) SegmentResult {
-	res := t.result(r, s)
-	if !r.Arrived || r.PendingLookup || res.Measured || s.from == stampInsert {
-		return res
-	}
-	if _, ok := r.Stamps[s.from]; !ok {
-		res.MissingStamp = s.from
-	} else {
-		res.MissingStamp = s.to
-	}
-	return res
-}
-
-func (r *canaryState) segment(name string) *segmentState {
-	st, ok := r.Segments[name]
-	if !ok {
-		st = &segmentState{}
-		r.Segments[name] = st
-	}
-	return st
-}
-
-// lookupJob is a canary to look stamps up for, and what was found.
-type lookupJob struct {
-	c       Canary
-	timeout time.Duration
-	done    bool // the lookup ran to an answer (stamps, none, or an error)
-	stamps  map[string]time.Time
-	err     error
-}
-
-// arrivedLookupWindow bounds how long after arrival a missing stamp is
-// looked up (the polling relay commits published_at just after sending)
-// before the canary's segments next to it are given up as unmeasurable.
-const arrivedLookupWindow = 10 * time.Second
-
-// needsLookup says whether Sweep should look stamps up for r now: an
-// arrived canary still missing stamps, or one that has not arrived and
-// whose current segment's deadline passed (to learn whether it really is
-// stuck there before blaming that segment).
-func (t *Tracker) needsLookup(r *canaryState, now time.Time) bool {
-	if r.Lost && !r.Arrived || now.Before(r.NextLookup) {
-		return false
-	}
-	if r.Arrived {
-		return r.PendingLookup
-	}
-	s := t.plan.stuck(r.Stamps)
-	if s.to == config.StampConsume {
-		return false // only the message itself can end the last segment
-	}
-	if !s.budgeted {
-		return now.After(r.Stamps[config.StampCommit].Add(t.plan.endToEnd.budget))
-	}
-	return now.After(r.Stamps[s.from].Add(s.budget))
-}
-
-// Sweep resolves what time alone decides: segments whose deadline passed,
-// canaries lost after lost_after, and forgets resolved canaries once
-// duplicates of them are no longer plausible. Stamps are looked up first
-// (outside the lock, so a slow database does not block arrivals) for
-// canaries whose current segment's deadline passed, so that the blame lands
-// on the segment they are really stuck in, and for arrived canaries still
-// missing a stamp.
-//
-// The whole sweep judges one instant, taken before the lookups: a deadline
-// that passes while they run is left to the next sweep, which looks the
-// canary up first. (Judging it now would blame its relay segment without
-// the lookup that might prove the row published.) Lookups are bounded
-// (lookupTimeoutMax, each also by its segment's budget), so a hung
-// database delays the deadline pass by at most that, never stops it.
-func (t *Tracker) Sweep(ctx context.Context) {
-	t.mu.Lock()
-	now := t.now()
-	var jobs []*lookupJob
-	if t.lookup != nil {
-		for _, r := range t.canaries {
-			if t.needsLookup(r, now) {
-				jobs = append(jobs, &lookupJob{c: r.canary(t.p.Name), timeout: t.lookupTimeoutFor(r)})
-			}
-		}
-	}
-	t.mu.Unlock()
-	t.runLookups(ctx, jobs)
-
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var fx effects
-	changed := t.dirty
-	name := t.p.Name
-	for _, j := range jobs {
-		r, ok := t.canaries[j.c.ID]
-		if !ok || !j.done {
-			continue // retried by a later sweep, without counting an attempt
-		}
-		if !r.Arrived && r.Lost || r.Arrived && !r.PendingLookup {
-			continue // resolved meanwhile
-		}
-		changed = true
-		r.Lookups++
-		wait, ok := t.lookupWaits[r.ID]
-		if !ok {
-			wait = retry.Backoff(lookupBackoffMin, lookupBackoffMax)
-			t.lookupWaits[r.ID] = wait
-		}
-		r.NextLookup = now.Add(wait.NextBackOff())
-		if r.Arrived {
-			// One last try at the end of the window, then give up.
-			r.NextLookup = minTime(r.NextLookup, r.Stamps[config.StampConsume].Add(arrivedLookupWindow))
-		}
-		if j.err != nil {
-			// The canary stays where we last saw it: unable to prove
-			// progress, the deadline below blames its current segment.
-			t.log.Warn("looking up canary stamps failed", "canary", r.ID, "err", j.err)
-		}
-		t.mergeStamps(r, j.stamps)
-		t.resolveAll(r, &fx)
-		if r.Arrived && (len(t.missingStamps(r)) == 0 || now.Sub(r.Stamps[config.StampConsume]) >= arrivedLookupWindow) {
-			t.finalize(r, &fx)
-		}
-	}
-
-	ids := make([]string, 0, len(t.canaries))
-	for id := range t.canaries {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids) // deterministic logs and effects
-	for _, id := range ids {
-		r := t.canaries[id]
-		if r.Arrived && r.PendingLookup && now.Sub(r.Stamps[config.StampConsume]) > arrivedLookupWindow {
-			// The last lookup did not happen (cancelled sweep, or a
-			// restart without LookupStamps): give up all the same.
-			t.finalize(r, &fx)
-			changed = true
-		}
-		if r.Arrived || r.Lost {
-			if !r.PendingLookup {
-				delete(t.lookupWaits, id)
-			}
-			if !r.PendingLookup && now.Sub(r.Stamps[config.StampCommit]) > t.forget {
-				delete(t.canaries, id)
-				changed = true
-			}
-			continue
-		}
-		commit := r.Stamps[config.StampCommit]
-		if e2e := t.plan.endToEnd; now.After(commit.Add(e2e.budget)) && r.segment(e2e.name).Outcome == "" {
-			r.segment(e2e.name).Outcome, r.segment(e2e.name).JudgedAt = slo.OutcomeBad, now
-			t.count(e2e.name, slo.OutcomeBad, &fx)
-			changed = true
-			t.log.Info("canary missed its end_to_end deadline", "canary", r.ID, "seq", r.Seq, "budget", e2e.budget)
-		}
-		if s := t.plan.stuck(r.Stamps); s.budgeted && r.segment(s.name).Outcome == "" && now.After(r.Stamps[s.from].Add(s.budget)) {
-			r.segment(s.name).Outcome, r.segment(s.name).JudgedAt = slo.OutcomeBad, now
-			t.count(s.name, slo.OutcomeBad, &fx)
-			changed = true
-			t.log.Info("canary stuck past a segment deadline", "canary", r.ID, "seq", r.Seq, "segment", s.name, "budget", s.budget)
-		}
-		if now.Sub(commit) > t.lost {
-			r.Lost = true
-			r.ResolvedAt = now
-			changed = true
-			t.log.Warn("canary lost", "canary", r.ID, "seq", r.Seq, "lost_after", t.lost)
-			fx.add(func() { t.m.CanariesLost.WithLabelValues(name).Inc() })
-			t.notify(r, &fx)
-		}
-	}
-	if !changed {
-		return
-	}
-	inFlight := t.inFlightLocked()
-	fx.add(func() { t.m.InFlight.WithLabelValues(name).Set(float64(inFlight)) })
-	if err := t.persistLocked(); err != nil {
-		t.log.Error("persisting tracker state failed", "err", err)
-	}
-	fx.apply()
-}
-
-// lookupTimeoutFor bounds one lookup of r: lookupTimeout, or less if the
-// segment it is stuck in has a shorter budget (a lookup slower than the
-// budget it is to judge is of no use).
-func (t *Tracker) lookupTimeoutFor(r *canaryState) time.Duration {
-	d := t.lookupTimeout
-	if r.Arrived {
-		return d
-	}
-	if s := t.plan.stuck(r.Stamps); s.budgeted {
-		return min(d, s.budget)
-	}
-	if e2e := t.plan.endToEnd; e2e.budgeted {
-		return min(d, e2e.budget)
-	}
-	return d
-}
-
-// runLookups runs the jobs in Seq order, each bounded by its timeout and
-// all of them together by lookupTimeout; those not reached are left for a
-// later sweep.
-func (t *Tracker) runLookups(ctx context.Context, jobs []*lookupJob) {
-	if len(jobs) == 0 {
-		return
-	}
-	slices.SortFunc(jobs, func(a, b *lookupJob) int { return cmp.Compare(a.c.Seq, b.c.Seq) })
-	all, cancel := context.WithTimeout(ctx, t.lookupTimeout)
-	defer cancel()
-	for _, j := range jobs {
-		if all.Err() != nil {
-			return
-		}
-		lctx, cancel := context.WithTimeout(all, j.timeout)
-		j.stamps, j.err = t.lookup(lctx, j.c)
-		cancel()
-		// A lookup cut short by the service stopping proves nothing.
-		j.done = ctx.Err() == nil
-		if j.err != nil && lctx.Err() != nil {
-			j.err = fmt.Errorf("lookup gave up after %s: %w", j.timeout, j.err)
-		}
-	}
-}
-
-// Flush writes the state if something changed since the last write (skipped
-// messages' offsets); the service calls it on shutdown.
-func (t *Tracker) Flush() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.dirty {
-		return nil
-	}
-	if err := t.persistLocked(); err != nil {
-		return fmt.Errorf("pipeline %q: %w", t.p.Name, err)
-	}
-	return nil
-}
-
-func (r *canaryState) canary(pipeline string) Canary {
-	return Canary{ID: r.ID, Seq: r.Seq, Pipeline: pipeline, Key: r.Key, RowID: r.RowID,
-		InsertStarted: r.InsertStarted, Committed: r.Stamps[config.StampCommit]}
-}
-
-// rowID returns the outbox row id Sent recorded for a canary, if it is
-// tracked: the consumer reads published_at back by it on arrival.
-func (t *Tracker) rowID(canaryID string) (string, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	r, ok := t.canaries[canaryID]
-	if !ok || r.RowID == "" {
-		return "", false
-	}
-	return r.RowID, true
+	t.j.ResetOffset(partition, next)
 }
 
 // StartOffsets returns, per partition, the next offset to read: the one
@@ -938,11 +492,141 @@ func (t *Tracker) rowID(canaryID string) (string, bool) {
 func (t *Tracker) StartOffsets() map[int]int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make(map[int]int64, len(t.next))
-	for p, o := range t.next {
-		out[p] = o
+	return t.j.NextOffsets()
+}
+
+// Position is where the readers of the canary topic were (see
+// judge.Position).
+type Position = judge.Position
+
+// Position reports where the readers were.
+func (t *Tracker) Position(p Position) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.j.Position(p)
+}
+
+// Sweep judges what time alone decides: deadlines, losses, lookups due,
+// forgetting. Its clock never passes a fenced arrival.
+func (t *Tracker) Sweep() {
+	now := t.fencedNow()
+	t.mu.Lock()
+	fx := t.j.Tick(now)
+	if err := t.commitAndUnlock(fx); err != nil {
+		t.log.Error("persisting tracker state failed", "err", err)
 	}
-	return out
+}
+
+// RunLookups performs the lookups the judge asks for until ctx is done:
+// outside the tracker's lock, one at a time, each bounded, each canary's
+// retries spaced by a jittered backoff.
+func (t *Tracker) RunLookups(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-t.lookups:
+			t.lookupOne(ctx, id)
+		}
+	}
+}
+
+func (t *Tracker) lookupOne(ctx context.Context, id string) {
+	t.mu.Lock()
+	c := t.j.Canary(id)
+	var canary Canary
+	if c != nil {
+		canary = Canary{ID: c.ID, Seq: c.Seq, Pipeline: t.p.Name, Key: c.Key, RowID: c.RowID,
+			InsertStarted: c.InsertStarted, CommitSent: c.CommitSent, Committed: c.Committed}
+	}
+	wanted := c != nil && t.j.LookupWanted(id)
+	if !wanted {
+		t.j.LookupDropped(id)
+	}
+	t.mu.Unlock()
+	if !wanted || t.lookup == nil {
+		return
+	}
+	if wait := t.pace(id); wait > 0 {
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+	}
+	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	res, err := t.lookup(lctx, canary)
+	cancel()
+	if ctx.Err() != nil {
+		return // stopping: no answer; the judge asks again after a restart
+	}
+	at := t.now()
+	t.mu.Lock()
+	var fx []judge.Effect
+	switch {
+	case err == nil && len(res.Stamps) > 0:
+		fx = t.j.StampFound(id, res.Stamps, res.ErrorBound, at)
+		t.forgetPace(id)
+	case err == nil || errors.Is(err, ErrStampAbsent):
+		fx = t.j.StampAbsent(id, at)
+	default:
+		t.log.Debug("looking up canary stamps failed; retried", "canary", id, "err", err)
+		fx = t.j.StampUnavailable(id, at)
+	}
+	if err := t.commitAndUnlock(fx); err != nil {
+		t.log.Error("persisting tracker state failed", "err", err)
+	}
+}
+
+// pace returns how long to wait before looking canary id up again.
+func (t *Tracker) pace(id string) time.Duration {
+	t.backoffMu.Lock()
+	defer t.backoffMu.Unlock()
+	now := t.now()
+	p, ok := t.backoffs[id]
+	if !ok {
+		p = &lookupPace{b: retry.Backoff(lookupBackoffMin, lookupBackoffMax)}
+		t.backoffs[id] = p
+		p.next = now.Add(p.b.NextBackOff())
+		return 0
+	}
+	wait := p.next.Sub(now)
+	from := p.next
+	if from.Before(now) {
+		from = now
+	}
+	p.next = from.Add(p.b.NextBackOff())
+	return max(wait, 0)
+}
+
+func (t *Tracker) forgetPace(id string) {
+	t.backoffMu.Lock()
+	delete(t.backoffs, id)
+	t.backoffMu.Unlock()
+}
+
+// Flush writes the state if something changed since the last write; the
+// service calls it on shutdown.
+func (t *Tracker) Flush() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.j.Dirty() {
+		return nil
+	}
+	return t.store.save(t.j, t.now())
+}
+
+// RowID returns the outbox row id Sent recorded for a canary, if tracked.
+func (t *Tracker) RowID(canaryID string) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.j.Canary(canaryID)
+	if c == nil || c.RowID == "" {
+		return "", false
+	}
+	return c.RowID, true
 }
 
 // InFlight is the number of canaries sent that have neither arrived nor
@@ -955,48 +639,82 @@ func (t *Tracker) InFlight() int {
 
 func (t *Tracker) inFlightLocked() int {
 	n := 0
-	for _, r := range t.canaries {
-		if !r.Arrived && !r.Lost {
+	for _, c := range t.j.Canaries() {
+		if !c.Arrived && !c.Lost {
 			n++
 		}
 	}
 	return n
 }
 
-// Recent returns up to n final canaries (arrived and no longer waiting for
-// a stamp lookup, or lost), newest first, from those still remembered
-// (about 2 x lost_after).
+// Recent returns up to n final canaries, newest first, from those still
+// remembered (about 2 x lost_after).
 func (t *Tracker) Recent(n int) []Report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var rs []*canaryState
-	for _, r := range t.canaries {
-		if r.Arrived && !r.PendingLookup || r.Lost {
-			rs = append(rs, r)
+	var cs []*judge.Canary
+	for _, c := range t.j.Canaries() {
+		if c.Final {
+			cs = append(cs, c)
 		}
 	}
-	slices.SortFunc(rs, func(a, b *canaryState) int {
-		return cmp.Or(b.ResolvedAt.Compare(a.ResolvedAt), cmp.Compare(b.Seq, a.Seq))
+	slices.SortFunc(cs, func(a, b *judge.Canary) int {
+		return cmp.Or(b.FinalAt.Compare(a.FinalAt), cmp.Compare(b.Seq, a.Seq))
 	})
-	out := make([]Report, 0, min(n, len(rs)))
-	for _, r := range rs[:min(n, len(rs))] {
-		out = append(out, t.report(r))
+	out := make([]Report, 0, min(n, len(cs)))
+	for _, c := range cs[:min(n, len(cs))] {
+		out = append(out, t.report(c))
 	}
 	return out
 }
 
-// Await returns the canary's report once it is final (arrived and no
-// longer waiting for a stamp lookup, or lost), or the context's error. It
-// is how `check` waits for its one canary.
+// InFlightReports returns the canaries in flight, oldest first.
+func (t *Tracker) InFlightReports() []Report {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Report
+	for _, c := range t.j.Canaries() {
+		if !c.Final && !c.Arrived {
+			out = append(out, t.report(c))
+		}
+	}
+	return out
+}
+
+// LastReceived is when the last canary first arrived; zero before any.
+func (t *Tracker) LastReceived() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.j.State().LastReceived
+}
+
+// Memory is how long a canary is remembered after its commit.
+func (t *Tracker) Memory() time.Duration { return t.forget }
+
+// Report returns a canary's report as it stands, if the canary is
+// remembered.
+func (t *Tracker) Report(canaryID string) (Report, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.j.Canary(canaryID)
+	if c == nil {
+		return Report{}, false
+	}
+	return t.report(c), true
+}
+
+// Await returns the canary's report once it is final (arrived and judged,
+// or lost), or the context's error. It is how `check` waits for its one
+// canary.
 func (t *Tracker) Await(ctx context.Context, canaryID string) (Report, error) {
 	t.mu.Lock()
-	r, ok := t.canaries[canaryID]
-	if !ok {
+	c := t.j.Canary(canaryID)
+	if c == nil {
 		t.mu.Unlock()
-		return Report{}, fmt.Errorf("pipeline %q: canary %s: %w", t.p.Name, canaryID, ErrUnknownCanary)
+		return Report{}, fmt.Errorf("canary %s: %w", canaryID, ErrUnknownCanary)
 	}
-	if r.Arrived && !r.PendingLookup || r.Lost {
-		rep := t.report(r)
+	if c.Final {
+		rep := t.report(c)
 		t.mu.Unlock()
 		return rep, nil
 	}
@@ -1013,110 +731,36 @@ func (t *Tracker) Await(ctx context.Context, canaryID string) (Report, error) {
 			delete(t.waiters, canaryID)
 		}
 		t.mu.Unlock()
-		return Report{}, fmt.Errorf("pipeline %q: await canary %s: %w", t.p.Name, canaryID, ctx.Err())
+		return Report{}, fmt.Errorf("await canary %s: %w", canaryID, ctx.Err())
 	}
 }
 
-func (t *Tracker) notify(r *canaryState, fx *effects) {
-	if t.onDone != nil {
-		rep, done := t.report(r), t.onDone
-		fx.add(func() { done(rep) })
-	}
-	ws := t.waiters[r.ID]
-	if len(ws) == 0 {
-		return
-	}
-	rep := t.report(r)
-	for _, ch := range ws {
-		ch <- rep // buffered, one send per waiter
-	}
-	delete(t.waiters, r.ID)
-}
-
-func (t *Tracker) report(r *canaryState) Report {
-	commit := r.Stamps[config.StampCommit]
+// report describes a canary; called with t.mu held.
+func (t *Tracker) report(c *judge.Canary) Report {
 	rep := Report{
-		ID: r.ID, Seq: r.Seq, Pipeline: t.p.Name, Committed: commit, OutOfOrder: r.OutOfOrder,
-		State: StateInFlight, Segments: make(map[string]SegmentResult),
+		ID: c.ID, Seq: c.Seq, Pipeline: t.p.Name, Committed: c.Committed, OutOfOrder: c.OutOfOrder,
+		State: StateInFlight, Segments: map[string]SegmentResult{}, CommitUncertainty: c.Committed.Sub(c.CommitSent),
 	}
-	consumed, arrived := r.Stamps[config.StampConsume]
+	e2e := t.plan.EndToEnd
 	switch {
-	case arrived && (r.Lost || consumed.After(commit.Add(t.plan.endToEnd.budget))):
-		rep.State, rep.Consumed = StateLate, consumed
-	case arrived:
-		rep.State, rep.Consumed = StateArrived, consumed
-	case r.Lost:
+	case c.Arrived && (c.Lost || (e2e.Budgeted && c.Consumed.After(c.Committed.Add(e2e.Budget)))):
+		rep.State, rep.Consumed = StateLate, c.Consumed
+	case c.Arrived:
+		rep.State, rep.Consumed = StateArrived, c.Consumed
+	case c.Lost:
 		rep.State = StateLost
 	}
-	for _, s := range t.plan.all() {
-		rep.Segments[s.name] = t.finalResult(r, s)
+	for _, v := range t.j.View(c) {
+		rep.Segments[v.Name] = SegmentResult{
+			Segment: v.Name, Measured: v.Measured || v.Bound, Bound: v.Bound, Duration: v.Duration,
+			Budget: v.Budget, Budgeted: v.Budgeted, Outcome: v.Verdict.Outcome, Reason: v.Verdict.Reason,
+			JudgedAt: v.Verdict.At, Skew: v.Skew, StampOrder: v.StampOrder, MissingStamp: v.MissingStamp,
+		}
 	}
 	if rep.State == StateInFlight {
-		s := t.plan.stuck(r.Stamps)
-		rep.Where = s.name
-		if s.budgeted {
-			rep.Deadline = r.Stamps[s.from].Add(s.budget)
-		}
+		rep.Where, rep.Deadline = t.j.Where(c)
 	}
 	return rep
 }
 
-// InFlightReports returns the canaries in flight, oldest first.
-func (t *Tracker) InFlightReports() []Report {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var rs []*canaryState
-	for _, r := range t.canaries {
-		if !r.Arrived && !r.Lost {
-			rs = append(rs, r)
-		}
-	}
-	slices.SortFunc(rs, func(a, b *canaryState) int { return cmp.Compare(a.Seq, b.Seq) })
-	out := make([]Report, 0, len(rs))
-	for _, r := range rs {
-		out = append(out, t.report(r))
-	}
-	return out
-}
-
-// LastReceived is when the last canary first arrived; zero before any.
-func (t *Tracker) LastReceived() time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.lastReceived
-}
-
-// persistLocked writes the whole state atomically; a no-op without a path.
-func (t *Tracker) persistLocked() error {
-	if t.path == "" {
-		t.dirty = false
-		return nil
-	}
-	st := stateFile{
-		Version: stateVersion, Pipeline: t.p.Name, Instance: t.instance,
-		Canaries: make([]*canaryState, 0, len(t.canaries)), LastSeq: t.lastSeq, NextOffsets: t.next,
-		LastSent: t.lastSent, LastReceived: t.lastReceived, LastSuccess: t.lastSuccess,
-	}
-	for _, r := range t.canaries {
-		st.Canaries = append(st.Canaries, r)
-	}
-	slices.SortFunc(st.Canaries, func(a, b *canaryState) int { return cmp.Compare(a.Seq, b.Seq) })
-	data, err := json.Marshal(&st)
-	if err != nil {
-		return fmt.Errorf("encode state: %w", err)
-	}
-	if err := writeFileAtomic(t.path, data); err != nil {
-		return fmt.Errorf("write state %s: %w", t.path, err)
-	}
-	t.dirty = false
-	return nil
-}
-
 func unixSeconds(ts time.Time) float64 { return float64(ts.UnixNano()) / 1e9 }
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}

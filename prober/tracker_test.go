@@ -1,45 +1,40 @@
 package prober
 
+// Tests of the tracker, the shell around the judge: the fence, persistence
+// across restarts, the lookups, the callbacks. The judge's rules are
+// tested in package judge, against a model.
+
 import (
 	"context"
-	"errors"
-	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/stacktest"
+	"github.com/outbox-canary/outbox-canary/prober/judge"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// Segment names of testPipeline.
-const (
-	segInsert  = config.SegmentInsertToCommit
-	segRead    = "commit_to_read"
-	segRelay   = "read_to_publish"
-	segBroker  = "publish_to_consume"
-	segE2E     = config.SegmentEndToEnd
-	segPublish = "commit_to_publish" // plainPipeline only
-)
-
-// plainPipeline has no extra stamp: commit_to_publish, publish_to_consume.
+// plainPipeline has no extra stamp and takes the publish stamp from the
+// record: commit_to_publish, publish_to_consume.
 func plainPipeline() config.Pipeline {
 	p := testPipeline()
 	p.Name = "payments"
-	p.Relay.Stamps = nil
+	p.Relay = config.Relay{Kind: config.RelayCDC, PublishedStamp: config.PublishedFromRecordTimestamp,
+		MaxClockSkew: config.Duration(time.Minute)}
 	p.Budgets = config.Budgets{
-		segE2E:     config.Duration(2 * time.Second),
-		segPublish: config.Duration(time.Second),
-		segBroker:  config.Duration(500 * time.Millisecond),
+		config.SegmentEndToEnd: config.Duration(2 * time.Second),
+		"commit_to_publish":    config.Duration(time.Second),
+		"publish_to_consume":   config.Duration(500 * time.Millisecond),
 	}
 	return p
 }
@@ -49,22 +44,31 @@ func plainPipeline() config.Pipeline {
 type harness struct {
 	t       *testing.T
 	p       config.Pipeline
+	mu      sync.Mutex
 	now     time.Time
 	path    string
-	lookup  func(ctx context.Context, c Canary) (map[string]time.Time, error)
+	lookup  func(ctx context.Context, c Canary) (LookupResult, error)
 	metrics []*Metrics // one per process, oldest first
 	tr      *Tracker
 	offset  int64
+	logs    *stacktest.SyncBuffer
+	onDone  func(Report)
 }
 
 func newHarness(t *testing.T, p config.Pipeline, persist bool) *harness {
 	t.Helper()
-	h := &harness{t: t, p: p, now: t0}
+	h := &harness{t: t, p: p, now: t0, logs: &stacktest.SyncBuffer{}}
 	if persist {
 		h.path = filepath.Join(t.TempDir(), p.Name+".json")
 	}
 	h.restart()
 	return h
+}
+
+func (h *harness) clock() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.now
 }
 
 // restart starts a new "process": new registry and metrics, a new tracker
@@ -76,10 +80,15 @@ func (h *harness) restart() {
 		h.t.Fatal(err)
 	}
 	tr, err := NewTracker(TrackerOptions{
-		Pipeline: &h.p, Instance: "test-1", Metrics: m, Now: func() time.Time { return h.now },
-		StatePath: h.path, LookupStamps: func(ctx context.Context, c Canary) (map[string]time.Time, error) {
+		Pipeline: &h.p, Instance: "test-1", Metrics: m, Now: h.clock, Logger: h.logs.Logger(),
+		StatePath: h.path, OnDone: func(r Report) {
+			if h.onDone != nil {
+				h.onDone(r)
+			}
+		},
+		LookupStamps: func(ctx context.Context, c Canary) (LookupResult, error) {
 			if h.lookup == nil {
-				return nil, nil
+				return LookupResult{}, ErrStampAbsent
 			}
 			return h.lookup(ctx, c)
 		},
@@ -93,18 +102,23 @@ func (h *harness) restart() {
 func (h *harness) m() *Metrics { return h.metrics[len(h.metrics)-1] }
 
 // at sets the clock to t0 + d.
-func (h *harness) at(d time.Duration) { h.now = t0.Add(d) }
+func (h *harness) at(d time.Duration) {
+	h.mu.Lock()
+	h.now = t0.Add(d)
+	h.mu.Unlock()
+}
 
 func (h *harness) sweep(d time.Duration) {
 	h.at(d)
-	h.tr.Sweep(context.Background())
+	h.tr.Sweep()
 }
 
 // send records a canary committed now, inserted 50ms earlier.
 func (h *harness) send(id string, seq uint64) Canary {
 	h.t.Helper()
-	c := Canary{ID: id, Seq: seq, Pipeline: h.p.Name, Key: "k", RowID: fmt.Sprint(seq),
-		InsertStarted: h.now.Add(-50 * time.Millisecond), Committed: h.now}
+	now := h.clock()
+	c := Canary{ID: id, Seq: seq, Pipeline: h.p.Name, Key: "k", RowID: id,
+		InsertStarted: now.Add(-50 * time.Millisecond), CommitSent: now.Add(-time.Millisecond), Committed: now}
 	if err := h.tr.Sent(c); err != nil {
 		h.t.Fatal(err)
 	}
@@ -114,13 +128,14 @@ func (h *harness) send(id string, seq uint64) Canary {
 // arrive delivers c at the next offset, consumed now, with stamps given as
 // offsets from its commit.
 func (h *harness) arrive(c Canary, stamps map[string]time.Duration) Outcome {
-	a := Arrival{CanaryID: c.ID, Seq: c.Seq, Key: c.Key, Partition: 0, Offset: h.offset, Consumed: h.now,
+	token, consumed := h.tr.BeginArrival()
+	a := Arrival{CanaryID: c.ID, Seq: c.Seq, Key: c.Key, Partition: 0, Offset: h.offset, Consumed: consumed,
 		Stamps: map[string]time.Time{}}
 	h.offset++
 	for s, d := range stamps {
 		a.Stamps[s] = c.Committed.Add(d)
 	}
-	return h.tr.Arrived(a)
+	return h.tr.Arrived(token, a)
 }
 
 // sli sums good and bad events of a segment over every process so far.
@@ -133,734 +148,204 @@ func (h *harness) sli(seg string) [2]float64 {
 	return out
 }
 
-func (h *harness) sum(vec func(*Metrics) *prometheus.CounterVec, labels ...string) float64 {
-	var n float64
-	for _, m := range h.metrics {
-		n += testutil.ToFloat64(vec(m).WithLabelValues(append([]string{h.p.Name}, labels...)...))
+func TestTheFenceKeepsASweepFromJudgingPastAnArrivalNotYetHandedOver(t *testing.T) {
+	h := newHarness(t, plainPipeline(), false)
+	c := h.send("a", 1)
+	// The message is fetched at 1.9s (end_to_end budget 2s); a sweep runs
+	// at 2.5s before the arrival reaches the tracker (the consumer was
+	// descheduled, or waited for the lock).
+	h.at(1900 * time.Millisecond)
+	token, consumed := h.tr.BeginArrival()
+	h.sweep(2500 * time.Millisecond)
+	if got := h.sli(config.SegmentEndToEnd); got != [2]float64{0, 0} {
+		t.Fatalf("end_to_end events %v before the fenced arrival was handed over, want none", got)
 	}
-	return n
+	h.tr.Arrived(token, Arrival{CanaryID: c.ID, Seq: 1, Key: "k", Offset: 0, Consumed: consumed,
+		Stamps: map[string]time.Time{config.StampPublish: t0.Add(time.Second)}})
+	if got := h.sli(config.SegmentEndToEnd); got != [2]float64{1, 0} {
+		t.Errorf("end_to_end events %v, want one good: it was consumed inside its budget", got)
+	}
 }
 
-// observed is the histogram sample count of a segment over every process.
-func (h *harness) observed(seg string) uint64 {
-	h.t.Helper()
-	var n uint64
-	for _, m := range h.metrics {
-		var pb dto.Metric
-		if err := m.SegmentLatency[h.p.Name].WithLabelValues(seg).(prometheus.Metric).Write(&pb); err != nil {
-			h.t.Fatal(err)
+func TestARestartLosesNoVerdictAndRepeatsNone(t *testing.T) {
+	h := newHarness(t, plainPipeline(), true)
+	a := h.send("a", 1)
+	b := h.send("b", 2)
+	h.at(300 * time.Millisecond)
+	h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+	// kill -9 here, back 10s later: b was published meanwhile.
+	h.at(10 * time.Second)
+	h.restart()
+	if out := h.tr.Arrived(0, Arrival{CanaryID: "a", Seq: 1, Key: "k", Offset: 0, Consumed: t0.Add(10 * time.Second)}); out.Kind != KindReplay {
+		t.Errorf("a's offset after the restart is %v, want a replay", out.Kind)
+	}
+	h.sweep(10*time.Second + 100*time.Millisecond)
+	h.arrive(b, map[string]time.Duration{config.StampPublish: 200 * time.Millisecond})
+	if got := h.sli(config.SegmentEndToEnd); got != [2]float64{1, 0} {
+		t.Errorf("end_to_end events over both processes %v, want a's good only", got)
+	}
+	if got := testutil.ToFloat64(h.m().CanariesUnjudged.WithLabelValues(h.p.Name, config.SegmentEndToEnd, judge.ReasonProberDown)); got != 1 {
+		t.Errorf("b's end_to_end unjudged as prober_down %v times, want once: the prober's downtime is nobody's segment", got)
+	}
+	if got := h.sli("commit_to_publish"); got != [2]float64{2, 0} {
+		t.Errorf("commit_to_publish events %v, want both good: the relay was fine", got)
+	}
+}
+
+func TestTheGaugesComeBackAfterARestart(t *testing.T) {
+	h := newHarness(t, plainPipeline(), true)
+	c := h.send("a", 1)
+	h.at(300 * time.Millisecond)
+	h.arrive(c, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+	h.restart()
+	for _, g := range []*prometheus.GaugeVec{h.m().LastSent, h.m().LastReceived, h.m().LastSuccess} {
+		if got := testutil.ToFloat64(g.WithLabelValues(h.p.Name)); got == 0 {
+			t.Errorf("a last-time gauge is 0 after the restart: the stall alert would go blind")
 		}
-		n += pb.GetHistogram().GetSampleCount()
 	}
-	return n
 }
 
-var healthy = map[string]time.Duration{"read": 300 * time.Millisecond, config.StampPublish: 600 * time.Millisecond}
-
-func TestTrackerSegments(t *testing.T) {
-	type want = map[string][2]float64 // segment -> {good, bad}; absent = none
+func TestAStateFileThisReleaseCannotUseIsMovedAsideAndCounted(t *testing.T) {
 	cases := []struct {
-		name     string
-		pipeline func() config.Pipeline
-		persist  bool
-		run      func(t *testing.T, h *harness)
-		want     want
-		observed map[string]uint64 // absent = 0
+		name, content, reason string
 	}{
-		{
-			name: "A healthy canary is good on every segment and its segments add up to end to end.",
-			run: func(t *testing.T, h *harness) {
-				c := h.send("a", 1)
-				h.at(800 * time.Millisecond)
-				out := h.arrive(c, healthy)
-				if out.Kind != KindFirst || out.Late || out.OutOfOrder {
-					t.Errorf("outcome = %+v, want a first, timely, in-order arrival", out)
-				}
-				var sum, e2e time.Duration
-				for _, s := range out.Segments {
-					switch s.Segment {
-					case segRead, segRelay, segBroker:
-						sum += s.Duration
-					case segE2E:
-						e2e = s.Duration
-					}
-				}
-				if sum != e2e || e2e != 800*time.Millisecond {
-					t.Errorf("chain sums to %v, end to end is %v, want both 800ms", sum, e2e)
-				}
-				h.sweep(10 * time.Minute) // nothing more to count, ever
-				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.CanariesLate }); got != 0 {
-					t.Errorf("late = %v, want 0 for a timely canary", got)
-				}
-			},
-			want:     want{segInsert: {1, 0}, segRead: {1, 0}, segRelay: {1, 0}, segBroker: {1, 0}, segE2E: {1, 0}},
-			observed: map[string]uint64{segInsert: 1, segRead: 1, segRelay: 1, segBroker: 1, segE2E: 1},
-		},
-		{
-			name:     "Without extra stamps commit_to_publish and publish_to_consume add up to end to end.",
-			pipeline: plainPipeline,
-			run: func(t *testing.T, h *harness) {
-				c := h.send("a", 1)
-				h.at(700 * time.Millisecond)
-				out := h.arrive(c, map[string]time.Duration{config.StampPublish: 450 * time.Millisecond})
-				d := map[string]time.Duration{}
-				for _, s := range out.Segments {
-					d[s.Segment] = s.Duration
-				}
-				if d[segPublish]+d[segBroker] != d[segE2E] {
-					t.Errorf("%v + %v != %v", d[segPublish], d[segBroker], d[segE2E])
-				}
-			},
-			want:     want{segPublish: {1, 0}, segBroker: {1, 0}, segE2E: {1, 0}},
-			observed: map[string]uint64{segInsert: 1, segPublish: 1, segBroker: 1, segE2E: 1},
-		},
-		{
-			name: "A canary past its deadlines is bad at each deadline, and its late arrival is observed once and not counted again.",
-			run: func(t *testing.T, h *harness) {
-				c := h.send("a", 1)
-				h.sweep(time.Second) // exactly at commit_to_read's deadline: not yet late
-				if got := h.sli(segRead); got != [2]float64{} {
-					t.Fatalf("commit_to_read at its deadline = %v, want nothing yet", got)
-				}
-				h.sweep(time.Second + time.Millisecond)
-				if got := h.sli(segRead); got != [2]float64{0, 1} {
-					t.Fatalf("commit_to_read just past its deadline = %v, want bad", got)
-				}
-				h.sweep(2*time.Second + time.Millisecond)
-				if got := h.sli(segE2E); got != [2]float64{0, 1} {
-					t.Fatalf("end_to_end just past its deadline = %v, want bad (not at lost_after)", got)
-				}
-				h.at(3 * time.Second)
-				out := h.arrive(c, map[string]time.Duration{"read": 1500 * time.Millisecond, config.StampPublish: 1700 * time.Millisecond})
-				if !out.Late || out.Kind != KindFirst {
-					t.Errorf("outcome = %+v, want a late first arrival", out)
-				}
-				h.at(3100 * time.Millisecond)
-				h.arrive(c, nil) // a duplicate of a late canary is not late again
-				h.sweep(3 * time.Minute)
-				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.CanariesLate }); got != 1 {
-					t.Errorf("late = %v, want 1: counted once per canary", got)
-				}
-			},
-			// read_to_publish (200ms) and publish_to_consume (1.3s) had not
-			// started as far as the prober could see: judged on arrival.
-			want:     want{segInsert: {1, 0}, segRead: {0, 1}, segRelay: {1, 0}, segBroker: {0, 1}, segE2E: {0, 1}},
-			observed: map[string]uint64{segInsert: 1, segRead: 1, segRelay: 1, segBroker: 1, segE2E: 1},
-		},
-		{
-			name: "A canary that never arrives is lost after lost_after, with only its stuck segment and end to end bad.",
-			run: func(t *testing.T, h *harness) {
-				h.send("a", 1)
-				for d := time.Duration(0); d <= 2*time.Minute; d += 250 * time.Millisecond {
-					h.sweep(d)
-					if d == 59*time.Second && h.tr.InFlight() != 1 {
-						t.Fatalf("in flight before lost_after = %d, want 1", h.tr.InFlight())
-					}
-				}
-				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.CanariesLost }); got != 1 {
-					t.Errorf("lost = %v, want 1", got)
-				}
-				if n, g := h.tr.InFlight(), testutil.ToFloat64(h.m().InFlight.WithLabelValues("orders")); n != 0 || g != 0 {
-					t.Errorf("in flight = %d (gauge %v), want 0", n, g)
-				}
-				if r := h.tr.Recent(1); len(r) != 1 || r[0].State != StateLost {
-					t.Errorf("recent = %+v, want the lost canary", r)
-				}
-			},
-			want:     want{segInsert: {1, 0}, segRead: {0, 1}, segE2E: {0, 1}},
-			observed: map[string]uint64{segInsert: 1},
-		},
-		{
-			name: "A canary that arrives after being declared lost feeds the histograms and counts no SLI event.",
-			run: func(t *testing.T, h *harness) {
-				c := h.send("a", 1)
-				for d := time.Duration(0); d <= 61*time.Second; d += time.Second {
-					h.sweep(d)
-				}
-				h.at(90 * time.Second)
-				if out := h.arrive(c, healthy); out.Kind != KindFirst || !out.Late {
-					t.Errorf("outcome = %+v, want a late first arrival", out)
-				}
-				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.CanariesLate }); got != 1 {
-					t.Errorf("late = %v, want 1", got)
-				}
-			},
-			want:     want{segInsert: {1, 0}, segRead: {0, 1}, segE2E: {0, 1}},
-			observed: map[string]uint64{segInsert: 1, segRead: 1, segRelay: 1, segBroker: 1, segE2E: 1},
-		},
-		{
-			name: "A duplicate is counted as such and never as a second SLI event.",
-			run: func(t *testing.T, h *harness) {
-				c := h.send("a", 1)
-				h.at(800 * time.Millisecond)
-				h.arrive(c, healthy)
-				h.at(900 * time.Millisecond)
-				if out := h.arrive(c, healthy); out.Kind != KindDuplicate {
-					t.Errorf("second arrival kind = %v, want duplicate", out.Kind)
-				}
-				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.CanariesDuplicate }); got != 1 {
-					t.Errorf("duplicates = %v, want 1", got)
-				}
-				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.CanariesReceived }); got != 1 {
-					t.Errorf("received = %v, want 1", got)
-				}
-			},
-			want:     want{segInsert: {1, 0}, segRead: {1, 0}, segRelay: {1, 0}, segBroker: {1, 0}, segE2E: {1, 0}},
-			observed: map[string]uint64{segInsert: 1, segRead: 1, segRelay: 1, segBroker: 1, segE2E: 1},
-		},
-		{
-			name: "A canary arriving after a later canary of its key is out of order, and both are judged once.",
-			run: func(t *testing.T, h *harness) {
-				c1 := h.send("a", 1)
-				h.at(100 * time.Millisecond)
-				c2 := h.send("b", 2)
-				h.at(800 * time.Millisecond)
-				if out := h.arrive(c2, healthy); out.OutOfOrder {
-					t.Errorf("the later canary was flagged out of order")
-				}
-				h.at(900 * time.Millisecond)
-				if out := h.arrive(c1, healthy); !out.OutOfOrder || out.Kind != KindFirst {
-					t.Errorf("outcome = %+v, want a first arrival out of order", out)
-				}
-				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.CanariesOutOfOrder }); got != 1 {
-					t.Errorf("out of order = %v, want 1", got)
-				}
-			},
-			want:     want{segInsert: {2, 0}, segRead: {2, 0}, segRelay: {2, 0}, segBroker: {2, 0}, segE2E: {2, 0}},
-			observed: map[string]uint64{segInsert: 2, segRead: 2, segRelay: 2, segBroker: 2, segE2E: 2},
-		},
-		{
-			name:    "After a restart, a message below the stored next offset is a replay and counts nothing.",
-			persist: true,
-			run: func(t *testing.T, h *harness) {
-				c := h.send("a", 1)
-				h.at(800 * time.Millisecond)
-				h.offset = 41
-				h.arrive(c, healthy)
-				h.restart()
-				if got := h.tr.StartOffsets(); !maps.Equal(got, map[int]int64{0: 42}) {
-					t.Errorf("start offsets = %v, want partition 0 at 42", got)
-				}
-				h.offset = 41
-				if out := h.arrive(c, healthy); out.Kind != KindReplay {
-					t.Errorf("re-read message kind = %v, want replay", out.Kind)
-				}
-			},
-			want:     want{segInsert: {1, 0}, segRead: {1, 0}, segRelay: {1, 0}, segBroker: {1, 0}, segE2E: {1, 0}},
-			observed: map[string]uint64{segInsert: 1, segRead: 1, segRelay: 1, segBroker: 1, segE2E: 1},
-		},
-		{
-			name:    "A restart between Sent and arrival still counts exactly one SLI event per segment.",
-			persist: true,
-			run: func(t *testing.T, h *harness) {
-				c := h.send("a", 1)
-				h.restart()
-				if h.tr.InFlight() != 1 {
-					t.Fatalf("in flight after restart = %d, want 1", h.tr.InFlight())
-				}
-				h.at(800 * time.Millisecond)
-				if out := h.arrive(c, healthy); out.Kind != KindFirst {
-					t.Errorf("kind = %v, want first", out.Kind)
-				}
-				h.restart()
-				h.sweep(5 * time.Minute)
-			},
-			want:     want{segInsert: {1, 0}, segRead: {1, 0}, segRelay: {1, 0}, segBroker: {1, 0}, segE2E: {1, 0}},
-			observed: map[string]uint64{segInsert: 1, segRead: 1, segRelay: 1, segBroker: 1, segE2E: 1},
-		},
-		{
-			name:    "A deadline that passed while the prober was down is bad on the first Sweep after restart, once.",
-			persist: true,
-			run: func(t *testing.T, h *harness) {
-				h.send("a", 1)
-				h.at(5 * time.Second) // down from 0 to 5s
-				h.restart()
-				h.sweep(5 * time.Second)
-				if got := h.sli(segE2E); got != [2]float64{0, 1} {
-					t.Fatalf("end_to_end after the first sweep = %v, want bad", got)
-				}
-				h.sweep(6 * time.Second)
-				h.restart()
-				h.sweep(7 * time.Second)
-			},
-			want:     want{segInsert: {1, 0}, segRead: {0, 1}, segE2E: {0, 1}},
-			observed: map[string]uint64{segInsert: 1},
-		},
-		{
-			name: "A negative segment counts suspected skew, is not observed, and is good.",
-			run: func(t *testing.T, h *harness) {
-				c := h.send("a", 1)
-				h.at(800 * time.Millisecond)
-				out := h.arrive(c, map[string]time.Duration{"read": 600 * time.Millisecond, config.StampPublish: 300 * time.Millisecond})
-				if s := out.Segments[slices.IndexFunc(out.Segments, func(s SegmentResult) bool { return s.Segment == segRelay })]; !s.Skew || s.Duration != -300*time.Millisecond {
-					t.Errorf("read_to_publish = %+v, want -300ms flagged as skew, not clamped", s)
-				}
-				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.ClockSkew }, segRelay); got != 1 {
-					t.Errorf("skew suspected = %v, want 1", got)
-				}
-			},
-			want:     want{segInsert: {1, 0}, segRead: {1, 0}, segRelay: {1, 0}, segBroker: {1, 0}, segE2E: {1, 0}},
-			observed: map[string]uint64{segInsert: 1, segRead: 1, segBroker: 1, segE2E: 1},
-		},
-		{
-			name: "A segment negative within the skew tolerance is observed as measured and not flagged as skew.",
-			run: func(t *testing.T, h *harness) {
-				h.p.Relay.SkewTolerance = config.Duration(50 * time.Millisecond)
-				h.restart()
-				c := h.send("a", 1)
-				h.at(800 * time.Millisecond)
-				out := h.arrive(c, map[string]time.Duration{"read": 600 * time.Millisecond, config.StampPublish: 598 * time.Millisecond})
-				if s := out.Segments[slices.IndexFunc(out.Segments, func(s SegmentResult) bool { return s.Segment == segRelay })]; s.Skew || s.Duration != -2*time.Millisecond {
-					t.Errorf("read_to_publish = %+v, want -2ms measured, not flagged", s)
-				}
-				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.ClockSkew }, segRelay); got != 0 {
-					t.Errorf("skew suspected = %v, want 0 within the tolerance", got)
-				}
-			},
-			want:     want{segInsert: {1, 0}, segRead: {1, 0}, segRelay: {1, 0}, segBroker: {1, 0}, segE2E: {1, 0}},
-			observed: map[string]uint64{segInsert: 1, segRead: 1, segRelay: 1, segBroker: 1, segE2E: 1},
-		},
-		{
-			name: "A looked-up publish stamp moves the blame of a broker stall to publish_to_consume, and nothing else is counted if it is lost.",
-			run: func(t *testing.T, h *harness) {
-				var calls []time.Time
-				h.lookup = func(_ context.Context, c Canary) (map[string]time.Time, error) {
-					calls = append(calls, h.now)
-					return map[string]time.Time{config.StampPublish: c.Committed.Add(400 * time.Millisecond)}, nil
-				}
-				h.send("a", 1)
-				h.sweep(999 * time.Millisecond)
-				if len(calls) != 0 {
-					t.Fatalf("looked up before any deadline passed")
-				}
-				h.sweep(1001 * time.Millisecond)
-				if len(calls) != 1 {
-					t.Fatalf("lookups = %d, want 1 at commit_to_read's deadline", len(calls))
-				}
-				if got := h.sli(segBroker); got != [2]float64{0, 1} {
-					t.Fatalf("publish_to_consume = %v, want bad as soon as the stall is proven", got)
-				}
-				for d := time.Second; d <= 2*time.Minute; d += 250 * time.Millisecond {
-					h.sweep(d)
-				}
-				if len(calls) != 1 {
-					t.Errorf("lookups = %d, want no more once publish is known", len(calls))
-				}
-			},
-			want:     want{segInsert: {1, 0}, segBroker: {0, 1}, segE2E: {0, 1}},
-			observed: map[string]uint64{segInsert: 1},
-		},
-		{
-			name:     "A deadline that passes while a lookup runs is judged by the next sweep, after its own lookup, not blamed on the relay.",
-			pipeline: plainPipeline,
-			run: func(t *testing.T, h *harness) {
-				var looked []string
-				h.lookup = func(_ context.Context, c Canary) (map[string]time.Time, error) {
-					looked = append(looked, c.ID)
-					h.now = h.now.Add(600 * time.Millisecond) // a slow database
-					return map[string]time.Time{config.StampPublish: c.Committed.Add(400 * time.Millisecond)}, nil
-				}
-				h.send("a", 1)
-				h.at(500 * time.Millisecond)
-				h.send("b", 2)
-				// a's commit_to_publish deadline (1s) has passed, b's (1.5s)
-				// passes during a's lookup, which ends at 1.601s.
-				h.sweep(1001 * time.Millisecond)
-				if got := h.sli(segPublish); got != [2]float64{1, 0} {
-					t.Fatalf("commit_to_publish after the first sweep = %v, want a's good and b not judged yet", got)
-				}
-				h.sweep(1700 * time.Millisecond)
-				if !slices.Equal(looked, []string{"a", "b"}) {
-					t.Errorf("looked up %v, want a then b", looked)
-				}
-			},
-			// Both published at +400ms and stuck in the broker since.
-			want:     want{segPublish: {2, 0}, segBroker: {0, 2}},
-			observed: map[string]uint64{segInsert: 2, segPublish: 2},
-		},
-		{
-			name: "A lookup that finds no publish stamp leaves the blame on the relay.",
-			run: func(t *testing.T, h *harness) {
-				h.lookup = func(context.Context, Canary) (map[string]time.Time, error) { return nil, nil }
-				h.send("a", 1)
-				for d := time.Duration(0); d <= 2*time.Minute; d += 250 * time.Millisecond {
-					h.sweep(d)
-				}
-			},
-			want:     want{segInsert: {1, 0}, segRead: {0, 1}, segE2E: {0, 1}},
-			observed: map[string]uint64{segInsert: 1},
-		},
-		{
-			name: "A failing lookup leaves the blame on the relay.",
-			run: func(t *testing.T, h *harness) {
-				h.lookup = func(context.Context, Canary) (map[string]time.Time, error) { return nil, errors.New("db down") }
-				h.send("a", 1)
-				h.sweep(1001 * time.Millisecond)
-			},
-			want:     want{segInsert: {1, 0}, segRead: {0, 1}},
-			observed: map[string]uint64{segInsert: 1},
-		},
-		{
-			name: "A stamp missing from the message leaves its two segments unjudged and is counted.",
-			run: func(t *testing.T, h *harness) {
-				c := h.send("a", 1)
-				h.at(800 * time.Millisecond)
-				h.arrive(c, map[string]time.Duration{config.StampPublish: 600 * time.Millisecond})
-				// The stamp is looked up for a while (the lookup finds
-				// nothing: a header stamp is only in the message), then
-				// given up on.
-				for d := time.Second; d <= 15*time.Second; d += 250 * time.Millisecond {
-					h.sweep(d)
-				}
-				r := h.tr.Recent(1)[0]
-				for _, s := range r.Segments {
-					if (s.Segment == segRead || s.Segment == segRelay) != (s.MissingStamp == "read") {
-						t.Errorf("%s: missing stamp %q", s.Segment, s.MissingStamp)
-					}
-				}
-				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.StampsMissing }, "read"); got != 1 {
-					t.Errorf("stamps missing{read} = %v, want 1", got)
-				}
-			},
-			want:     want{segInsert: {1, 0}, segBroker: {1, 0}, segE2E: {1, 0}},
-			observed: map[string]uint64{segInsert: 1, segBroker: 1, segE2E: 1},
-		},
-		{
-			name:     "A polling canary's publish stamp is looked up after arrival and its segments judged then.",
-			pipeline: plainPipeline,
-			run: func(t *testing.T, h *harness) {
-				h.lookup = func(_ context.Context, c Canary) (map[string]time.Time, error) {
-					if h.now.Before(t0.Add(time.Second)) {
-						return nil, nil // the relay has not committed published_at yet
-					}
-					return map[string]time.Time{config.StampPublish: c.Committed.Add(450 * time.Millisecond)}, nil
-				}
-				c := h.send("a", 1)
-				h.at(700 * time.Millisecond)
-				if out := h.arrive(c, nil); out.Kind != KindFirst {
-					t.Fatalf("kind = %v", out.Kind)
-				}
-				done := make(chan Report, 1)
-				go func() {
-					r, err := h.tr.Await(context.Background(), "a")
-					if err != nil {
-						t.Error(err)
-					}
-					done <- r
-				}()
-				h.sweep(750 * time.Millisecond) // lookup finds nothing yet
-				h.sweep(800 * time.Millisecond) // backing off: no lookup
-				h.sweep(2 * time.Second)        // past the jittered backoff (500ms ± 50%)
-				r := <-done
-				if s := r.Segments[segPublish]; !s.Measured || s.Duration != 450*time.Millisecond || s.Outcome != slo.OutcomeGood {
-					t.Errorf("report commit_to_publish = %+v, want 450ms good", s)
-				}
-			},
-			want:     want{segPublish: {1, 0}, segBroker: {1, 0}, segE2E: {1, 0}},
-			observed: map[string]uint64{segInsert: 1, segPublish: 1, segBroker: 1, segE2E: 1},
-		},
-		{
-			name: "A canary of this instance missing from the state is skipped as unknown, not an SLI event.",
-			run: func(t *testing.T, h *harness) {
-				h.at(time.Second)
-				out := h.arrive(Canary{ID: "ghost", Seq: 7, Key: "k", Committed: t0}, healthy)
-				if out.Kind != KindUnknown {
-					t.Errorf("kind = %v, want unknown", out.Kind)
-				}
-				if got := h.sum(func(m *Metrics) *prometheus.CounterVec { return m.MessagesSkipped }, ReasonUnknownCanary); got != 1 {
-					t.Errorf("skipped unknown_canary = %v, want 1", got)
-				}
-			},
-		},
-		{
-			name: "A resolved canary is forgotten after twice lost_after; a copy arriving later is unknown.",
-			run: func(t *testing.T, h *harness) {
-				c := h.send("a", 1)
-				h.at(800 * time.Millisecond)
-				h.arrive(c, healthy)
-				h.sweep(2*time.Minute + time.Second)
-				if out := h.arrive(c, healthy); out.Kind != KindUnknown {
-					t.Errorf("kind = %v, want unknown once forgotten", out.Kind)
-				}
-			},
-			want:     want{segInsert: {1, 0}, segRead: {1, 0}, segRelay: {1, 0}, segBroker: {1, 0}, segE2E: {1, 0}},
-			observed: map[string]uint64{segInsert: 1, segRead: 1, segRelay: 1, segBroker: 1, segE2E: 1},
-		},
-		{
-			name: "A slow insert transaction is bad on insert_to_commit at Sent.",
-			run: func(t *testing.T, h *harness) {
-				c := Canary{ID: "a", Seq: 1, Key: "k", InsertStarted: t0.Add(-time.Second), Committed: t0}
-				if err := h.tr.Sent(c); err != nil {
-					t.Fatal(err)
-				}
-			},
-			want:     want{segInsert: {0, 1}},
-			observed: map[string]uint64{segInsert: 1},
-		},
+		{"A truncated file is moved aside as corrupt.", `{"version":2,"pipe`, StateResetCorrupt},
+		{"An older release's file is moved aside.", `{"version":1,"pipeline":"payments","canaries":[]}`, StateResetVersion},
+		{"A newer release's file is moved aside.", `{"version":99,"pipeline":"payments"}`, StateResetVersion},
+		{"Another pipeline's file is moved aside.", `{"version":2,"pipeline":"orders","judge":{"canaries":{}}}`, StateResetPipeline},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := testPipeline()
-			if tc.pipeline != nil {
-				p = tc.pipeline()
+			dir := t.TempDir()
+			path := filepath.Join(dir, "payments.json")
+			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
 			}
-			h := newHarness(t, p, tc.persist)
-			tc.run(t, h)
-			for _, seg := range append([]string{segInsert}, p.Segments()...) {
-				if got := h.sli(seg); got != tc.want[seg] {
-					t.Errorf("%s SLI events {good, bad} = %v, want %v", seg, got, tc.want[seg])
-				}
-				if got := h.observed(seg); got != tc.observed[seg] {
-					t.Errorf("%s observed %d times, want %d", seg, got, tc.observed[seg])
-				}
+			h := &harness{t: t, p: plainPipeline(), now: t0, path: path, logs: &stacktest.SyncBuffer{}}
+			h.restart() // must not fail: the service never bricks on its own file
+			if got := testutil.ToFloat64(h.m().StateResets.WithLabelValues("payments", tc.reason)); got != 1 {
+				t.Errorf("state resets{reason=%s} = %v, want 1", tc.reason, got)
+			}
+			entries, _ := os.ReadDir(dir)
+			var aside []string
+			for _, e := range entries {
+				aside = append(aside, e.Name())
+			}
+			if len(entries) != 1 || !strings.HasPrefix(aside[0], "payments.json."+tc.reason+"-") {
+				t.Errorf("directory holds %v, want only the file moved aside with its reason and a timestamp", aside)
+			}
+			if !strings.Contains(h.logs.String(), "moved aside") {
+				t.Errorf("not logged:\n%s", h.logs.String())
+			}
+			h.send("a", 1) // and the pipeline works afresh
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("no new state file: %v", err)
 			}
 		})
 	}
 }
 
-func TestTrackerAwait(t *testing.T) {
-	h := newHarness(t, testPipeline(), false)
-	if _, err := h.tr.Await(context.Background(), "nope"); !errors.Is(err, ErrUnknownCanary) {
-		t.Errorf("await unknown: err = %v, want ErrUnknownCanary", err)
+func TestAFailedStateWriteIsCountedAndTheCanaryKeptInMemory(t *testing.T) {
+	h := newHarness(t, plainPipeline(), false)
+	h.tr.store.path = filepath.Join(t.TempDir(), "missing-dir", "payments.json")
+	err := h.tr.Sent(Canary{ID: "a", Seq: 1, Key: "k", InsertStarted: t0, CommitSent: t0, Committed: t0})
+	if err == nil || !strings.Contains(err.Error(), "tracked in memory only") {
+		t.Fatalf("err = %v, want it to say the canary is tracked in memory only", err)
 	}
-	c := h.send("a", 1)
+	if got := testutil.ToFloat64(h.m().StateWriteFailures.WithLabelValues("payments")); got != 1 {
+		t.Errorf("state write failures = %v, want 1", got)
+	}
+	if h.tr.InFlight() != 1 {
+		t.Errorf("in flight %d, want the canary still tracked", h.tr.InFlight())
+	}
+}
+
+func TestLookupsRunOutsideTheLockAndDecideWhenTheStampComes(t *testing.T) {
+	p := testPipeline() // published_at with a read header
+	p.Relay.PublishedStamp, p.Relay.MaxClockSkew = config.PublishedFromColumn, config.Duration(time.Minute)
+	h := newHarness(t, p, false)
+	var mu sync.Mutex
+	published := map[string]time.Time{}
+	started := make(chan string, 10)
+	h.lookup = func(_ context.Context, c Canary) (LookupResult, error) {
+		started <- c.ID
+		mu.Lock()
+		defer mu.Unlock()
+		if ts, ok := published[c.ID]; ok {
+			return LookupResult{Stamps: map[string]time.Time{config.StampPublish: ts}}, nil
+		}
+		return LookupResult{}, ErrStampAbsent
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := h.tr.Await(ctx, "a"); !errors.Is(err, context.Canceled) {
-		t.Errorf("await cancelled: err = %v, want context.Canceled", err)
-	}
+	defer cancel()
+	go h.tr.RunLookups(ctx)
+	c := h.send("a", 1)
+	h.at(400 * time.Millisecond)
+	h.arrive(c, map[string]time.Duration{"read": 100 * time.Millisecond})
+	<-started // the arrival asked for published_at, which reads NULL
+	mu.Lock()
+	published["a"] = t0.Add(300 * time.Millisecond)
+	mu.Unlock()
 	done := make(chan Report, 1)
 	go func() {
-		r, err := h.tr.Await(context.Background(), "a")
+		r, err := h.tr.Await(ctx, "a")
 		if err != nil {
 			t.Error(err)
 		}
 		done <- r
 	}()
-	h.at(800 * time.Millisecond)
-	h.arrive(c, healthy)
-	r := <-done
-	if r.State != StateArrived || r.Segments[segE2E].Duration != 800*time.Millisecond || r.Segments[segE2E].Outcome != slo.OutcomeGood {
-		t.Errorf("report = %+v, want arrived, end to end 800ms good", r)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		// Each sweep asks again once the canary's backoff allows.
+		h.at(h.clock().Sub(t0) + time.Second)
+		h.tr.Sweep()
+		select {
+		case r := <-done:
+			if s := r.Segments["read_to_publish"]; !s.Measured || s.Duration != 200*time.Millisecond || s.Outcome != "good" {
+				t.Errorf("read_to_publish = %+v, want 200ms good once published_at was read", s)
+			}
+			return
+		case <-started:
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	if again, err := h.tr.Await(context.Background(), "a"); err != nil || again.State != StateArrived {
-		t.Errorf("await after arrival = %+v, %v; want the report at once", again, err)
-	}
+	t.Fatal("the canary never became final")
 }
 
-func TestTrackerSweepJudgesDeadlinesWhenEveryLookupHangs(t *testing.T) {
+func TestTheDoneCallbackRunsOutsideTheLock(t *testing.T) {
 	h := newHarness(t, plainPipeline(), false)
-	h.tr.lookupTimeout = 20 * time.Millisecond // lookupTimeoutMax is 2s
-	lookups := make(chan bool, 10)
-	h.lookup = func(ctx context.Context, _ Canary) (map[string]time.Time, error) {
-		_, bounded := ctx.Deadline()
-		lookups <- bounded
-		<-ctx.Done() // a hung database
-		return nil, ctx.Err()
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	h.onDone = func(r Report) {
+		if r.ID != "a" {
+			return
+		}
+		entered <- struct{}{}
+		<-release // a slow stdout, for a's line
 	}
-	for i, id := range []string{"a", "b", "c"} {
-		h.send(id, uint64(i+1))
-	}
-	h.at(2001 * time.Millisecond)
-	done := make(chan struct{})
-	go func() { defer close(done); h.tr.Sweep(context.Background()) }()
+	a, b := h.send("a", 1), h.send("b", 2)
+	h.at(300 * time.Millisecond)
+	go h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+	<-entered
+	arrived := make(chan struct{})
+	go func() { h.arrive(b, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond}); close(arrived) }()
 	select {
-	case <-done:
+	case <-arrived:
 	case <-time.After(30 * time.Second):
-		t.Fatal("Sweep did not return while its lookups hung")
+		t.Fatal("a second arrival waited for the first canary's callback: it runs under the lock")
 	}
-	if bounded := <-lookups; !bounded {
-		t.Error("the lookup's context has no deadline")
-	}
-	if got := h.sli(segE2E); got != [2]float64{0, 3} {
-		t.Errorf("end_to_end = %v, want 3 bad: deadlines are judged although no lookup answered", got)
-	}
-	// Unable to prove progress, the blame stays on the relay.
-	if got := h.sli(segPublish); got != [2]float64{0, 3} {
-		t.Errorf("commit_to_publish = %v, want 3 bad", got)
-	}
+	close(release)
 }
 
-func TestTrackerRestoresTheLastTimesAfterARestart(t *testing.T) {
-	gauges := func(h *harness) [3]float64 {
-		m := h.m()
-		return [3]float64{
-			testutil.ToFloat64(m.LastSent.WithLabelValues(h.p.Name)),
-			testutil.ToFloat64(m.LastReceived.WithLabelValues(h.p.Name)),
-			testutil.ToFloat64(m.LastSuccess.WithLabelValues(h.p.Name)),
+func TestIntegerStampsAreReadInTheUnitTheirSizeImplies(t *testing.T) {
+	want := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
+	for _, v := range []string{"1796040000", "1796040000123", "1796040000123456", "1796040000123456789"} {
+		got, ok := parseStampValue(v)
+		if !ok || got.Sub(want.Truncate(time.Second)) < 0 || got.Sub(want) > 0 {
+			t.Errorf("parseStampValue(%s) = %v, %t; want %v to its precision", v, got.UTC(), ok, want)
 		}
 	}
-	h := newHarness(t, testPipeline(), true)
-	c := h.send("a", 1)
-	h.at(800 * time.Millisecond)
-	h.arrive(c, healthy)
-	h.at(5 * time.Second)
-	h.send("b", 2)
-	h.at(8 * time.Second)
-	h.arrive(Canary{ID: "b", Seq: 2, Key: "k", Committed: t0.Add(5 * time.Second)}, healthy) // late: not a success
-	want := [3]float64{unixSeconds(t0.Add(5 * time.Second)), unixSeconds(t0.Add(8 * time.Second)), unixSeconds(t0.Add(800 * time.Millisecond))}
-	if got := gauges(h); got != want {
-		t.Fatalf("gauges {sent, received, success} before the restart = %v, want %v", got, want)
-	}
-	h.restart()
-	if got := gauges(h); got != want {
-		t.Errorf("gauges {sent, received, success} after the restart = %v, want %v: the stall alert needs them", got, want)
-	}
-
-	// A state file written before the times were persisted still loads.
-	if err := os.WriteFile(h.path, []byte(`{"version":1,"pipeline":"orders","instance":"test-1","canaries":[],"next_offset_by_partition":{"0":7}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h.restart()
-	if got := gauges(h); got != [3]float64{} {
-		t.Errorf("gauges from a file without times = %v, want 0s", got)
-	}
-	if got := h.tr.StartOffsets()[0]; got != 7 {
-		t.Errorf("next offset = %d, want 7 from the older file", got)
-	}
-}
-
-func TestTrackerArrivalThatOvertakesSent(t *testing.T) {
-	counter := func(h *harness, vec func(*Metrics) *prometheus.CounterVec, labels ...string) float64 {
-		return h.sum(vec, labels...)
-	}
-	received := func(m *Metrics) *prometheus.CounterVec { return m.CanariesReceived }
-	skipped := func(m *Metrics) *prometheus.CounterVec { return m.MessagesSkipped }
-	duplicate := func(m *Metrics) *prometheus.CounterVec { return m.CanariesDuplicate }
-	lost := func(m *Metrics) *prometheus.CounterVec { return m.CanariesLost }
-	c := Canary{ID: "a", Seq: 1, Pipeline: "orders", Key: "k", RowID: "1", InsertStarted: t0.Add(-50 * time.Millisecond), Committed: t0}
-
-	t.Run("An arrival between COMMIT and Sent is parked and resolved by Sent with its own consumed stamp.", func(t *testing.T) {
-		h := newHarness(t, testPipeline(), true)
-		h.tr.Expect(c.ID)
-		h.at(800 * time.Millisecond)
-		if out := h.arrive(c, healthy); out.Kind != KindPending {
-			t.Fatalf("kind = %v, want pending", out.Kind)
-		}
-		if got := counter(h, skipped, ReasonUnknownCanary); got != 0 {
-			t.Fatalf("skipped unknown_canary = %v, want 0", got)
-		}
-		h.at(900 * time.Millisecond) // Sent runs later than the arrival
-		if err := h.tr.Sent(c); err != nil {
-			t.Fatal(err)
-		}
-		h.at(950 * time.Millisecond)
-		h.arrive(c, healthy) // a duplicate after Sent
-		for d := time.Second; d <= 90*time.Second; d += 10 * time.Second {
-			h.sweep(d) // past lost_after: it must not be lost
-		}
-		if got := [3]float64{counter(h, received), counter(h, duplicate), counter(h, lost)}; got != [3]float64{1, 1, 0} {
-			t.Errorf("{received, duplicate, lost} = %v, want {1, 1, 0}", got)
-		}
-		if got := h.sli(segE2E); got != [2]float64{1, 0} {
-			t.Errorf("end_to_end = %v, want one good event", got)
-		}
-		if r := h.tr.Recent(1); len(r) != 1 || r[0].Segments[segE2E].Duration != 800*time.Millisecond {
-			t.Errorf("recent = %+v, want end_to_end measured to the parked consumed stamp (800ms)", r)
-		}
-		h.restart()
-		if out := h.arrive(Canary{ID: "a", Seq: 1, Key: "k", Committed: t0}, healthy); out.Kind == KindReplay {
-			t.Errorf("offset of the next message taken for a replay")
-		}
-	})
-
-	t.Run("A parked arrival whose insert then reports a failure is skipped as unknown.", func(t *testing.T) {
-		h := newHarness(t, testPipeline(), false)
-		h.tr.Expect(c.ID)
-		h.at(800 * time.Millisecond)
-		if out := h.arrive(c, healthy); out.Kind != KindPending {
-			t.Fatalf("kind = %v, want pending", out.Kind)
-		}
-		h.tr.Abandon(c.ID)
-		if got := counter(h, skipped, ReasonUnknownCanary); got != 1 {
-			t.Errorf("skipped unknown_canary = %v, want 1", got)
-		}
-		if got := counter(h, received); got != 0 {
-			t.Errorf("received = %v, want 0", got)
-		}
-		h.at(900 * time.Millisecond)
-		if out := h.arrive(c, healthy); out.Kind != KindUnknown {
-			t.Errorf("kind after Abandon = %v, want unknown", out.Kind)
-		}
-	})
-}
-
-func TestTrackerResetOffsetAllowsLowerOffsets(t *testing.T) {
-	h := newHarness(t, testPipeline(), true)
-	h.tr.Skipped(0, 999)
-	h.tr.ResetOffset(0, 0)
-	if err := h.tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	h.restart()
-	if h.tr.Skipped(0, 0) {
-		t.Error("offset 0 of a recreated partition taken for a replay")
-	}
-}
-
-func TestTrackerSkippedOffsetsSurviveARestart(t *testing.T) {
-	h := newHarness(t, testPipeline(), true)
-	if h.tr.Skipped(3, 10) {
-		t.Fatal("first skip reported as a replay")
-	}
-	if err := h.tr.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	h.restart()
-	if !h.tr.Skipped(3, 10) {
-		t.Error("skip of an offset processed before the restart not reported as a replay")
-	}
-	if h.tr.Skipped(3, 11) {
-		t.Error("a new offset reported as a replay")
-	}
-}
-
-func TestTrackerRefusesAnotherPipelinesState(t *testing.T) {
-	h := newHarness(t, testPipeline(), true)
-	h.send("a", 1)
-	other := plainPipeline()
-	m, err := NewMetrics(prometheus.NewRegistry(), []config.Pipeline{other})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = NewTracker(TrackerOptions{Pipeline: &other, Instance: "test-1", Metrics: m, StatePath: h.path})
-	if err == nil {
-		t.Fatal("a tracker loaded another pipeline's state file")
-	}
-}
-
-// BenchmarkTrackerPersist measures one durable state write (what every
-// Sent and Arrived costs) with a realistic state: a canary every 5s kept
-// for 2 x lost_after of 5m is about 120 canaries.
-func BenchmarkTrackerPersist(b *testing.B) {
-	p := testPipeline()
-	p.Canary.LostAfter = config.Duration(5 * time.Minute)
-	m, err := NewMetrics(prometheus.NewRegistry(), []config.Pipeline{p})
-	if err != nil {
-		b.Fatal(err)
-	}
-	now := t0
-	tr, err := NewTracker(TrackerOptions{Pipeline: &p, Instance: "bench", Metrics: m,
-		Now: func() time.Time { return now }, StatePath: filepath.Join(b.TempDir(), "orders.json")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for i := range 120 {
-		c := Canary{ID: fmt.Sprintf("c%03d", i), Seq: uint64(i), Key: "k", InsertStarted: now, Committed: now}
-		if err := tr.Sent(c); err != nil {
-			b.Fatal(err)
-		}
-		tr.Arrived(Arrival{CanaryID: c.ID, Key: "k", Offset: int64(i), Consumed: now.Add(time.Second),
-			Stamps: map[string]time.Time{"read": now, config.StampPublish: now}})
-		now = now.Add(5 * time.Second)
-	}
-	b.ResetTimer()
-	for b.Loop() {
-		tr.mu.Lock()
-		err := tr.persistLocked()
-		tr.mu.Unlock()
-		if err != nil {
-			b.Fatal(err)
-		}
+	if got, _ := parseStampValue("9999999999999"); got.Year() != 2286 {
+		t.Errorf("9999999999999 read as %v, want milliseconds (year 2286, then invalid by max_clock_skew)", got)
 	}
 }

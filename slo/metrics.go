@@ -65,6 +65,9 @@ const (
 	MetricWatcherLastSuccess = "outbox_canary_watcher_last_success_timestamp_seconds" // label watcher
 	MetricCanariesUnjudged   = "outbox_canary_canaries_unjudged_total"                // labels segment, reason: canaries no segment's owner is charged for
 	MetricStampOrder         = "outbox_canary_stamp_order_total"                      // label segment: negative segments explained by a late stamp, not skew
+	MetricStampsInvalid      = "outbox_canary_stamps_invalid_total"                   // labels stamp, reason: stamps far outside [commit, consume]
+	MetricStateResets        = "outbox_canary_state_resets_total"                     // label reason: state files moved aside (corrupt, other version)
+	MetricStateWriteFailures = "outbox_canary_state_write_failures_total"             // state writes that failed (the state stays in memory)
 )
 
 // Watchers, the values of the watcher label.

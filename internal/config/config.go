@@ -168,11 +168,18 @@ type Relay struct {
 	// between commit and publish; each splits commit_to_publish further
 	// (commit_to_read, read_to_publish, ...).
 	Stamps []Stamp `yaml:"stamps"`
-	// A segment negative by less than this is clock noise, observed as
-	// measured, not counted as suspected clock skew. The default is 50ms
-	// when the publish stamp is published_at (written after the broker's
-	// ack, so the record is often read before it), else 0s.
+	// A segment negative by less than this (plus the error bound of the
+	// database clock offset, for published_at) is measurement noise,
+	// measured as 0, not counted as suspected clock skew. The default is
+	// 50ms when the publish stamp is published_at (written after the
+	// broker's ack, so the record is often read before it), else 0s.
 	SkewTolerance Duration `yaml:"skew_tolerance"`
+	// A relay stamp more than this outside [commit, consume] is invalid
+	// (counted in outbox_canary_stamps_invalid_total, its segments not
+	// judged) rather than suspected skew: a header of year 2099, or one in
+	// the wrong unit. Integer header stamps are read as seconds,
+	// milliseconds, microseconds or nanoseconds by their magnitude.
+	MaxClockSkew Duration `yaml:"max_clock_skew"`
 }
 
 // Stamp is an extra timestamp carried by a message header.
@@ -485,6 +492,9 @@ func (p *Pipeline) setDefaults() {
 		default:
 			p.Relay.PublishedStamp = PublishedFromRecordTimestamp
 		}
+	}
+	if p.Relay.MaxClockSkew == 0 {
+		p.Relay.MaxClockSkew = Duration(time.Minute)
 	}
 	if p.Relay.SkewTolerance == 0 && p.Relay.PublishedStamp == PublishedFromColumn {
 		p.Relay.SkewTolerance = Duration(50 * time.Millisecond)

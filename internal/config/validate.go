@@ -178,6 +178,12 @@ func (c in) relay() {
 	default:
 		c.add("relay.published_stamp", "%q must be published_at, header or record_timestamp", r.PublishedStamp)
 	}
+	if r.SkewTolerance < 0 {
+		c.add("relay.skew_tolerance", "must not be negative")
+	}
+	if r.MaxClockSkew <= r.SkewTolerance {
+		c.add("relay.max_clock_skew", "%s must be longer than relay.skew_tolerance (%s)", r.MaxClockSkew, r.SkewTolerance)
+	}
 	names := map[string]bool{StampCommit: true, StampPublish: true, StampConsume: true}
 	for i, s := range r.Stamps {
 		at := fmt.Sprintf("relay.stamps[%d]", i)

@@ -189,3 +189,35 @@ func recordTime(ctx context.Context, client *kafka.Client, topic string, partiti
 		}
 	}
 }
+
+// HighWatermarks returns, per partition of topic, the offset the next
+// message will get: everything acknowledged so far lies below it.
+func HighWatermarks(ctx context.Context, client *kafka.Client, topic string) (map[int]int64, error) {
+	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, fmt.Errorf("topic %s: metadata: %w", topic, err)
+	}
+	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil || len(meta.Topics[0].Partitions) == 0 {
+		var terr error = errors.New("not found")
+		if len(meta.Topics) == 1 && meta.Topics[0].Error != nil {
+			terr = meta.Topics[0].Error
+		}
+		return nil, fmt.Errorf("topic %s: %w", topic, terr)
+	}
+	var reqs []kafka.OffsetRequest
+	for _, p := range meta.Topics[0].Partitions {
+		reqs = append(reqs, kafka.LastOffsetOf(p.ID))
+	}
+	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("topic %s: high watermarks: %w", topic, err)
+	}
+	out := make(map[int]int64, len(reqs))
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return nil, fmt.Errorf("topic %s partition %d: high watermark: %w", topic, po.Partition, po.Error)
+		}
+		out[po.Partition] = po.LastOffset
+	}
+	return out, nil
+}

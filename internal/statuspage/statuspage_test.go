@@ -70,16 +70,19 @@ func drive(t *testing.T, svc *prober.Service, now *time.Time, canaries []canary)
 		id := fmt.Sprintf("c%d", i)
 		*now = committed
 		if err := tr.Sent(prober.Canary{ID: id, Seq: uint64(i + 1), Pipeline: "orders", Key: "k", RowID: "1",
-			InsertStarted: committed.Add(-5 * time.Millisecond), Committed: committed}); err != nil {
+			InsertStarted: committed.Add(-5 * time.Millisecond), CommitSent: committed, Committed: committed}); err != nil {
 			t.Fatal(err)
 		}
 		switch {
 		case c.sweptAt > 0:
 			*now = t0.Add(-c.sweptAt)
-			tr.Sweep(context.Background())
+			// The readers were caught up: the canary is on the publish side.
+			tr.Position(prober.Position{At: *now, CaughtUp: true})
+			tr.Sweep()
 		case c.after > 0:
 			*now = committed.Add(c.after)
-			if k := tr.Arrived(prober.Arrival{CanaryID: id, Seq: uint64(i + 1), Key: "k", Partition: 0, Offset: int64(i),
+			token, _ := tr.BeginArrival()
+			if k := tr.Arrived(token, prober.Arrival{CanaryID: id, Seq: uint64(i + 1), Key: "k", Partition: 0, Offset: int64(i),
 				Consumed: committed.Add(c.after),
 				Stamps:   map[string]time.Time{"read": committed.Add(50 * time.Millisecond), "publish": committed.Add(70 * time.Millisecond)},
 			}).Kind; k != prober.KindFirst {
@@ -88,7 +91,8 @@ func drive(t *testing.T, svc *prober.Service, now *time.Time, canaries []canary)
 		}
 	}
 	*now = t0
-	tr.Sweep(context.Background())
+	tr.Position(prober.Position{At: t0, CaughtUp: true})
+	tr.Sweep()
 }
 
 // TestStatusShowsBurnRatesPerBudgetedSegment drives a service's tracker

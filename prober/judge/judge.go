@@ -119,6 +119,9 @@ type Judge struct {
 	pos      position
 	fx       []Effect
 	dirty    bool
+	// restarted: this process resumed a state after a downtime, so its
+	// readers have a backlog of their own to catch up on.
+	restarted bool
 }
 
 // New resumes from a state (nil: a fresh one) at now, the process's start.
@@ -140,7 +143,7 @@ func New(cfg Config, st *State, now time.Time) *Judge {
 	j := &Judge{cfg: cfg, st: st, started: now, expected: map[string][]Arrival{}, inFlight: map[string]bool{}}
 	if !st.AliveAt.IsZero() && st.AliveAt.Before(now) {
 		st.Downtimes = append(st.Downtimes, Interval{From: st.AliveAt, To: now})
-		j.dirty = true
+		j.dirty, j.restarted = true, true
 	}
 	// Keep only the downtimes a remembered canary can span.
 	horizon := now.Add(-cfg.Forget - cfg.LostAfter)
@@ -365,8 +368,8 @@ func (j *Judge) trouble(c *Canary, at time.Time) string {
 			return ReasonProberDown
 		}
 	}
-	if j.pos.sampledSince && !j.pos.caughtUp {
-		return ReasonProberDown // catching up after the start
+	if j.restarted && j.pos.sampledSince && !j.pos.caughtUp {
+		return ReasonProberDown // catching up after the restart
 	}
 	// A backlog of that many messages is more than a stall of our own
 	// canaries leaves behind: the readers chew through messages that are
@@ -405,9 +408,9 @@ func (j *Judge) addStamp(c *Canary, name string, t time.Time, errBound time.Dura
 	var reason string
 	switch {
 	case t.Before(c.CommitSent.Add(-j.cfg.MaxSkew - errBound)):
-		reason = "before_commit"
+		reason = InvalidBeforeCommit
 	case t.After(upper.Add(j.cfg.MaxSkew + errBound)):
-		reason = "after_consume"
+		reason = InvalidAfterConsume
 	}
 	if reason != "" {
 		if c.Invalid == nil {
@@ -513,15 +516,42 @@ func (j *Judge) LookupWanted(id string) bool {
 // (the shell gave up on it without an answer); it may be asked again.
 func (j *Judge) LookupDropped(id string) { delete(j.inFlight, id) }
 
+// commitPoint is when segments from commit start: COMMIT sent, an upper
+// bound on their length, so that a relay reading the row before our client
+// hears COMMIT return is never taken for skew.
+func (j *Judge) commitPoint(c *Canary) time.Time {
+	if j.cfg.mutation == "commit_returned" {
+		return c.Committed
+	}
+	return c.CommitSent
+}
+
+// effPoint is point, except that a stamp written after its event (a
+// published_at) that lies after the next stamp of the chain by no more
+// than the tolerance is taken at the next stamp: its event cannot have
+// come later, and the segments then add up to end to end. Beyond the
+// tolerance it is stamp order (see late).
+func (j *Judge) effPoint(c *Canary, stamp string) (time.Time, bool) {
+	t, ok := j.point(c, stamp)
+	if !ok || !j.cfg.Plan.AfterEvent[stamp] {
+		return t, ok
+	}
+	i := j.cfg.Plan.index(stamp)
+	if i < 0 || i+1 >= len(j.cfg.Plan.Stamps) {
+		return t, ok
+	}
+	if n, okN := j.point(c, j.cfg.Plan.Stamps[i+1]); okN && n.Before(t) && !j.late(c, stamp) {
+		return n, true
+	}
+	return t, ok
+}
+
 // point is a stamp's time as used to measure segments: commit's start
 // (an upper bound for segments from commit), consume, or a middle stamp.
 func (j *Judge) point(c *Canary, stamp string) (time.Time, bool) {
 	switch stamp {
 	case StampCommit:
-		if j.cfg.mutation == "commit_returned" {
-			return c.Committed, true
-		}
-		return c.CommitSent, true
+		return j.commitPoint(c), true
 	case StampConsume:
 		return c.Consumed, c.Arrived
 	}
@@ -548,7 +578,7 @@ const (
 // measure evaluates a segment of an arrived canary.
 func (j *Judge) measure(c *Canary, s Segment) measurement {
 	if s.Name == j.cfg.Plan.EndToEnd.Name {
-		return measurement{status: mMeasured, duration: c.Consumed.Sub(c.CommitSent)}
+		return measurement{status: mMeasured, duration: c.Consumed.Sub(j.commitPoint(c))}
 	}
 	for _, st := range []string{s.From, s.To} {
 		if _, ok := j.point(c, st); ok {
@@ -566,10 +596,15 @@ func (j *Judge) measure(c *Canary, s Segment) measurement {
 		}
 		return measurement{status: mUnjudged, reason: ReasonMissingStamp}
 	}
-	a, _ := j.point(c, s.From)
-	b, _ := j.point(c, s.To)
+	a, _ := j.effPoint(c, s.From)
+	b, _ := j.effPoint(c, s.To)
 	d := b.Sub(a)
 	tol := j.cfg.SkewTolerance + c.StampError[s.From] + c.StampError[s.To]
+	if d >= -tol && (j.skewed(c, s.From) || j.skewed(c, s.To)) {
+		// A stamp whose clock contradicts its neighbour measures nothing
+		// on either side of it.
+		return measurement{status: mSkew, duration: d}
+	}
 	switch {
 	case j.late(c, s.To):
 		// The end stamp was taken after a later stamp's event: the true
@@ -585,6 +620,35 @@ func (j *Judge) measure(c *Canary, s Segment) measurement {
 		return measurement{status: mOrder, duration: d}
 	}
 	return measurement{status: mSkew, duration: d}
+}
+
+// skewed reports whether a stamp from another clock (a relay header, a
+// record timestamp) contradicts the known stamps around it beyond the
+// tolerance: its clock disagrees with ours.
+func (j *Judge) skewed(c *Canary, stamp string) bool {
+	p := j.cfg.Plan
+	if stamp == StampCommit || stamp == StampConsume || p.AfterEvent[stamp] {
+		return false
+	}
+	t, ok := j.point(c, stamp)
+	if !ok {
+		return false
+	}
+	i := p.index(stamp)
+	if prev := j.knownBefore(c, stamp); prev.Sub(t) > j.cfg.SkewTolerance+c.StampError[stamp] {
+		return true
+	}
+	for k := i + 1; k < len(p.Stamps); k++ {
+		n, ok := j.point(c, p.Stamps[k])
+		if !ok {
+			continue
+		}
+		if p.AfterEvent[p.Stamps[k]] {
+			continue // a late stamp bounds nothing from below
+		}
+		return t.Sub(n) > j.cfg.SkewTolerance+c.StampError[stamp]+c.StampError[p.Stamps[k]]
+	}
+	return false
 }
 
 // knownBefore is the latest known stamp before stamp in the chain (commit
@@ -663,7 +727,7 @@ func (j *Judge) judgeArrived(c *Canary, now time.Time) {
 				}
 			}
 		case mSkew:
-			if !c.verdict(s.Name).Observed {
+			if !c.verdict(s.Name).Observed && m.duration < 0 {
 				j.emit(Effect{Kind: EffectSkew, Canary: c.ID, Segment: s.Name, Duration: m.duration})
 			}
 			j.markObserved(c, s)
@@ -909,14 +973,20 @@ func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 		return "", time.Time{}
 	}
 	p := j.cfg.Plan
+	consume := p.segmentTo(len(p.Stamps) - 1)
+	// Charged by the consumption rule at end_to_end's deadline: that is
+	// its deadline, the publish moment being unknown.
+	lagDeadline := deadlineOf(c, p.EndToEnd, c.Committed)
 	for _, s := range p.Chain {
 		if v, ok := c.Verdicts[s.Name]; ok && v.Outcome == Bad {
-			return s.Name, time.Time{}
+			if s.Name == consume.Name {
+				return s.Name, lagDeadline
+			}
+			return s.Name, deadlineOf(c, s, j.startOf(c, s.From))
 		}
 	}
-	consume := p.segmentTo(len(p.Stamps) - 1)
 	if j.behind() {
-		return consume.Name, time.Time{}
+		return consume.Name, lagDeadline
 	}
 	pub := p.index(StampPublish)
 	last, lastAt := 0, c.Committed
@@ -930,10 +1000,27 @@ func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 			s := p.segmentTo(pub) // a claim the topic contradicts
 			return s.Name, deadlineOf(c, s, lastAt)
 		}
-		return consume.Name, time.Time{}
+		return consume.Name, lagDeadline
 	}
 	s := p.Chain[last]
 	return s.Name, deadlineOf(c, s, lastAt)
+}
+
+// startOf is the latest a canary can have passed stamp, as the blame
+// counts it: COMMIT returned, or the stamp with its error bound; a stamp
+// only the message carries counts from the latest known one before it.
+func (j *Judge) startOf(c *Canary, stamp string) time.Time {
+	if t, ok := c.Stamps[stamp]; ok {
+		return t.Add(c.StampError[stamp])
+	}
+	at := c.Committed
+	for i := 1; i < j.cfg.Plan.index(stamp); i++ {
+		name := j.cfg.Plan.Stamps[i]
+		if t, ok := c.Stamps[name]; ok {
+			at = t.Add(c.StampError[name])
+		}
+	}
+	return at
 }
 
 func deadlineOf(_ *Canary, s Segment, from time.Time) time.Time {
@@ -941,4 +1028,68 @@ func deadlineOf(_ *Canary, s Segment, from time.Time) time.Time {
 		return time.Time{}
 	}
 	return from.Add(s.Budget)
+}
+
+// SegmentView is one segment of a canary as far as it is known, for
+// reports.
+type SegmentView struct {
+	Segment
+	// Measured: Duration is the segment's length (a negative within
+	// tolerance counts as 0). Bound: Duration is only an upper bound (a
+	// stamp taken after its event).
+	Measured, Bound bool
+	Duration        time.Duration
+	// Skew or StampOrder: the stamps made the segment negative (Raw), by
+	// clocks that disagree or by a stamp taken after its event.
+	Skew, StampOrder bool
+	Raw              time.Duration
+	// MissingStamp names the stamp whose absence (or invalidity) leaves
+	// the segment unmeasured, once nothing more is expected.
+	MissingStamp string
+	Verdict      Verdict
+}
+
+// View describes every segment of a canary, insert_to_commit first.
+func (j *Judge) View(c *Canary) []SegmentView {
+	var out []SegmentView
+	for _, s := range j.cfg.Plan.All() {
+		v := SegmentView{Segment: s}
+		if vd, ok := c.Verdicts[s.Name]; ok {
+			v.Verdict = *vd
+		}
+		switch {
+		case s.Name == j.cfg.Plan.Insert.Name:
+			v.Measured, v.Duration = true, c.Committed.Sub(c.InsertStarted)
+		case !c.Arrived && (s.To == StampConsume || s.Name == j.cfg.Plan.EndToEnd.Name):
+			// not measurable before arrival
+		default:
+			m := j.measure(c, s)
+			switch m.status {
+			case mMeasured:
+				v.Measured, v.Duration = true, m.duration
+			case mBound:
+				v.Bound, v.Duration = true, m.duration
+			case mSkew:
+				v.Skew, v.Raw = true, m.duration
+			case mOrder:
+				v.StampOrder, v.Raw = true, m.duration
+			case mUnjudged:
+				if c.Final || c.Arrived {
+					v.MissingStamp = j.missingOf(c, s)
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// missingOf names the stamp of a segment that is not known.
+func (j *Judge) missingOf(c *Canary, s Segment) string {
+	for _, st := range []string{s.From, s.To} {
+		if _, ok := j.point(c, st); !ok {
+			return st
+		}
+	}
+	return ""
 }

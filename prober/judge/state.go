@@ -35,6 +35,12 @@ const (
 	ReasonLost = "lost"
 )
 
+// Why a stamp is invalid.
+const (
+	InvalidBeforeCommit = "before_commit"
+	InvalidAfterConsume = "after_consume"
+)
+
 // Reasons lists every unjudged reason, in the order the docs show them.
 func Reasons() []string {
 	return []string{ReasonProberDown, ReasonProberLag, ReasonUnknown, ReasonInvalidStamp,
