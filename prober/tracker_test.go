@@ -328,7 +328,10 @@ func TestTheDoneCallbackRunsOutsideTheLock(t *testing.T) {
 	go h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
 	<-entered
 	arrived := make(chan struct{})
-	go func() { h.arrive(b, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond}); close(arrived) }()
+	go func() {
+		h.arrive(b, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+		close(arrived)
+	}()
 	select {
 	case <-arrived:
 	case <-time.After(30 * time.Second):
