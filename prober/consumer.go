@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/retry"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
@@ -225,7 +226,7 @@ func (c *Consumer) lookupPartitions(ctx context.Context) ([]kafka.Partition, err
 		if err == nil {
 			return parts, nil
 		}
-		errs = append(errs, fmt.Errorf("broker %s: %w", b, err))
+		errs = append(errs, fmt.Errorf("broker %s: %w", b, kafkaclient.Explain(err, c.p.Kafka)))
 	}
 	return nil, fmt.Errorf("topic %s: look up partitions: %w", c.p.Kafka.Topic, errors.Join(errs...))
 }
@@ -278,7 +279,7 @@ func (c *Consumer) dialLeader(ctx context.Context, part kafka.Partition) (*kafka
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, kafkaclient.Explain(err, c.p.Kafka)
 	}
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	return conn, nil
