@@ -1,0 +1,152 @@
+package watch
+
+// The watchers through secured servers, as `run` opens them (Open): the
+// database watchers with sslmode=verify-full as a role that pg_hba.conf
+// admits over TLS only, the consumer lag watcher through Kafka's SASL_SSL
+// listener (SCRAM-SHA-512), the DSN and the Kafka password read from files.
+// Needs the stack (`make stack-up`); skips without it, fails in CI.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/stacktest"
+)
+
+// securedWatcher opens the watchers of a seed schema A pipeline whose
+// business group "billing" has 3 messages to read, connecting with the
+// given Kafka CA and password file and PostgreSQL CA and password.
+func securedWatcher(t *testing.T, st stacktest.Stack, sec stacktest.Secured, kafkaCA, kafkaPasswordFile, pgCA, pgPassword string) (*Watcher, *Metrics, *stacktest.SyncBuffer, string) {
+	t.Helper()
+	dsn, pool := st.FreshOutbox(t, stacktest.SeedA)
+	sec.GrantOutbox(t, pool)
+	stacktest.InsertRow(t, pool, stacktest.SeedA, false, 30*time.Second)
+	business := st.NewTopic(t, 1, nil)
+	st.ProduceAged(t, business, 3, time.Minute)
+	yml := fmt.Sprintf(`instance_id: test
+signing_key: {value: test-key}
+pipelines:
+  - name: orders
+    database: {dsn: {file: %q}}
+    relay: {kind: polling}
+    kafka: %s
+    budgets: {end_to_end: 10s}
+    watch: {consumer_groups: [{group: billing, topic: %q}]}
+`, stacktest.SecretFile(t, "dsn", sec.DSN(t, dsn, pgCA, pgPassword)),
+		sec.KafkaYAML("outbox.event.outbox-canary", kafkaCA, kafkaPasswordFile), business)
+	cfg, err := config.Load([]byte(yml))
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, yml)
+	}
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &stacktest.SyncBuffer{}
+	w, closeAll, err := Open(context.Background(), &cfg.Pipelines[0], m, logs.Logger())
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(closeAll)
+	return w, m, logs, business
+}
+
+func TestWatchersSampleThroughSecuredServers(t *testing.T) {
+	t.Parallel()
+	st := stacktest.Load(t)
+	sec := st.Secured(t)
+	w, m, logs, business := securedWatcher(t, st, sec, sec.CAFile, sec.KafkaPasswordFile, sec.CAFile, sec.PGPassword(t))
+	w.Sample(context.Background())
+
+	if got := testutil.CollectAndCount(m.Errors); got != 0 {
+		t.Fatalf("%d watch error series, want none:\n%s", got, logs.String())
+	}
+	for _, watcher := range []string{WatcherBacklog, WatcherTransactions, WatcherConsumers} {
+		if got := testutil.ToFloat64(m.Up.WithLabelValues("orders", watcher)); got != 1 {
+			t.Errorf("watcher_up of %s = %v, want 1", watcher, got)
+		}
+	}
+	if got := testutil.ToFloat64(m.BacklogRows.WithLabelValues("orders")); got != 1 {
+		t.Errorf("backlog rows = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.OldestUnpublishedAge.WithLabelValues("orders")); got < 30 {
+		t.Errorf("oldest unpublished age = %vs, want at least the row's 30s", got)
+	}
+	if got := testutil.ToFloat64(m.ConsumerLagMessages.WithLabelValues("orders", "billing", business)); got != 3 {
+		t.Errorf("consumer lag = %v messages through SASL_SSL, want 3", got)
+	}
+	if got := testutil.ToFloat64(m.ConsumerLagSeconds.WithLabelValues("orders", "billing", business)); got < 55 {
+		t.Errorf("consumer lag = %vs, want at least 55 (the messages were stamped a minute ago)", got)
+	}
+}
+
+// TestWatchersSayWhichSecuredConnectionFailed: a wrong password and an
+// untrusted certificate make the watchers of that server fail, with a log
+// line that names the cause and never shows a password, while the watchers
+// of the other server go on.
+func TestWatchersSayWhichSecuredConnectionFailed(t *testing.T) {
+	t.Parallel()
+	st := stacktest.Load(t)
+	sec := st.Secured(t)
+	const wrongPassword = "wrong-password-Q7Z9"
+	wrongPasswordFile := stacktest.SecretFile(t, "wrong-password", wrongPassword)
+	untrusted := stacktest.UntrustedCA(t)
+	pgPassword := sec.PGPassword(t)
+	cases := []struct {
+		name                                   string
+		kafkaCA, kafkaPassword, pgCA, password string
+		failing, working                       []string
+		want                                   string
+	}{
+		{"A wrong Kafka password fails the consumer lag watcher only.",
+			sec.CAFile, wrongPasswordFile, sec.CAFile, pgPassword,
+			[]string{WatcherConsumers}, []string{WatcherBacklog, WatcherTransactions},
+			`SASL authentication failed for user "canary" (SCRAM-SHA-512): the broker rejected the user name or the password; check kafka.sasl.username and kafka.sasl.password`},
+		{"An untrusted Kafka certificate fails the consumer lag watcher only.",
+			untrusted, sec.KafkaPasswordFile, sec.CAFile, pgPassword,
+			[]string{WatcherConsumers}, []string{WatcherBacklog, WatcherTransactions},
+			`TLS: the broker's certificate is not signed by a CA in kafka.tls.ca_file (` + untrusted + `)`},
+		{"A wrong PostgreSQL password fails the database watchers only.",
+			sec.CAFile, sec.KafkaPasswordFile, sec.CAFile, wrongPassword,
+			[]string{WatcherBacklog, WatcherTransactions}, []string{WatcherConsumers},
+			`password authentication failed for user "canary_tls", database "test_`},
+		{"An untrusted PostgreSQL certificate fails the database watchers only.",
+			sec.CAFile, sec.KafkaPasswordFile, untrusted, pgPassword,
+			[]string{WatcherBacklog, WatcherTransactions}, []string{WatcherConsumers},
+			`TLS: the certificate of the server 127.0.0.1:`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w, m, logs, _ := securedWatcher(t, st, sec, tc.kafkaCA, tc.kafkaPassword, tc.pgCA, tc.password)
+			w.Sample(context.Background())
+			for _, watcher := range tc.failing {
+				if got := testutil.ToFloat64(m.Up.WithLabelValues("orders", watcher)); got != 0 {
+					t.Errorf("watcher_up of %s = %v, want 0", watcher, got)
+				}
+			}
+			for _, watcher := range tc.working {
+				if got := testutil.ToFloat64(m.Up.WithLabelValues("orders", watcher)); got != 1 {
+					t.Errorf("watcher_up of %s = %v, want 1", watcher, got)
+				}
+			}
+			// slog's text handler escapes the quotes of a value.
+			text := strings.ReplaceAll(logs.String(), `\"`, `"`)
+			if n := strings.Count(text, tc.want); n != len(tc.failing) {
+				t.Errorf("%d log lines name the cause %q, want one per failing watcher (%d):\n%s", n, tc.want, len(tc.failing), text)
+			}
+			for _, secret := range []string{wrongPassword, pgPassword, sec.KafkaPassword(t)} {
+				if strings.Contains(text, secret) {
+					t.Errorf("a password shows in the log:\n%s", text)
+				}
+			}
+		})
+	}
+}
