@@ -20,16 +20,25 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
+// securedCreds is what the watchers present to the secured servers.
+type securedCreds struct {
+	kafkaCA, kafkaPasswordFile  string
+	pgCA, pgPassword, pgSSLMode string // pgSSLMode "": verify-full
+}
+
 // securedWatcher opens the watchers of a seed schema A pipeline whose
-// business group "billing" has 3 messages to read, connecting with the
-// given Kafka CA and password file and PostgreSQL CA and password.
-func securedWatcher(t *testing.T, st stacktest.Stack, sec stacktest.Secured, kafkaCA, kafkaPasswordFile, pgCA, pgPassword string) (*Watcher, *Metrics, *stacktest.SyncBuffer, string) {
+// business group "billing" has 3 messages to read, connecting as c says.
+func securedWatcher(t *testing.T, st stacktest.Stack, sec stacktest.Secured, c securedCreds) (*Watcher, *Metrics, *stacktest.SyncBuffer, string) {
 	t.Helper()
 	dsn, pool := st.FreshOutbox(t, stacktest.SeedA)
 	sec.GrantOutbox(t, pool)
 	stacktest.InsertRow(t, pool, stacktest.SeedA, false, 30*time.Second)
 	business := st.NewTopic(t, 1, nil)
 	st.ProduceAged(t, business, 3, time.Minute)
+	dsn = sec.DSN(t, dsn, c.pgCA, c.pgPassword)
+	if c.pgSSLMode != "" {
+		dsn = strings.Replace(dsn, "sslmode=verify-full", "sslmode="+c.pgSSLMode, 1)
+	}
 	yml := fmt.Sprintf(`instance_id: test
 signing_key: {value: test-key}
 pipelines:
@@ -39,8 +48,7 @@ pipelines:
     kafka: %s
     budgets: {end_to_end: 10s}
     watch: {consumer_groups: [{group: billing, topic: %q}]}
-`, stacktest.SecretFile(t, "dsn", sec.DSN(t, dsn, pgCA, pgPassword)),
-		sec.KafkaYAML("outbox.event.outbox-canary", kafkaCA, kafkaPasswordFile), business)
+`, stacktest.SecretFile(t, "dsn", dsn), sec.KafkaYAML("outbox.event.outbox-canary", c.kafkaCA, c.kafkaPasswordFile), business)
 	cfg, err := config.Load([]byte(yml))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yml)
@@ -62,7 +70,8 @@ func TestWatchersSampleThroughSecuredServers(t *testing.T) {
 	t.Parallel()
 	st := stacktest.Load(t)
 	sec := st.Secured(t)
-	w, m, logs, business := securedWatcher(t, st, sec, sec.CAFile, sec.KafkaPasswordFile, sec.CAFile, sec.PGPassword(t))
+	w, m, logs, business := securedWatcher(t, st, sec, securedCreds{kafkaCA: sec.CAFile, kafkaPasswordFile: sec.KafkaPasswordFile,
+		pgCA: sec.CAFile, pgPassword: sec.PGPassword(t)})
 	w.Sample(context.Background())
 
 	if got := testutil.CollectAndCount(m.Errors); got != 0 {
@@ -88,9 +97,9 @@ func TestWatchersSampleThroughSecuredServers(t *testing.T) {
 }
 
 // TestWatchersSayWhichSecuredConnectionFailed: a wrong password and an
-// untrusted certificate make the watchers of that server fail, with a log
-// line that names the cause and never shows a password, while the watchers
-// of the other server go on.
+// untrusted certificate, and the TLS-only role without TLS, make the
+// watchers of that server fail, with a log line that names the cause and
+// never shows a password, while the watchers of the other server go on.
 func TestWatchersSayWhichSecuredConnectionFailed(t *testing.T) {
 	t.Parallel()
 	st := stacktest.Load(t)
@@ -98,34 +107,38 @@ func TestWatchersSayWhichSecuredConnectionFailed(t *testing.T) {
 	const wrongPassword = "wrong-password-Q7Z9"
 	wrongPasswordFile := stacktest.SecretFile(t, "wrong-password", wrongPassword)
 	untrusted := stacktest.UntrustedCA(t)
-	pgPassword := sec.PGPassword(t)
+	good := securedCreds{kafkaCA: sec.CAFile, kafkaPasswordFile: sec.KafkaPasswordFile, pgCA: sec.CAFile, pgPassword: sec.PGPassword(t)}
 	cases := []struct {
-		name                                   string
-		kafkaCA, kafkaPassword, pgCA, password string
-		failing, working                       []string
-		want                                   string
+		name             string
+		creds            func(securedCreds) securedCreds
+		failing, working []string
+		want             string
 	}{
 		{"A wrong Kafka password fails the consumer lag watcher only.",
-			sec.CAFile, wrongPasswordFile, sec.CAFile, pgPassword,
+			func(c securedCreds) securedCreds { c.kafkaPasswordFile = wrongPasswordFile; return c },
 			[]string{WatcherConsumers}, []string{WatcherBacklog, WatcherTransactions},
 			`SASL authentication failed for user "canary" (SCRAM-SHA-512): the broker rejected the user name or the password; check kafka.sasl.username and kafka.sasl.password`},
 		{"An untrusted Kafka certificate fails the consumer lag watcher only.",
-			untrusted, sec.KafkaPasswordFile, sec.CAFile, pgPassword,
+			func(c securedCreds) securedCreds { c.kafkaCA = untrusted; return c },
 			[]string{WatcherConsumers}, []string{WatcherBacklog, WatcherTransactions},
 			`TLS: the broker's certificate is not signed by a CA in kafka.tls.ca_file (` + untrusted + `)`},
 		{"A wrong PostgreSQL password fails the database watchers only.",
-			sec.CAFile, sec.KafkaPasswordFile, sec.CAFile, wrongPassword,
+			func(c securedCreds) securedCreds { c.pgPassword = wrongPassword; return c },
 			[]string{WatcherBacklog, WatcherTransactions}, []string{WatcherConsumers},
 			`password authentication failed for user "canary_tls", database "test_`},
 		{"An untrusted PostgreSQL certificate fails the database watchers only.",
-			sec.CAFile, sec.KafkaPasswordFile, untrusted, pgPassword,
+			func(c securedCreds) securedCreds { c.pgCA = untrusted; return c },
 			[]string{WatcherBacklog, WatcherTransactions}, []string{WatcherConsumers},
 			`TLS: the certificate of the server 127.0.0.1:`},
+		{"The TLS-only role without TLS is told to set sslmode and sslrootcert.",
+			func(c securedCreds) securedCreds { c.pgSSLMode = "disable"; return c },
+			[]string{WatcherBacklog, WatcherTransactions}, []string{WatcherConsumers},
+			`refuses user "canary_tls" without TLS (pg_hba.conf rejects connection for host "127.0.0.1", user "canary_tls", database "test_`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			w, m, logs, _ := securedWatcher(t, st, sec, tc.kafkaCA, tc.kafkaPassword, tc.pgCA, tc.password)
+			w, m, logs, _ := securedWatcher(t, st, sec, tc.creds(good))
 			w.Sample(context.Background())
 			for _, watcher := range tc.failing {
 				if got := testutil.ToFloat64(m.Up.WithLabelValues("orders", watcher)); got != 0 {
@@ -142,7 +155,7 @@ func TestWatchersSayWhichSecuredConnectionFailed(t *testing.T) {
 			if n := strings.Count(text, tc.want); n != len(tc.failing) {
 				t.Errorf("%d log lines name the cause %q, want one per failing watcher (%d):\n%s", n, tc.want, len(tc.failing), text)
 			}
-			for _, secret := range []string{wrongPassword, pgPassword, sec.KafkaPassword(t)} {
+			for _, secret := range []string{wrongPassword, good.pgPassword, sec.KafkaPassword(t)} {
 				if strings.Contains(text, secret) {
 					t.Errorf("a password shows in the log:\n%s", text)
 				}
