@@ -451,6 +451,14 @@ secure_check() {
 	log "tls: Kafka SASL_SSL on 127.0.0.1:$KAFKA_SASL_PORT and PostgreSQL TLS on 127.0.0.1:$PG_PORT verified"
 }
 
+# predates_secure_note: a stack set up by a stack.sh from before the
+# secured listeners runs on without them (its tests of secured connections
+# skip); only down and up can add them, as they change how the data was
+# made (the SCRAM user is created with the Kafka storage).
+predates_secure_note() {
+	log "note: this stack predates the secured listeners (Kafka SASL_SSL, PostgreSQL TLS); run $0 down, then up, to add them"
+}
+
 # secure_env: the secured connections, for the env file.
 secure_env() {
 	cat <<EOF
@@ -509,6 +517,7 @@ cmd_up() {
 	load_state
 	if [[ -f $ENV_FILE ]] && server_alive postgres && server_alive kafka; then
 		log "already up"
+		[[ -n ${KAFKA_SASL_PORT:-} ]] || predates_secure_note
 		# The Kafka Connect worker (Debezium, for the CDC path) may have been
 		# stopped alone by a test; bring it back. 9>&-: it must not inherit
 		# our lock.
@@ -537,12 +546,11 @@ cmd_up() {
 	fi
 
 	# A stack set up by a stack.sh from before the secured listeners has no
-	# SASL_SSL port; it keeps running without them (and the tests of secured
-	# connections skip) until down and up make it anew.
+	# SASL_SSL port (predates_secure_note).
 	if [[ -n ${KAFKA_SASL_PORT:-} ]]; then
 		secure_material
 	else
-		log "note: this stack predates the secured listeners (Kafka SASL_SSL, PostgreSQL TLS); run $0 down, then up, to add them"
+		predates_secure_note
 	fi
 
 	[[ -f $PG_DATA/PG_VERSION ]] || pg_init
