@@ -300,7 +300,7 @@ func (c *Consumer) lookupPartitions(ctx context.Context) ([]kafka.Partition, err
 		if err == nil {
 			return parts, nil
 		}
-		errs = append(errs, fmt.Errorf("broker %s: %w", b, err))
+		errs = append(errs, fmt.Errorf("broker %s: %w", b, kafkaclient.Explain(err, c.p.Kafka)))
 	}
 	return nil, fmt.Errorf("topic %s: look up partitions: %w", c.p.Kafka.Topic, errors.Join(errs...))
 }
@@ -353,7 +353,7 @@ func (c *Consumer) dialLeader(ctx context.Context, part kafka.Partition) (*kafka
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, kafkaclient.Explain(err, c.p.Kafka)
 	}
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	return conn, nil

@@ -134,7 +134,7 @@ func (s *Sender) Send(ctx context.Context) (Canary, error) {
 	c, err := s.insert(ctx)
 	if err != nil {
 		s.metrics.CanaryInsertFailures.WithLabelValues(s.p.Name).Inc()
-		err = fmt.Errorf("insert canary: %w", err)
+		err = fmt.Errorf("insert canary: %w", postgres.Explain(err))
 		s.logInsert(err)
 		return Canary{}, err
 	}

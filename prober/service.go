@@ -477,6 +477,7 @@ func (pr *pipelineRunner) watchDB(ctx context.Context, every time.Duration) {
 }
 
 func (pr *pipelineRunner) setDB(err error) {
+	err = postgres.Explain(err) // the reason /readyz and check show, and the log
 	pr.mu.Lock()
 	was, known := pr.dbOK, pr.dbKnown
 	pr.dbOK, pr.dbKnown = err == nil, true

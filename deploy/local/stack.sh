@@ -4,6 +4,10 @@
 # Alertmanager, promtool, kcat and chromium (the status page's browser test). Everything lives under $STACK_DIR
 # (default <repo>/.stack, git-ignored); the servers listen on free ports of
 # 127.0.0.1 and are described in $STACK_DIR/env for tests (internal/stacktest).
+# Beside the plaintext connections that most tests use, Kafka has a SASL_SSL
+# listener (SCRAM-SHA-512) and PostgreSQL takes TLS (required of the role
+# canary_tls), with a CA and passwords made at the first `up` in
+# $STACK_DIR/secure.
 #
 # Usage: deploy/local/stack.sh COMMAND
 #   up                 install what is missing, start what is not running (idempotent)
@@ -40,6 +44,9 @@ LOGS=$STACK_DIR/logs
 KAFKA_HOME=$STACK_DIR/kafka
 KAFKA_LIBS=$KAFKA_HOME/libs
 KAFKA_DATA=$KAFKA_HOME/data
+SECURE_DIR=$STACK_DIR/secure # CA, server certificate, passwords: see secure_material
+KAFKA_SASL_USER=canary       # the SCRAM-SHA-512 user of the SASL_SSL listener
+PG_TLS_USER=canary_tls       # the role that pg_hba.conf allows only over TLS
 
 # The topics every test run can rely on: name partitions [config].
 TOPICS=(
@@ -101,6 +108,7 @@ ensure_packages() {
 	command -v ss >/dev/null || want+=(iproute2)
 	command -v curl >/dev/null || want+=(curl)
 	command -v pgrep >/dev/null || want+=(procps) # debian_daemons
+	command -v openssl >/dev/null || want+=(openssl) # secure_material
 	local missing=() p
 	for p in "${want[@]}"; do installed "$p" || missing+=("$p"); done
 	if ((${#missing[@]} == 0)); then
@@ -190,6 +198,7 @@ pg_init() {
 		"$HERE/postgres/postgresql.conf.in" >>"$PG_DATA/postgresql.conf"
 	cp "$HERE/postgres/pg_hba.conf" "$PG_DATA/pg_hba.conf"
 	chown postgres:postgres "$PG_DATA/postgresql.conf" "$PG_DATA/pg_hba.conf"
+	pg_tls_files
 }
 
 pg_start() {
@@ -267,13 +276,24 @@ kafka_tool() {
 kafka_init() {
 	log "kafka: formatting KRaft storage in $KAFKA_DATA ..."
 	mkdir -p "$KAFKA_DATA"
-	sed -e "s|@KAFKA_PORT@|$KAFKA_PORT|g" -e "s|@CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" \
-		-e "s|@DATA_DIR@|$KAFKA_DATA|g" "$HERE/kafka/server.properties.in" >"$KAFKA_HOME/server.properties"
-	# A cluster id is 16 random bytes in URL-safe base64 without padding.
-	local cluster_id
-	cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+	# umask: it holds the keystore password.
+	(umask 077 && sed -e "s|@KAFKA_PORT@|$KAFKA_PORT|g" -e "s|@CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" \
+		-e "s|@DATA_DIR@|$KAFKA_DATA|g" -e "s|@SASL_PORT@|$KAFKA_SASL_PORT|g" \
+		-e "s|@KEYSTORE@|$SECURE_DIR/kafka.p12|g" -e "s|@KEYSTORE_PASSWORD@|$(<"$SECURE_DIR/kafka.p12.password")|g" \
+		"$HERE/kafka/server.properties.in" >"$KAFKA_HOME/server.properties")
+	# A cluster id is 16 random bytes in URL-safe base64 without padding, not
+	# starting with '-' (kafka-storage would take it for an option, as
+	# Kafka's own Uuid.randomUuid avoids it for).
+	local cluster_id=-
+	while [[ $cluster_id == -* ]]; do
+		cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+	done
+	# --add-scram: KRaft keeps SCRAM users in its metadata, so the user of the
+	# SASL_SSL listener is created with the storage, before the first start.
 	kafka_tool kafka.tools.StorageTool format --ignore-formatted -t "$cluster_id" \
-		-c "$KAFKA_HOME/server.properties" >"$LOGS/kafka-format.log" 2>&1 ||
+		-c "$KAFKA_HOME/server.properties" \
+		--add-scram "SCRAM-SHA-512=[name=$KAFKA_SASL_USER,password=$(<"$SECURE_DIR/kafka-$KAFKA_SASL_USER.password")]" \
+		>"$LOGS/kafka-format.log" 2>&1 ||
 		{
 			tail_logs "$LOGS/kafka-format.log"
 			die "kafka: storage format failed"
@@ -343,6 +363,116 @@ kafka_topics() {
 
 kafka_stop() { stop_server kafka TERM; }
 
+# ---------------------------------------------------------------- secured listeners
+
+# secure_material makes, once per stack (until down), what the secured
+# connections need, in $SECURE_DIR: a CA (ca.pem, which clients trust), one
+# server certificate signed by it for 127.0.0.1 and localhost, presented by
+# both PostgreSQL and Kafka's SASL_SSL listener (server.pem, server.key, and
+# kafka.p12 with its password), and random passwords for the Kafka user
+# $KAFKA_SASL_USER and the PostgreSQL role $PG_TLS_USER (one file each, what
+# tests read). openssl with EC P-256 keys takes a few milliseconds; keytool
+# would start a JVM per step.
+secure_material() {
+	if [[ -f $SECURE_DIR/.complete ]]; then
+		log "tls: CA, server certificate and passwords already in $SECURE_DIR"
+		return
+	fi
+	log "tls: making a CA, a server certificate for 127.0.0.1 and localhost, and passwords in $SECURE_DIR ..."
+	rm -rf "$SECURE_DIR"
+	mkdir -p "$SECURE_DIR"
+	if ! (
+		cd "$SECURE_DIR"
+		umask 077
+		ec=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -noenc)
+		openssl req -x509 "${ec[@]}" -keyout ca.key -out ca.pem -days 3650 \
+			-subj "/CN=outbox-canary local stack CA" \
+			-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+		openssl req -new "${ec[@]}" -keyout server.key -out server.csr -subj "/CN=localhost"
+		printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1" "extendedKeyUsage=serverAuth" \
+			"basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature" >server.ext
+		openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -days 825 -extfile server.ext -out server.pem
+		openssl rand -hex 24 >kafka.p12.password
+		openssl pkcs12 -export -name kafka -in server.pem -inkey server.key -certfile ca.pem \
+			-passout file:kafka.p12.password -out kafka.p12
+		openssl rand -hex 24 >"kafka-$KAFKA_SASL_USER.password"
+		openssl rand -hex 24 >"postgres-$PG_TLS_USER.password"
+		rm server.csr server.ext
+		chmod 644 ca.pem server.pem
+	) >"$LOGS/openssl.log" 2>&1; then
+		tail_logs "$LOGS/openssl.log"
+		die "tls: openssl failed"
+	fi
+	touch "$SECURE_DIR/.complete"
+}
+
+# pg_tls_files installs the server certificate where PostgreSQL looks for
+# it (ssl_cert_file and ssl_key_file default to server.crt and server.key
+# in the data directory), the key readable by the postgres user only.
+pg_tls_files() {
+	install -o postgres -g postgres -m 644 "$SECURE_DIR/server.pem" "$PG_DATA/server.crt"
+	install -o postgres -g postgres -m 600 "$SECURE_DIR/server.key" "$PG_DATA/server.key"
+}
+
+# pg_tls_role creates the role that pg_hba.conf lets in over TLS only, a
+# member of pg_monitor as the prober's role is, and sets its password from
+# its file every time, so that the two never disagree.
+pg_tls_role() {
+	log "postgres: ensuring role $PG_TLS_USER (TLS only, pg_monitor) ..."
+	# The password goes through stdin, not the command line that ps shows;
+	# it is hex, so it needs no quoting.
+	pg_as "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG_SOCKET_DIR" -p "$PG_PORT" -U postgres -d postgres \
+		-v role="$PG_TLS_USER" <<SQL >/dev/null
+\set password '$(<"$SECURE_DIR/postgres-$PG_TLS_USER.password")'
+SELECT format('CREATE ROLE %I LOGIN IN ROLE pg_monitor', :'role')
+WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'role') \gexec
+SELECT format('ALTER ROLE %I PASSWORD %L', :'role', :'password') \gexec
+SQL
+}
+
+# secure_check proves that both secured connections take a client that
+# trusts only the stack's CA: openssl s_client verifies the certificate of
+# the SASL_SSL listener for 127.0.0.1, psql logs in as $PG_TLS_USER with
+# sslmode=verify-full. Tens of milliseconds, and a broken certificate or role
+# is reported here rather than by some test. SCRAM itself is left to the Go
+# tests: Debian 12's kcat (librdkafka 2.0.2) cannot log in with SCRAM to a
+# Kafka 4 broker at all (it repeats the client nonce in its final message,
+# which Kafka 4 rejects; fixed in librdkafka 2.6.1, edenhill/kcat#462).
+secure_check() {
+	local out
+	if ! out=$(openssl s_client -connect "127.0.0.1:$KAFKA_SASL_PORT" -CAfile "$SECURE_DIR/ca.pem" \
+		-verify_ip 127.0.0.1 -verify_return_error -brief </dev/null 2>&1); then
+		log "$out"
+		die "kafka: the SASL_SSL listener 127.0.0.1:$KAFKA_SASL_PORT does not present a certificate that $SECURE_DIR/ca.pem verifies"
+	fi
+	out=$(PGPASSWORD=$(<"$SECURE_DIR/postgres-$PG_TLS_USER.password") "$PG_BIN/psql" -X -A -t \
+		"host=127.0.0.1 port=$PG_PORT dbname=postgres user=$PG_TLS_USER sslmode=verify-full sslrootcert=$SECURE_DIR/ca.pem" \
+		-c "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()" 2>&1) || true
+	[[ $out == t ]] || die "postgres: role $PG_TLS_USER cannot connect with sslmode=verify-full: $out"
+	log "tls: Kafka SASL_SSL on 127.0.0.1:$KAFKA_SASL_PORT and PostgreSQL TLS on 127.0.0.1:$PG_PORT verified"
+}
+
+# predates_secure_note: a stack set up by a stack.sh from before the
+# secured listeners runs on without them (its tests of secured connections
+# skip); only down and up can add them, as they change how the data was
+# made (the SCRAM user is created with the Kafka storage).
+predates_secure_note() {
+	log "note: this stack predates the secured listeners (Kafka SASL_SSL, PostgreSQL TLS); run $0 down, then up, to add them"
+}
+
+# secure_env: the secured connections, for the env file.
+secure_env() {
+	cat <<EOF
+OUTBOX_CANARY_TLS_CA_FILE=$SECURE_DIR/ca.pem
+OUTBOX_CANARY_KAFKA_SASL_SSL_BROKERS=127.0.0.1:$KAFKA_SASL_PORT
+OUTBOX_CANARY_KAFKA_SASL_MECHANISM=SCRAM-SHA-512
+OUTBOX_CANARY_KAFKA_SASL_USERNAME=$KAFKA_SASL_USER
+OUTBOX_CANARY_KAFKA_SASL_PASSWORD_FILE=$SECURE_DIR/kafka-$KAFKA_SASL_USER.password
+OUTBOX_CANARY_PG_TLS_USERNAME=$PG_TLS_USER
+OUTBOX_CANARY_PG_TLS_PASSWORD_FILE=$SECURE_DIR/postgres-$PG_TLS_USER.password
+EOF
+}
+
 # ---------------------------------------------------------------- env
 
 write_env() {
@@ -367,6 +497,7 @@ OUTBOX_CANARY_PROMTOOL=$(command -v promtool)
 OUTBOX_CANARY_PROMETHEUS=$(command -v prometheus)
 OUTBOX_CANARY_ALERTMANAGER=$(command -v prometheus-alertmanager)
 EOF
+	[[ -z ${KAFKA_SASL_PORT:-} ]] || secure_env >>"$tmp"
 	mv "$tmp" "$ENV_FILE"
 }
 
@@ -387,6 +518,7 @@ cmd_up() {
 	load_state
 	if [[ -f $ENV_FILE ]] && server_alive postgres && server_alive kafka; then
 		log "already up"
+		[[ -n ${KAFKA_SASL_PORT:-} ]] || predates_secure_note
 		# The Kafka Connect worker (Debezium, for the CDC path) may have been
 		# stopped alone by a test; bring it back. 9>&-: it must not inherit
 		# our lock.
@@ -405,22 +537,33 @@ cmd_up() {
 		free_port "$PG_PORT_BASE" port_taken && PG_PORT=$REPLY
 		free_port "$KAFKA_PORT_BASE" port_taken && KAFKA_PORT=$REPLY
 		free_port $((KAFKA_PORT_BASE + 1)) port_taken && KAFKA_CONTROLLER_PORT=$REPLY
-		printf 'PG_PORT=%s\nPG_DATA=%s\nPG_SOCKET_DIR=%s\nKAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\n' \
-			"$PG_PORT" "$PG_DATA" "$PG_SOCKET_DIR" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" >"$STATE_FILE"
+		free_port $((KAFKA_PORT_BASE + 2)) port_taken && KAFKA_SASL_PORT=$REPLY
+		printf 'PG_PORT=%s\nPG_DATA=%s\nPG_SOCKET_DIR=%s\nKAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\nKAFKA_SASL_PORT=%s\n' \
+			"$PG_PORT" "$PG_DATA" "$PG_SOCKET_DIR" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_PORT" >"$STATE_FILE"
 		# A fresh stack starts with fresh logs.
 		: >"$LOGS/postgres.log"
 		: >"$LOGS/kafka.log"
 		: >"$LOGS/kafka.stdout.log"
 	fi
 
+	# A stack set up by a stack.sh from before the secured listeners has no
+	# SASL_SSL port (predates_secure_note).
+	if [[ -n ${KAFKA_SASL_PORT:-} ]]; then
+		secure_material
+	else
+		predates_secure_note
+	fi
+
 	[[ -f $PG_DATA/PG_VERSION ]] || pg_init
 	pg_start
 	pg_bootstrap
+	[[ -z ${KAFKA_SASL_PORT:-} ]] || pg_tls_role
 
 	kafka_fetch_libs
 	[[ -f $KAFKA_DATA/meta.properties ]] || kafka_init
 	kafka_start
 	kafka_topics
+	[[ -z ${KAFKA_SASL_PORT:-} ]] || secure_check
 
 	write_env
 	# After write_env, which rewrites the env file: connect.sh appends its URL.
@@ -447,7 +590,7 @@ cmd_down() {
 	kafka_stop
 	pg_stop
 	rm -f "$ENV_FILE"
-	rm -rf "$KAFKA_DATA" "$KAFKA_HOME/server.properties" "$KAFKA_HOME/log4j2.xml"
+	rm -rf "$KAFKA_DATA" "$KAFKA_HOME/server.properties" "$KAFKA_HOME/log4j2.xml" "$SECURE_DIR"
 	if [[ -n ${PG_DATA:-} ]]; then
 		rm -rf "$PG_DATA" "$PG_SOCKET_DIR"
 		# the private /tmp directory of choose_pg_dirs, if that was used

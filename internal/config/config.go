@@ -97,7 +97,11 @@ type Database struct {
 	// libpq takes them (percent-encode @, :, / and % in a URL's user name
 	// and password). A secret, since it usually holds a password. The role
 	// needs INSERT and SELECT on the outbox table (and DELETE for
-	// canary.delete_after_insert), and pg_monitor for the watchers.
+	// canary.delete_after_insert), and pg_monitor for the watchers. Over
+	// TLS, set sslmode=verify-full (the server's certificate must chain to
+	// a trusted CA and carry the host name) and sslrootcert to the CA's PEM
+	// file; sslcert and sslkey give a client certificate, passfile a
+	// .pgpass file for the password.
 	DSN Secret `yaml:"dsn"`
 	// How often the offset between the database clock and the prober's is
 	// re-estimated: published_at is written on the database clock and

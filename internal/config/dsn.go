@@ -82,6 +82,8 @@ func dsnError(err error) error {
 	}
 	hint := ""
 	switch {
+	case msg == "failed to configure TLS" && tlsProblem(cause) != "":
+		hint = ": " + tlsProblem(cause)
 	case msg == "failed to parse as URL" || msg == "failed to parse as keyword/value":
 		// The parsers' causes say what is wrong in fixed words, or quote
 		// the input; only the former are kept.
@@ -97,6 +99,41 @@ func dsnError(err error) error {
 		hint = " (a file it names cannot be read)"
 	}
 	return errors.New("not a valid connection string: " + msg + hint)
+}
+
+// tlsProblem names the TLS setting of the DSN that pgx could not use,
+// from the fixed words pgx starts its error with (pgconn's configTLS),
+// and why, in words that never come from the DSN: a file's path is left
+// out, only the system's reason ("no such file or directory") is kept.
+// "" for an error it does not know.
+func tlsProblem(cause error) string {
+	if cause == nil {
+		return ""
+	}
+	why := ""
+	var pe *fs.PathError
+	if errors.As(cause, &pe) {
+		why = " (" + pe.Err.Error() + ")"
+	}
+	text := cause.Error()
+	for _, p := range []struct{ pgx, ours string }{
+		{"unable to read CA file", "sslrootcert cannot be read" + why},
+		{"unable to add CA to cert pool", "sslrootcert holds no PEM certificate"},
+		{"unable to load system certificate pool", "the system's CA certificates cannot be loaded (sslrootcert=system)"},
+		{"unable to read cert", "sslcert cannot be read" + why},
+		{"unable to load cert", "sslcert and sslkey are not a certificate and its key"},
+		{"unable to read sslkey", "sslkey cannot be read" + why},
+		{"failed to decode sslkey", "sslkey holds no PEM private key"},
+		{"unable to find sslpassword", "sslkey is encrypted and sslpassword is not set"},
+		{"unable to decrypt key", "sslkey cannot be decrypted with sslpassword"},
+		{`both "sslcert" and "sslkey" are required`, "sslcert and sslkey go together"},
+		{"sslmode is invalid", "sslmode is not one of disable, allow, prefer, require, verify-ca, verify-full"},
+	} {
+		if strings.HasPrefix(text, p.pgx) {
+			return p.ours
+		}
+	}
+	return ""
 }
 
 // CheckSecrets resolves every secret the prober will read (the signing

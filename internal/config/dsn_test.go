@@ -12,6 +12,10 @@ import (
 // the password and everything after the user information to itself.
 // Every secret part is spelt with a Q so no message word can match it.
 func TestADSNErrorNeverShowsThePasswordOrTheRestOfTheDSN(t *testing.T) {
+	notPEM := filepath.Join(t.TempDir(), "notpemQ.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name, dsn string
 		hidden    []string
@@ -38,7 +42,15 @@ func TestADSNErrorNeverShowsThePasswordOrTheRestOfTheDSN(t *testing.T) {
 		{"keyword/value pairs with a bad timeout", "host=dbhostQ password=sQcret connect_timeout=tenQ",
 			[]string{"sQcret", "dbhostQ", "tenQ"}, "not a valid connection string: invalid connect_timeout"},
 		{"keyword/value pairs naming a missing CA file", "host=dbhostQ password=sQcret sslmode=verify-full sslrootcert=/nonexistent/caQ.pem",
-			[]string{"sQcret", "dbhostQ", "caQ"}, "not a valid connection string: failed to configure TLS (a file it names cannot be read)"},
+			[]string{"sQcret", "dbhostQ", "caQ"}, "not a valid connection string: failed to configure TLS: sslrootcert cannot be read (no such file or directory)"},
+		{"a URL naming a CA file that holds no certificate", "postgres://u:sQcret@dbhostQ/dbnameQ?sslmode=verify-full&sslrootcert=" + notPEM,
+			[]string{"sQcret", "dbhostQ", "dbnameQ", "notpemQ"}, "not a valid connection string: failed to configure TLS: sslrootcert holds no PEM certificate"},
+		{"a URL with a client certificate but no key", "postgres://u:sQcret@dbhostQ/dbnameQ?sslmode=verify-full&sslcert=" + notPEM,
+			[]string{"sQcret", "dbhostQ", "dbnameQ", "notpemQ"}, "not a valid connection string: failed to configure TLS: sslcert and sslkey go together"},
+		{"a URL naming a missing client key", "postgres://u:sQcret@dbhostQ/dbnameQ?sslmode=verify-full&sslcert=/nonexistent/certQ.pem&sslkey=/nonexistent/keyQ.pem",
+			[]string{"sQcret", "dbhostQ", "dbnameQ", "certQ", "keyQ"}, "not a valid connection string: failed to configure TLS: sslkey cannot be read (no such file or directory)"},
+		{"a URL with a misspelt sslmode", "postgres://u:sQcret@dbhostQ/dbnameQ?sslmode=verify_fullQ",
+			[]string{"sQcret", "dbhostQ", "dbnameQ", "verify_fullQ"}, "not a valid connection string: failed to configure TLS: sslmode is not one of disable, allow, prefer, require, verify-ca, verify-full"},
 		{"a bare password", "sQcretpassword",
 			[]string{"sQcretpassword"}, "not a valid connection string: failed to parse as keyword/value (invalid keyword/value); a connection string is a postgres:// URL or keyword=value pairs"},
 	}

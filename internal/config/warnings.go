@@ -47,6 +47,16 @@ func (c *Config) Warnings() []Warning {
 				}
 			}
 		}
+		if tls.Enabled && tls.InsecureSkipVerify {
+			ignored := ""
+			if tls.CAFile != "" || tls.ServerName != "" {
+				ignored = " (kafka.tls.ca_file and server_name are not used)"
+			}
+			add("kafka.tls.insecure_skip_verify", "the prober accepts any broker certificate%s: anyone on the network path can read and forge canaries; for tests only", ignored)
+		}
+		if p.Kafka.SASL.Mechanism == "plain" && !tls.Enabled {
+			add("kafka.sasl.mechanism", "plain sends the password as it is, and kafka.tls.enabled is not true: anyone on the network path can read it; use TLS (a SASL_SSL listener) or scram-sha-512")
+		}
 		if p.Kafka.SASL.Mechanism == "" {
 			for _, f := range []string{"username", "password"} {
 				if written("kafka.sasl." + f) {

@@ -19,6 +19,8 @@ func TestWarningsNameWhatIsAcceptedButSurelyWrong(t *testing.T) {
 		`line 24: pipelines[0] "orders": budgets.commit_to_read: 3s is longer than budgets.end_to_end (2s), which contains this segment: every canary over it is already over the end-to-end budget, so its SLO can never be the one that fires first`,
 		`line 27: pipelines[0] "orders": watch.connector: ignored: watch.connect_url is not set, so the connector is not watched`,
 		`line 36: pipelines[1] "payments": canary.event_type: ignored: outbox.columns.event_type is not set, so no event type is written`,
+		`line 42: pipelines[2] "refunds": kafka.sasl.mechanism: plain sends the password as it is, and kafka.tls.enabled is not true: anyone on the network path can read it; use TLS (a SASL_SSL listener) or scram-sha-512`,
+		`line 53: pipelines[3] "invoices": kafka.tls.insecure_skip_verify: the prober accepts any broker certificate (kafka.tls.ca_file and server_name are not used): anyone on the network path can read and forge canaries; for tests only`,
 	}
 	got := cfg.Warnings()
 	var lines []string

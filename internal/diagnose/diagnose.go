@@ -225,7 +225,7 @@ func checkCommit(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) 
 	threshold := time.Duration(p.Watch.LongTransactionThreshold)
 	tx, err := postgres.QueryTransactions(ctx, pr.DB, threshold)
 	if err != nil {
-		return unreachable("database", err, nextDatabase)
+		return unreachable("database", postgres.Explain(err), nextDatabase)
 	}
 	ev := []string{fmt.Sprintf("%d open transactions older than watch.long_transaction_threshold %s; oldest open transaction %s",
 		tx.OverLimit, threshold, roundAge(tx.OldestAge))}
@@ -285,7 +285,7 @@ func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) S
 	}
 	b, err := postgres.QueryBacklog(ctx, pr.DB, p)
 	if err != nil {
-		return unreachable("backlog", err, nextDatabase)
+		return unreachable("backlog", postgres.Explain(err), nextDatabase)
 	}
 	seg, budget := relayBudget(p)
 	r := StageResult{Healthy: b.OldestAge <= budget, Evidence: []string{
@@ -311,7 +311,7 @@ func checkSlot(ctx context.Context, p *config.Pipeline, pr Probes, o Options) St
 	want := p.Watch.Slot
 	slots, err := postgres.QuerySlots(ctx, pr.DB, want)
 	if err != nil {
-		return unreachable("replication slots", err, nextDatabase)
+		return unreachable("replication slots", postgres.Explain(err), nextDatabase)
 	}
 	if len(slots) == 0 {
 		if want != "" {
@@ -350,7 +350,7 @@ func checkBroker(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) 
 	topic := p.Kafka.Topic
 	meta, err := pr.Kafka.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
-		return unreachable(fmt.Sprintf("brokers %v unreachable", p.Kafka.Brokers), err, nextBroker)
+		return unreachable(fmt.Sprintf("brokers %v", p.Kafka.Brokers), err, nextBroker)
 	}
 	r := StageResult{Healthy: true, Evidence: []string{fmt.Sprintf("%d brokers in the cluster metadata", len(meta.Brokers))}}
 	if len(meta.Topics) != 1 || meta.Topics[0].Error != nil {

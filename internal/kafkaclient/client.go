@@ -24,8 +24,9 @@ import (
 
 // NewClient returns a client for the watchers and diagnose, with the
 // pipeline's TLS and SASL settings (secrets resolved once, never logged).
-// Every request is bounded by timeout. Call the returned close function
-// when done: the transport keeps connections and a goroutine per broker.
+// Every request is bounded by timeout, and its errors are explained
+// (Explain). Call the returned close function when done: the transport
+// keeps connections and a goroutine per broker.
 func NewClient(k config.Kafka, timeout time.Duration) (*kafka.Client, func(), error) {
 	d, err := NewDialer(k)
 	if err != nil {
@@ -37,7 +38,7 @@ func NewClient(k config.Kafka, timeout time.Duration) (*kafka.Client, func(), er
 		TLS:         d.TLS,
 		SASL:        d.SASLMechanism,
 	}
-	c := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Transport: tr, Timeout: timeout}
+	c := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Transport: explainingTransport{rt: tr, k: k}, Timeout: timeout}
 	return c, tr.CloseIdleConnections, nil
 }
 

@@ -9,6 +9,11 @@
 //	dsn := s.NewDatabase(t)         // a fresh database, dropped after the test
 //	topic := s.NewTopic(t, 3, nil)  // a fresh topic, deleted after the test
 //
+// s.Secured(t) gives the secured side beside the plaintext servers: Kafka's
+// SASL_SSL listener (SCRAM-SHA-512), PostgreSQL over TLS as a role that
+// must use it, the CA file both certificates chain to, and the password
+// files.
+//
 // Tests that stop or restart a server (s.Script(t, "restart-kafka")) disturb
 // every other test that uses the stack at the same time: name them
 // TestDisruptive*, which `make test` runs last, one package at a time.

@@ -149,11 +149,11 @@ func (w *Watcher) Sample(ctx context.Context) {
 	p := w.p
 	if w.db != nil {
 		if p.Relay.Kind == config.RelayPolling {
-			w.run(ctx, WatcherBacklog, w.sampleBacklog, w.dropBacklog)
+			w.run(ctx, WatcherBacklog, explainDB(w.sampleBacklog), w.dropBacklog)
 		}
-		w.run(ctx, WatcherTransactions, w.sampleTransactions, w.dropTransactions)
+		w.run(ctx, WatcherTransactions, explainDB(w.sampleTransactions), w.dropTransactions)
 		if p.Relay.Kind == config.RelayCDC {
-			w.run(ctx, WatcherSlots, w.sampleSlots, w.dropSlots)
+			w.run(ctx, WatcherSlots, explainDB(w.sampleSlots), w.dropSlots)
 		}
 	}
 	if w.kafka != nil && len(p.Watch.ConsumerGroups) > 0 {
@@ -164,6 +164,13 @@ func (w *Watcher) Sample(ctx context.Context) {
 		w.m.ConnectorRestarts.WithLabelValues(p.Name, p.Watch.Connector)
 		w.run(ctx, WatcherConnector, w.sampleConnector, w.dropConnector)
 	}
+}
+
+// explainDB words a database watcher's login and TLS failures for the
+// operator (postgres.Explain). The consumer lag watcher's Kafka client
+// explains its own.
+func explainDB(sample func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error { return postgres.Explain(sample(ctx)) }
 }
 
 // run samples one watcher and records whether it could see: on success its
