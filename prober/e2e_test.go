@@ -634,3 +634,48 @@ func TestDisruptiveServerRestarts(t *testing.T) {
 		t.Errorf("lost = %v, want 0: canaries sent during the restarts arrive later", lost)
 	}
 }
+
+func TestE2ERotatingTheSigningKeyTurnsNoCanaryInFlightIntoAForgery(t *testing.T) {
+	s := stacktest.Load(t)
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		keepOldKey bool
+		wantBadSig float64
+	}{
+		{"With the old key among previous_signing_keys the canaries in flight arrive as ours.", true, 0},
+		{"Without it they are forgeries: the case the list is for.", false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cols := relay.SchemaAColumns()
+			o := newOutbox(t, s, outboxsql.SchemaA, &cols)
+			dir := t.TempDir()
+			o.relay.Faults().Pause()
+			before := startService(t, o.config(t, pipelineYAML{Budgets: map[string]string{"end_to_end": "30s"}, LostAfter: "5m"}), dir, true)
+			before.send(t)
+			before.send(t)
+			before.stop()
+
+			// The operator rotates the key while two canaries are in flight.
+			cfg := o.config(t, pipelineYAML{Budgets: map[string]string{"end_to_end": "30s"}, LostAfter: "5m"})
+			cfg.SigningKey = config.InlineSecret("rotated-signing-key")
+			if tc.keepOldKey {
+				cfg.PreviousSigningKeys = []config.Secret{config.InlineSecret(e2eKey)}
+			}
+			after := startService(t, cfg, dir, true)
+			m := after.svc.Metrics()
+			o.relay.Faults().Resume()
+			after.send(t) // signed with the new key
+			waitFor(t, "the three canaries to be read", func() bool {
+				return after.counter(m.CanariesReceived)+after.counter(m.MessagesSkipped, ReasonBadSignature) == 3
+			})
+			if got := after.counter(m.MessagesSkipped, ReasonBadSignature); got != tc.wantBadSig {
+				t.Errorf("bad signatures = %v, want %v", got, tc.wantBadSig)
+			}
+			if got := after.counter(m.CanariesReceived); got != 3-tc.wantBadSig {
+				t.Errorf("received = %v, want %v", got, 3-tc.wantBadSig)
+			}
+		})
+	}
+}

@@ -30,20 +30,48 @@ type Payload struct {
 	Sig      string `json:"sig"`
 }
 
-// Signer signs and verifies canary payloads with HMAC-SHA256.
-type Signer struct{ key []byte }
+// Signer signs canary payloads with HMAC-SHA256 under one key and
+// verifies them under it or any previous key, so that the signing key can
+// be rotated without turning canaries in flight into forgeries.
+type Signer struct {
+	key      []byte
+	previous [][]byte
+}
 
-// NewSigner returns a Signer for the key; an empty key is refused because
-// anyone could then forge a healthy canary.
-func NewSigner(key []byte) (*Signer, error) {
+// NewSigner returns a Signer that signs with key and also accepts previous
+// keys; an empty key is refused because anyone could then forge a healthy
+// canary.
+func NewSigner(key []byte, previous ...[]byte) (*Signer, error) {
 	if len(key) == 0 {
 		return nil, errors.New("signing key is empty")
 	}
-	return &Signer{key: append([]byte(nil), key...)}, nil
+	s := &Signer{key: append([]byte(nil), key...)}
+	for i, k := range previous {
+		if len(k) == 0 {
+			return nil, fmt.Errorf("previous signing key %d is empty", i)
+		}
+		s.previous = append(s.previous, append([]byte(nil), k...))
+	}
+	return s, nil
 }
 
-func (s *Signer) mac(p Payload) []byte {
-	m := hmac.New(sha256.New, s.key)
+func (s *Signer) mac(p Payload) []byte { return macWith(s.key, p) }
+
+// verifies reports whether sig is p's signature under any accepted key.
+func (s *Signer) verifies(p Payload, sig []byte) bool {
+	if hmac.Equal(sig, s.mac(p)) {
+		return true
+	}
+	for _, k := range s.previous {
+		if hmac.Equal(sig, macWith(k, p)) {
+			return true
+		}
+	}
+	return false
+}
+
+func macWith(key []byte, p Payload) []byte {
+	m := hmac.New(sha256.New, key)
 	// Length-prefixed fields, so no two payloads share a signed string.
 	for _, f := range []string{p.CanaryID, p.Instance, p.Pipeline, strconv.FormatUint(p.Seq, 10)} {
 		fmt.Fprintf(m, "%d:%s;", len(f), f)
@@ -77,7 +105,7 @@ func (s *Signer) Decode(value []byte) (Payload, error) {
 		return Payload{}, fmt.Errorf("%w: missing canary id, instance or pipeline", ErrNotCanary)
 	}
 	got, err := hex.DecodeString(p.Sig)
-	if err != nil || !hmac.Equal(got, s.mac(p)) {
+	if err != nil || !s.verifies(p, got) {
 		return Payload{}, ErrBadSignature
 	}
 	return p, nil

@@ -97,3 +97,38 @@ func BenchmarkSignerDecode(b *testing.B) {
 		}
 	}
 }
+
+func TestAPreviousKeyStillVerifiesAfterARotation(t *testing.T) {
+	old, _ := NewSigner([]byte("old-key"))
+	rotated, err := NewSigner([]byte("new-key"), []byte("old-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := NewSigner([]byte("another-key"))
+	p := Payload{CanaryID: "c", Instance: "i", Pipeline: "orders", Seq: 7}
+	for _, tc := range []struct {
+		name    string
+		by      *Signer
+		wantErr error
+	}{
+		{"A canary signed before the rotation verifies under the previous key.", old, nil},
+		{"A canary signed after the rotation verifies under the new key.", rotated, nil},
+		{"A key that is neither is still a forgery.", other, ErrBadSignature},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := tc.by.Encode(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rotated.Decode(v); !errors.Is(err, tc.wantErr) && !(err == nil && tc.wantErr == nil) {
+				t.Errorf("Decode = %v, want %v", err, tc.wantErr)
+			}
+		})
+	}
+	if v, _ := rotated.Encode(p); func() bool { _, err := old.Decode(v); return err == nil }() {
+		t.Error("the rotated signer signs with the previous key: it must sign with the new one")
+	}
+	if _, err := NewSigner([]byte("k"), nil); err == nil {
+		t.Error("an empty previous key was accepted")
+	}
+}

@@ -134,7 +134,15 @@ func New(o Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("signing_key: %w", err)
 	}
-	signer, err := NewSigner([]byte(key))
+	var previous [][]byte
+	for i, k := range cfg.PreviousSigningKeys {
+		v, err := k.Resolve()
+		if err != nil {
+			return nil, fmt.Errorf("previous_signing_keys[%d]: %w", i, err)
+		}
+		previous = append(previous, []byte(v))
+	}
+	signer, err := NewSigner([]byte(key), previous...)
 	if err != nil {
 		return nil, fmt.Errorf("signing_key: %w", err)
 	}

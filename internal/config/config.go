@@ -48,6 +48,11 @@ type Config struct {
 	// The HMAC key canaries are signed with, so a message that merely looks
 	// like a canary cannot fake a healthy pipeline. See Secrets.
 	SigningKey Secret `yaml:"signing_key"`
+	// Keys that still verify canaries but sign none: to rotate the
+	// signing key without turning in-flight canaries into bad_signature,
+	// put the old key here and the new one in signing_key, and drop the
+	// old one after canary.lost_after. See Secrets.
+	PreviousSigningKeys []Secret `yaml:"previous_signing_keys"`
 	// The outbox pipelines to measure; at least one.
 	Pipelines []Pipeline `yaml:"pipelines"`
 	// Shapes the generated Prometheus alerting rules and dashboards.

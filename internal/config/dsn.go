@@ -147,6 +147,11 @@ func (c *Config) CheckSecrets() error {
 	if _, err := c.SigningKey.Resolve(); err != nil {
 		v.add("signing_key", "", "%s", err)
 	}
+	for i, k := range c.PreviousSigningKeys {
+		if _, err := k.Resolve(); err != nil {
+			v.add(fmt.Sprintf("previous_signing_keys[%d]", i), "", "%s", err)
+		}
+	}
 	for i := range c.Pipelines {
 		p := &c.Pipelines[i]
 		pv := in{v: v, p: p, base: fmt.Sprintf("pipelines[%d]", i)}

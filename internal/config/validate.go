@@ -63,6 +63,14 @@ func (c *Config) validate() Problems {
 	case c.SigningKey.sources() > 1:
 		v.add("signing_key", "", "set only one of value, env and file")
 	}
+	for i, k := range c.PreviousSigningKeys {
+		switch at := fmt.Sprintf("previous_signing_keys[%d]", i); {
+		case k.IsZero():
+			v.add(at, "", "empty: set value, env or file, or remove the entry")
+		case k.sources() > 1:
+			v.add(at, "", "set only one of value, env and file")
+		}
+	}
 	first := map[string]int{}
 	for i := range c.Pipelines {
 		p := &c.Pipelines[i]
