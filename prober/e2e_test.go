@@ -679,3 +679,48 @@ func TestE2ERotatingTheSigningKeyTurnsNoCanaryInFlightIntoAForgery(t *testing.T)
 		})
 	}
 }
+
+func TestE2EATopicRecreatedWhileItIsReadIsReadAgainFromItsStart(t *testing.T) {
+	s := stacktest.Load(t)
+	t.Parallel()
+	cols := relay.SchemaAColumns()
+	o := newOutbox(t, s, outboxsql.SchemaA, &cols)
+	cfg := o.config(t, pipelineYAML{Budgets: map[string]string{"end_to_end": "30s"}, LostAfter: "5m"})
+	logs := &stacktest.SyncBuffer{}
+	svc, err := New(Options{Config: cfg, Registerer: prometheus.NewRegistry(), Logger: logs.Logger(), StateDir: t.TempDir(), NoSchedule: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	r := &running{svc: svc}
+	waitFor(t, "the service's database and Kafka to answer", func() bool { ok, _ := svc.Dependencies(); return ok })
+	tr := r.tracker(t)
+	await := func(c Canary) {
+		t.Helper()
+		actx, acancel := context.WithTimeout(ctx, e2eWait)
+		defer acancel()
+		if _, err := tr.Await(actx, c.ID); err != nil {
+			t.Fatalf("canary %s: %v\n%s", c.ID, err, logs.String())
+		}
+	}
+	for range 3 {
+		await(r.send(t))
+	}
+	// The topic is deleted and recreated under the running readers: its
+	// offsets start again at 0, below the ones already read.
+	s.RecreateTopic(t, o.topic, 1)
+	c := r.send(t)
+	await(c)
+	if rep, _ := tr.Report(c.ID); rep.State != StateArrived {
+		t.Errorf("the canary after the recreation is %s, want arrived", rep.State)
+	}
+	if got := r.counter(svc.Metrics().OffsetResets); got < 1 {
+		t.Errorf("offset resets = %v, want the reset counted", got)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "recreated") {
+		t.Errorf("the reset was not logged at warn level:\n%s", logs.String())
+	}
+}

@@ -451,3 +451,47 @@ func (s Stack) ProduceAged(t testing.TB, topic string, n int, age time.Duration)
 		t.Fatalf("produce %d messages to %s: %v", n, topic, err)
 	}
 }
+
+// RecreateTopic deletes a topic made by NewTopic and creates it again,
+// empty, with the same name and partitions, as an operator might while
+// the prober reads it.
+func (s Stack) RecreateTopic(t testing.TB, name string, partitions int) {
+	t.Helper()
+	client := s.KafkaClient()
+	defer closeClient(client)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := client.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{name}})
+	if err == nil {
+		err = res.Errors[name]
+	}
+	if err != nil {
+		t.Fatalf("stacktest: delete topic %s: %v", name, err)
+	}
+	// Deletion is asynchronous: create until the broker accepts the name.
+	for {
+		res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{Topic: name, NumPartitions: partitions, ReplicationFactor: 1}}})
+		if err == nil {
+			err = res.Errors[name]
+		}
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("stacktest: recreate topic %s: %v", name, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	for {
+		err := topicReady(ctx, client, name, partitions)
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("stacktest: recreated topic %s not ready: %v", name, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
