@@ -71,6 +71,12 @@ image: ## build the container image with docker or podman (CONTAINER_ENGINE); ne
 test-unit: ## run the tests that need no servers (integration tests skip)
 	OUTBOX_CANARY_STACK_ENV=/nonexistent $(GO) test -count=1 ./...
 
+.PHONY: fuzz-judge
+fuzz-judge: ## run the judge's model test on 100,000 random schedules (make test runs 2,000), and fuzz the decoders
+	$(GO) test -count=1 -timeout 60m -run 'TestModel' ./prober/judge/ -model.runs=100000 -v
+	$(GO) test -run '^$$' -fuzz FuzzSignerDecode -fuzztime 60s ./prober/
+	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime 60s ./internal/config/
+
 .PHONY: bench
 bench: ## run the benchmarks and write the figures to docs/benchmarks.txt
 	$(GO) test -run '^$$' -bench . -benchmem ./... | tee docs/benchmarks.txt

@@ -342,3 +342,22 @@ func TestUnjudgedReasonsAreListedOnce(t *testing.T) {
 		t.Errorf("%d reasons, want the 8 the docs describe", len(seen))
 	}
 }
+
+// BenchmarkJudgeCanary is one canary's life in the judge: Sent, arrival,
+// the ticks of a second, with 120 others remembered.
+func BenchmarkJudgeCanary(b *testing.B) {
+	h := newJH(&testing.T{}, "cdc")
+	for i := range 120 {
+		id := fmt.Sprintf("old%03d", i)
+		h.send(id, 0, ms(1))
+		h.arrive(id, ms(100), map[string]time.Duration{StampPublish: ms(50)})
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		id := fmt.Sprintf("c%d", i)
+		h.fx = h.fx[:0]
+		h.send(id, time.Second, ms(1))
+		h.arrive(id, time.Second+ms(100), map[string]time.Duration{StampPublish: time.Second + ms(50)})
+		h.tick(time.Second + ms(200))
+	}
+}

@@ -11,7 +11,7 @@ package judge
 //
 // `go test ./prober/judge/` runs modelRunsShort schedules with fixed seeds;
 // `go test ./prober/judge/ -run TestModel -model.runs=100000` (or
-// `make fuzz-judge`) runs more, and `-model.seed` replays one.
+// `make fuzz-judge`) runs 100,000, and `-model.seed` replays one.
 
 import (
 	"encoding/json"
