@@ -181,7 +181,9 @@ type Relay struct {
 	// database clock offset, for published_at) is measurement noise,
 	// measured as 0, not counted as suspected clock skew. The default is
 	// 50ms when the publish stamp is published_at (written after the
-	// broker's ack, so the record is often read before it), else 0s.
+	// broker's ack, so the record is often read before it), else 1ms
+	// (record timestamps and most headers are whole milliseconds,
+	// truncated).
 	SkewTolerance Duration `yaml:"skew_tolerance"`
 	// A relay stamp more than this outside [commit, consume] is invalid
 	// (counted in outbox_canary_stamps_invalid_total, its segments not
@@ -505,8 +507,11 @@ func (p *Pipeline) setDefaults() {
 	if p.Relay.MaxClockSkew == 0 {
 		p.Relay.MaxClockSkew = Duration(time.Minute)
 	}
-	if p.Relay.SkewTolerance == 0 && p.Relay.PublishedStamp == PublishedFromColumn {
-		p.Relay.SkewTolerance = Duration(50 * time.Millisecond)
+	if p.Relay.SkewTolerance == 0 {
+		p.Relay.SkewTolerance = Duration(time.Millisecond)
+		if p.Relay.PublishedStamp == PublishedFromColumn {
+			p.Relay.SkewTolerance = Duration(50 * time.Millisecond)
+		}
 	}
 	def := DefaultCanary()
 	cn := &p.Canary
