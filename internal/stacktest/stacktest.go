@@ -277,17 +277,7 @@ func (s Stack) NewTopic(t testing.TB, partitions int, configs map[string]string)
 
 	// Creation returns before the partitions have leaders; producing then
 	// fails with LeaderNotAvailable, so wait until metadata shows them all.
-	for {
-		err := topicReady(ctx, client, name, partitions)
-		if err == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("stacktest: topic %s not ready: %v", name, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	awaitTopic(ctx, t, client, name, partitions)
 	if err := s.announceTopic(ctx, name); err != nil {
 		t.Fatalf("stacktest: topic %s: %v", name, err)
 	}
@@ -483,14 +473,20 @@ func (s Stack) RecreateTopic(t testing.TB, name string, partitions int) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	awaitTopic(ctx, t, client, name, partitions)
+}
+
+// awaitTopic waits until every partition of a new topic has a leader.
+func awaitTopic(ctx context.Context, t testing.TB, client *kafka.Client, name string, partitions int) {
+	t.Helper()
 	for {
 		err := topicReady(ctx, client, name, partitions)
 		if err == nil {
-			break
+			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("stacktest: recreated topic %s not ready: %v", name, err)
+			t.Fatalf("stacktest: topic %s not ready: %v", name, err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
