@@ -86,6 +86,8 @@ type Consumer struct {
 
 	readPublished func(ctx context.Context, canaryID string, msg kafka.Message) (time.Time, bool)
 
+	skips skipLog // warns about the first skip of each reason
+
 	mu      sync.Mutex
 	healthy bool
 	reason  string
@@ -355,17 +357,22 @@ func (c *Consumer) readPartition(ctx context.Context, partition int, start int64
 // message on the topic never stops the consumer.
 func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 	consumed := c.now()
-	payload, err := c.signer.Decode(msg.Value)
-	reason := ""
+	payload, err := c.signer.DecodeMessage(msg.Value)
+	reason, detail := "", ""
 	switch {
+	case errors.Is(err, ErrUnsupportedEncoding):
+		reason = ReasonUnsupportedEncoding
 	case errors.Is(err, ErrBadSignature):
 		reason = ReasonBadSignature
 	case err != nil:
 		reason = ReasonMalformed
 	case payload.Instance != c.instance:
-		reason = ReasonForeignInstance
+		reason, detail = ReasonForeignInstance, "instance "+payload.Instance
 	case payload.Pipeline != c.p.Name:
-		reason = ReasonUnknownPipeline
+		reason, detail = ReasonUnknownPipeline, "pipeline "+payload.Pipeline
+	}
+	if err != nil {
+		detail = err.Error()
 	}
 	if reason != "" {
 		// The tracker stores the offset, so a restart neither reads nor
@@ -374,7 +381,7 @@ func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 			return
 		}
 		c.metrics.MessagesSkipped.WithLabelValues(c.p.Name, reason).Inc()
-		c.log.Debug("message skipped", "partition", msg.Partition, "offset", msg.Offset, "reason", reason)
+		c.skips.logSkip(c.log, consumed, msg, reason, detail)
 		return
 	}
 	a := Arrival{
