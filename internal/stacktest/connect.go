@@ -147,8 +147,11 @@ func RenderConnector(text []byte, dsn string, names ConnectorNames) (map[string]
 // dropped (an active slot blocks DROP DATABASE, a forgotten one pins WAL on
 // the shared server forever).
 type Connector struct {
-	URL    string
-	Name   string
+	URL  string
+	Name string
+	// Slot is the replication slot dropped after the test. A test whose
+	// connector names another connector's slot (to show the collision)
+	// clears it, so that only the slot's owner waits for it and drops it.
 	Slot   string
 	Config map[string]string
 	admin  string // the superuser DSN, for the slot
@@ -229,13 +232,16 @@ func (c *Connector) WaitTaskFailed(t testing.TB) connect.Status {
 	return st
 }
 
+// slotActive looks the connector's slot up in the connector's database
+// only: a slot of that name in another database is not this test's.
 func (c *Connector) slotActive(ctx context.Context) (active, exists bool, err error) {
 	conn, err := pgx.Connect(ctx, c.admin)
 	if err != nil {
 		return false, false, err
 	}
 	defer conn.Close(context.Background())
-	err = conn.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, c.Slot).Scan(&active)
+	err = conn.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1 AND database = $2`,
+		c.Slot, c.Config["database.dbname"]).Scan(&active)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, false, nil
 	}
