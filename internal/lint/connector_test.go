@@ -292,3 +292,19 @@ func TestConnectorChecksCoverTheDocumentedList(t *testing.T) {
 		}
 	}
 }
+
+// docs/cdc.md shows the recommended connector configuration as the file
+// holds it, so what users copy is what the demo and the tests run.
+func TestDocsShowTheRecommendedConnectorAsItIs(t *testing.T) {
+	file, err := os.ReadFile(filepath.Join("..", "..", stacktest.RecommendedConnectorFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "cdc.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if block := "```json\n" + string(file) + "```\n"; !strings.Contains(string(doc), block) {
+		t.Errorf("docs/cdc.md does not show %s as it is; copy it into the ```json block", stacktest.RecommendedConnectorFile)
+	}
+}
