@@ -26,12 +26,12 @@ func TestDiagnoseReportsAFailedConnectorTaskWithItsTraceAndTheLintFindingBehindI
 	s.NewTopicNamed(t, names.HeartbeatTopic(), 1, nil)
 	// The recommended connector with a typo in its route: the topic it
 	// sends the canary to does not exist, and the broker creates none. The
-	// producer gives up after 5 s instead of its default 60 s, only to keep
+	// producer gives up after 2 s instead of its default 60 s, only to keep
 	// the test short (the worker lets connectors override producer settings).
 	missing := canaryTopic + "s"
 	cfg := stacktest.RecommendedConnector(t, dsn, names)
 	cfg["transforms.outbox.route.topic.replacement"] = "outbox.event.${routedByValue}s"
-	cfg["producer.override.max.block.ms"] = "5000"
+	cfg["producer.override.max.block.ms"] = "2000"
 	c := s.NewConnector(t, names.Name, cfg)
 	c.WaitRunning(t)
 	if _, err := pool.Exec(context.Background(), `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
@@ -51,7 +51,7 @@ func TestDiagnoseReportsAFailedConnectorTaskWithItsTraceAndTheLintFindingBehindI
 	evidence := strings.Join(relay.Evidence, "\n")
 	for _, want := range []string{
 		"(task 0 FAILED)",
-		"task 0 trace: ConnectException: Unrecoverable exception from producer send callback; caused by: TimeoutException: Topic " + missing + " not present in metadata after 5000 ms.",
+		"task 0 trace: ConnectException: Unrecoverable exception from producer send callback; caused by: TimeoutException: Topic " + missing + " not present in metadata after 2000 ms.",
 		"lint FAIL canary topic: the router sends canaries (aggregatetype \"" + agg + "\") to " + missing + "; the prober reads " + canaryTopic,
 	} {
 		if !strings.Contains(evidence, want) {

@@ -280,7 +280,10 @@ func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) S
 		}
 		if !r.Healthy {
 			r.NextStep = fmt.Sprintf(nextRelayCDC, w.ConnectURL, w.Connector)
-			r.Evidence = append(r.Evidence, connectorLint(ctx, p, pr)...)
+			if lintEvidence := connectorLint(ctx, p, pr); len(lintEvidence) > 0 {
+				r.Evidence = append(r.Evidence, lintEvidence...)
+				r.NextStep += "; the lint lines are the connector's misconfigurations, each with its fix (outbox-canary lint, docs/cdc.md)"
+			}
 		}
 		return r
 	}
