@@ -13,27 +13,23 @@ package prober
 // `go test ./prober/ -run CDC`. Without that URL they skip (and fail in CI).
 //
 // Each test gets a fresh database with Debezium's default outbox table, a
-// fresh canary topic, and a connector of its own (its own replication slot,
-// publication and topic prefix), created through the worker's REST API and
-// deleted, with its slot, before the database is dropped.
+// canary aggregate type and canary topic of its own, and a connector of its
+// own: the recommended configuration (deploy/local/connect/
+// outbox-connector.json, explained in docs/cdc.md) with the test's own
+// replication slot, publication and topic prefix, created through the
+// worker's REST API and deleted, with its slot, before the database is
+// dropped.
 // TestDisruptiveConnectStopped stops the shared worker, so `make test` runs it
 // after the others.
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +42,6 @@ import (
 
 	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
 	"github.com/outbox-canary/outbox-canary/internal/config"
-	"github.com/outbox-canary/outbox-canary/internal/connect"
 	"github.com/outbox-canary/outbox-canary/internal/diagnose"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
@@ -54,151 +49,33 @@ import (
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-// connectURLVar is the env file key that deploy/local/connect.sh up writes.
-const connectURLVar = "OUTBOX_CANARY_CONNECT_URL"
-
 // cdcPipeline is one test's database, topics and Debezium connector.
 type cdcPipeline struct {
-	s          stacktest.Stack
-	connectURL string
-	dsn        string
-	pool       *pgxpool.Pool
-	topic      string // the canary topic the EventRouter routes to
-	connector  string
-	slot       string
-	// connectorConfig is kept so a restarted standalone worker, which
-	// forgets connectors created through REST, can be given it again.
-	connectorConfig map[string]string
+	s     stacktest.Stack
+	dsn   string
+	pool  *pgxpool.Pool
+	topic string // the canary topic: outbox.event.<aggregateType>
+	// aggregateType is the test's own canary aggregate type, so that the
+	// router's default topic (outbox.event.<aggregate type>) is the test's.
+	aggregateType string
+	connector     *stacktest.Connector
+	// startup is how long the connector took to stream: the scale of the
+	// worker's and the database's speed right now.
+	startup time.Duration
 }
 
-// loadConnect returns the worker's URL, or skips the test (fails in CI)
-// when the stack has no worker or it does not answer.
-func loadConnect(t *testing.T, s stacktest.Stack) string {
-	t.Helper()
-	u := s.Env[connectURLVar]
-	why := ""
-	if u == "" {
-		why = connectURLVar + " is not in the stack's env file"
-	} else if err := connectGet(u + "/"); err != nil {
-		why = fmt.Sprintf("Kafka Connect at %s does not answer: %v", u, err)
-	}
-	if why == "" {
-		return u
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (CI=true: the worker must be up; run deploy/local/connect.sh up)", why)
-	}
-	t.Skipf("%s (run deploy/local/connect.sh up to run this test)", why)
-	return ""
-}
-
-func connectGet(u string) error {
-	c := &http.Client{Timeout: 2 * time.Second}
-	res, err := c.Get(u)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	_, _ = io.Copy(io.Discard, res.Body)
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", u, res.Status)
-	}
-	return nil
-}
-
-// connectDo sends one REST request to the worker and returns the status
-// code and body.
-func connectDo(ctx context.Context, method, u string, body any) (int, string, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return 0, "", err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	res, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-	return res.StatusCode, string(b), nil
-}
-
-func randomHex(t *testing.T) string {
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b[:])
-}
-
-// debeziumOutboxConfig is the connector configuration of one test: the
-// Debezium PostgreSQL connector on the test database, reading only
-// public.outbox through its own pgoutput slot and publication, with the
-// outbox EventRouter routing every outbox row to the canary topic.
-func debeziumOutboxConfig(dsn, slot, topicPrefix, heartbeatPrefix, canaryTopic string) (map[string]string, error) {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return nil, err
-	}
-	pass, _ := u.User.Password()
-	return map[string]string{
-		"connector.class":   "io.debezium.connector.postgresql.PostgresConnector",
-		"tasks.max":         "1",
-		"database.hostname": u.Hostname(),
-		"database.port":     u.Port(),
-		"database.user":     u.User.Username(),
-		"database.password": pass,
-		"database.dbname":   strings.TrimPrefix(u.Path, "/"),
-		// pgoutput is built into PostgreSQL 10+: no decoding plugin to install.
-		"plugin.name": "pgoutput",
-		// A slot and a publication per test: parallel tests never share a
-		// stream, and cleanup drops exactly this test's slot.
-		"slot.name":                   slot,
-		"publication.name":            slot,
-		"publication.autocreate.mode": "filtered",
-		"table.include.list":          "public.outbox",
-		"topic.prefix":                topicPrefix,
-		// The table starts empty: stream from the slot's creation at once.
-		"snapshot.mode": "no_data",
-		// Heartbeats let the slot advance on a database without outbox
-		// traffic. Their topic is <topic.heartbeat.prefix>.<topic.prefix>,
-		// which the test creates (the broker does not create topics).
-		"heartbeat.interval.ms":  "1000",
-		"topic.heartbeat.prefix": heartbeatPrefix,
-		// The EventRouter applies to the outbox table's change events only;
-		// heartbeat records pass through untouched to their own topic.
-		"transforms":                                "outbox",
-		"transforms.outbox.type":                    "io.debezium.transforms.outbox.EventRouter",
-		"transforms.outbox.predicate":               "isOutbox",
-		"transforms.outbox.route.by.field":          "aggregatetype",
-		"transforms.outbox.route.topic.replacement": canaryTopic,
-		"predicates":                                "isOutbox",
-		"predicates.isOutbox.type":                  "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
-		"predicates.isOutbox.pattern":               regexp.QuoteMeta(topicPrefix + ".public.outbox"),
-		// No table.expand.json.payload: the jsonb payload then travels as a
-		// JSON string, which the prober's decoder unwraps (the default a
-		// user most likely runs). No table.field.event.timestamp: the
-		// record timestamp stays Debezium's processing time, the publish
-		// stamp of relay.published_stamp record_timestamp.
-	}, nil
-}
-
-// newCDCPipeline creates the database with Debezium's outbox table, the
-// canary and heartbeat topics and the connector, and waits until the
-// connector streams (its slot is active). Cleanup deletes the connector and
-// drops its slot before the database goes.
-func newCDCPipeline(t *testing.T, s stacktest.Stack) *cdcPipeline {
+// newCDCPipeline creates a database with Debezium's outbox table, its canary
+// and heartbeat topics, and a connector with the recommended configuration
+// (deploy/local/connect/outbox-connector.json) changed by edit (nil: as it
+// is), and waits until the connector streams. Cleanup deletes the connector
+// and drops its slot before the database goes.
+func newCDCPipeline(t *testing.T, s stacktest.Stack, edit func(cfg map[string]string, names stacktest.ConnectorNames)) *cdcPipeline {
 	t.Helper()
 	ctx := context.Background()
-	p := &cdcPipeline{s: s, connectURL: loadConnect(t, s), dsn: s.NewDatabase(t), topic: s.NewTopic(t, 1, nil)}
+	s.ConnectURL(t) // skip before creating anything when there is no worker
+	names := stacktest.NewConnectorNames(t)
+	p := &cdcPipeline{s: s, dsn: s.NewDatabase(t), aggregateType: names.Name + "-canary"}
+	p.topic = "outbox.event." + p.aggregateType
 	pool, err := pgxpool.New(ctx, p.dsn)
 	if err != nil {
 		t.Fatalf("connect to the test database: %v", err)
@@ -209,106 +86,29 @@ func newCDCPipeline(t *testing.T, s stacktest.Stack) *cdcPipeline {
 		t.Fatalf("load Debezium's outbox table: %v", err)
 	}
 	// The test creates every topic the connector writes, rather than
-	// letting Connect create them (topic.creation.*): stacktest deletes its
-	// topics with the test, where Connect's would pile up on the shared
-	// broker, and a routing mistake fails the task at once instead of
-	// feeding a topic that nobody reads.
-	// The heartbeat topic is "test.<unique>": its part after the first dot
-	// serves as the connector's topic prefix, so Debezium's heartbeat topic
-	// (<prefix>.<topic prefix>) is exactly the topic created here, and it
-	// is deleted with the test like the canary topic.
-	hb := s.NewTopic(t, 1, nil)
-	hbPrefix, topicPrefix, _ := strings.Cut(hb, ".")
-	suffix := randomHex(t)
-	p.connector = "outbox-canary-test-" + suffix
-	p.slot = "outbox_canary_test_" + suffix
-	p.connectorConfig, err = debeziumOutboxConfig(p.dsn, p.slot, topicPrefix, hbPrefix, p.topic)
-	if err != nil {
-		t.Fatal(err)
+	// letting Connect create them (topic.creation.*): they are deleted
+	// with the test, where Connect's would pile up on the shared broker,
+	// and a routing mistake fails the task at once instead of feeding a
+	// topic that nobody reads.
+	s.NewTopicNamed(t, p.topic, 1, nil)
+	s.NewTopicNamed(t, names.HeartbeatTopic(), 1, nil)
+	cfg := stacktest.RecommendedConnector(t, p.dsn, names)
+	if edit != nil {
+		edit(cfg, names)
 	}
-	t.Cleanup(func() { p.deleteConnector(t) })
-	p.createConnector(t)
+	p.connector = s.NewConnector(t, names.Name, cfg)
+	p.startup = p.connector.WaitRunning(t)
 	return p
-}
-
-// createConnector PUTs the connector's config and waits until the
-// connector and its task run and its replication slot is active.
-func (p *cdcPipeline) createConnector(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
-	defer cancel()
-	code, body, err := connectDo(ctx, http.MethodPut, p.connectURL+"/connectors/"+p.connector+"/config", p.connectorConfig)
-	if err != nil || (code != http.StatusCreated && code != http.StatusOK) {
-		t.Fatalf("create connector %s: %d %s %v", p.connector, code, body, err)
-	}
-	var last string
-	waitFor(t, "connector "+p.connector+" to run", func() bool {
-		st, err := connect.QueryStatus(ctx, http.DefaultClient, p.connectURL, p.connector)
-		if err != nil {
-			last = err.Error()
-			return false
-		}
-		last = st.Summary()
-		for _, task := range st.Tasks {
-			if task.State == "FAILED" {
-				t.Fatalf("connector %s: task %d FAILED:\n%s", p.connector, task.ID, task.Trace)
-			}
-		}
-		return st.Running()
-	})
-	waitFor(t, "slot "+p.slot+" to be active", func() bool { return p.slotActive(t) })
-	t.Logf("connector %s running (%s); slot %s active", p.connector, last, p.slot)
 }
 
 func (p *cdcPipeline) slotActive(t *testing.T) bool {
 	t.Helper()
 	var active bool
-	err := p.pool.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, p.slot).Scan(&active)
+	err := p.pool.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, p.connector.Slot).Scan(&active)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		t.Fatalf("slot %s: %v", p.slot, err)
+		t.Fatalf("slot %s: %v", p.connector.Slot, err)
 	}
 	return active
-}
-
-// deleteConnector deletes the connector, waits until its walsender has let
-// go of the slot, and drops the slot: an active slot would block DROP
-// DATABASE, and a forgotten one would pin WAL on the shared server forever.
-func (p *cdcPipeline) deleteConnector(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
-	defer cancel()
-	code, body, err := connectDo(ctx, http.MethodDelete, p.connectURL+"/connectors/"+p.connector, nil)
-	if err != nil || (code != http.StatusNoContent && code != http.StatusNotFound) {
-		t.Errorf("delete connector %s: %d %s %v", p.connector, code, body, err)
-	}
-	admin, err := pgx.Connect(ctx, p.s.PGAdminDSN)
-	if err != nil {
-		t.Errorf("drop slot %s: %v", p.slot, err)
-		return
-	}
-	defer admin.Close(context.Background())
-	for {
-		var active *bool
-		err := admin.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, p.slot).Scan(&active)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return // never created
-		}
-		if err != nil {
-			t.Errorf("slot %s: %v", p.slot, err)
-			return
-		}
-		if !*active {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Errorf("slot %s still active %s after deleting its connector", p.slot, e2eWait)
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	if _, err := admin.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, p.slot); err != nil {
-		t.Errorf("drop slot %s: %v", p.slot, err)
-	}
 }
 
 // config is a CDC pipeline on Debezium's default table: uuid ids made by
@@ -326,11 +126,11 @@ pipelines:
       id_generation: uuid
       columns: {id: id, route: aggregatetype, key: aggregateid, event_type: type, payload: payload}
     relay: {kind: cdc, published_stamp: record_timestamp}
-    canary: {schedule: %q, lost_after: 2m, delete_after_insert: true}
+    canary: {schedule: %q, lost_after: 2m, delete_after_insert: true, aggregate_type: %s}
     kafka: {brokers: [%s], topic: %s}
     budgets: %s
     watch: {interval: 1s, connect_url: %q, connector: %q, slot: %s}
-`, e2eKey, p.dsn, schedule, strings.Join(p.s.KafkaBrokers, ", "), p.topic, budgets, p.connectURL, p.connector, p.slot)
+`, e2eKey, p.dsn, schedule, p.aggregateType, strings.Join(p.s.KafkaBrokers, ", "), p.topic, budgets, p.connector.URL, p.connector.Name, p.connector.Slot)
 	cfg, err := config.Load([]byte(yml))
 	if err != nil {
 		t.Fatalf("test config: %v\n%s", err, yml)
@@ -341,7 +141,7 @@ pipelines:
 func TestCDCCanariesAreMeasuredEndToEnd(t *testing.T) {
 	s := stacktest.Load(t)
 	t.Parallel()
-	p := newCDCPipeline(t, s)
+	p := newCDCPipeline(t, s, nil)
 	cfg := p.config(t, "@every 1s", "{commit_to_publish: 8s, end_to_end: 10s}")
 	r := startService(t, cfg, t.TempDir(), false)
 	wm := startWatcher(t, cfg)
@@ -391,25 +191,25 @@ func TestCDCCanariesAreMeasuredEndToEnd(t *testing.T) {
 		t.Errorf("outbox rows = %d, want 0 with canary.delete_after_insert", rows)
 	}
 	waitFor(t, "the watchers to see the slot active and the connector running", func() bool {
-		return testutil.ToFloat64(wm.SlotActive.WithLabelValues("e2e", p.slot)) == 1 &&
-			testutil.ToFloat64(wm.ConnectorRunning.WithLabelValues("e2e", p.connector)) == 1
+		return testutil.ToFloat64(wm.SlotActive.WithLabelValues("e2e", p.connector.Slot)) == 1 &&
+			testutil.ToFloat64(wm.ConnectorRunning.WithLabelValues("e2e", p.connector.Name)) == 1
 	})
 	// With watch.slot the watcher reports this pipeline's slot alone, even
 	// though the server holds the slots of the tests running alongside.
 	if n := testutil.CollectAndCount(wm.SlotActive); n != 1 {
-		t.Errorf("%d replication slot series, want 1 (watch.slot %s)", n, p.slot)
+		t.Errorf("%d replication slot series, want 1 (watch.slot %s)", n, p.connector.Slot)
 	}
 	// The restart count reads worker_id: the real worker reports one for
 	// the connector and each task, and a connector that keeps running
 	// counts no restart however often it is sampled.
-	st, err := connect.QueryStatus(context.Background(), http.DefaultClient, p.connectURL, p.connector)
+	st, err := p.connector.Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Connector.WorkerID == "" || len(st.Tasks) == 0 || st.Tasks[0].WorkerID == "" {
 		t.Errorf("status %+v: want the worker_id of the connector and of its task", st)
 	}
-	if n := testutil.ToFloat64(wm.ConnectorRestarts.WithLabelValues("e2e", p.connector)); n != 0 {
+	if n := testutil.ToFloat64(wm.ConnectorRestarts.WithLabelValues("e2e", p.connector.Name)); n != 0 {
 		t.Errorf("connector restarts = %v on a connector that never stopped, want 0", n)
 	}
 
@@ -467,7 +267,7 @@ func connectScript(t *testing.T, s stacktest.Stack, command string) {
 // is not parallel and `make test` runs it after the other tests.
 func TestDisruptiveConnectStopped(t *testing.T) {
 	s := stacktest.Load(t)
-	p := newCDCPipeline(t, s)
+	p := newCDCPipeline(t, s, nil)
 	cfg := p.config(t, "@every 500ms", "{commit_to_publish: 2s, end_to_end: 3s}")
 	r := startService(t, cfg, t.TempDir(), false)
 	wm := startWatcher(t, cfg)
@@ -496,16 +296,16 @@ func TestDisruptiveConnectStopped(t *testing.T) {
 	stopped := time.Now()
 
 	waitFor(t, "the slot watcher to see the slot inactive", func() bool {
-		return testutil.ToFloat64(wm.SlotActive.WithLabelValues("e2e", p.slot)) == 0 && !p.slotActive(t)
+		return testutil.ToFloat64(wm.SlotActive.WithLabelValues("e2e", p.connector.Slot)) == 0 && !p.slotActive(t)
 	})
 	slotNow := func() postgres.Slot {
 		t.Helper()
-		slots, err := postgres.QuerySlots(ctx, p.pool, p.slot)
+		slots, err := postgres.QuerySlots(ctx, p.pool, p.connector.Slot)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(slots) != 1 || slots[0].Name != p.slot {
-			t.Fatalf("postgres.QuerySlots(%s) = %+v, want that slot alone", p.slot, slots)
+		if len(slots) != 1 || slots[0].Name != p.connector.Slot {
+			t.Fatalf("postgres.QuerySlots(%s) = %+v, want that slot alone", p.connector.Slot, slots)
 		}
 		return slots[0]
 	}
@@ -516,11 +316,11 @@ func TestDisruptiveConnectStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the watcher to report the retained WAL growing", func() bool {
-		return testutil.ToFloat64(wm.SlotRetainedWAL.WithLabelValues("e2e", p.slot)) >= float64(before.RetainedWAL+wal*3/4)
+		return testutil.ToFloat64(wm.SlotRetainedWAL.WithLabelValues("e2e", p.connector.Slot)) >= float64(before.RetainedWAL+wal*3/4)
 	})
 	after := slotNow()
 	t.Logf("Connect stopped: slot %s retained WAL %d -> %d bytes (+%d), unconfirmed %d -> %d",
-		p.slot, before.RetainedWAL, after.RetainedWAL, after.RetainedWAL-before.RetainedWAL, before.UnconfirmedWAL, after.UnconfirmedWAL)
+		p.connector.Slot, before.RetainedWAL, after.RetainedWAL, after.RetainedWAL-before.RetainedWAL, before.UnconfirmedWAL, after.UnconfirmedWAL)
 
 	// Canaries of our own, so that each one of the outage is followed to
 	// its end (the schedule keeps sending too: the watchers run with it).
@@ -555,11 +355,12 @@ func TestDisruptiveConnectStopped(t *testing.T) {
 	// resumes there, and the canaries committed meanwhile are published.
 	resumed := time.Now() // nothing of the outage can be published before this
 	connectScript(t, s, "start")
-	p.createConnector(t)
+	p.connector.Put(t)
+	p.connector.WaitRunning(t)
 	restarted := time.Now()
 	waitFor(t, "a good canary after the restart", goodSince(restarted))
 	waitFor(t, "the watcher to see the slot active again", func() bool {
-		return testutil.ToFloat64(wm.SlotActive.WithLabelValues("e2e", p.slot)) == 1
+		return testutil.ToFloat64(wm.SlotActive.WithLabelValues("e2e", p.connector.Slot)) == 1
 	})
 	// Every canary of the outage arrives (late): none was lost with the
 	// worker. Their commit_to_publish spans the outage because the record

@@ -90,6 +90,8 @@ type Consumer struct {
 	// topic before it arrives).
 	client *kafka.Client
 
+	skips skipLog // warns about the first skip of each reason
+
 	mu      sync.Mutex
 	healthy bool
 	reason  string
@@ -432,17 +434,22 @@ func (c *Consumer) readPartition(ctx context.Context, partition int, start int64
 // any I/O: a canary consumed before its deadline is never judged late.
 func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 	token, consumed := c.tracker.BeginArrival()
-	payload, err := c.signer.Decode(msg.Value)
-	reason := ""
+	payload, err := c.signer.DecodeMessage(msg.Value)
+	reason, detail := "", ""
 	switch {
+	case errors.Is(err, ErrUnsupportedEncoding):
+		reason = ReasonUnsupportedEncoding
 	case errors.Is(err, ErrBadSignature):
 		reason = ReasonBadSignature
 	case err != nil:
 		reason = ReasonMalformed
 	case payload.Instance != c.instance:
-		reason = ReasonForeignInstance
+		reason, detail = ReasonForeignInstance, "instance "+payload.Instance
 	case payload.Pipeline != c.p.Name:
-		reason = ReasonUnknownPipeline
+		reason, detail = ReasonUnknownPipeline, "pipeline "+payload.Pipeline
+	}
+	if err != nil {
+		detail = err.Error()
 	}
 	if reason != "" {
 		// The tracker stores the offset, so a restart neither reads nor
@@ -451,7 +458,7 @@ func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 			return
 		}
 		c.metrics.MessagesSkipped.WithLabelValues(c.p.Name, reason).Inc()
-		c.log.Debug("message skipped", "partition", msg.Partition, "offset", msg.Offset, "reason", reason)
+		c.skips.logSkip(c.log, consumed, msg, reason, detail)
 		return
 	}
 	a := Arrival{

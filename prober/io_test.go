@@ -130,7 +130,8 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 		value  []byte
 		reason string // "" for our canary
 	}{
-		{"A non-JSON value is malformed.", []byte("\x00\x01garbage"), ReasonMalformed},
+		{"A non-JSON value is malformed.", []byte("\xff\x01garbage"), ReasonMalformed},
+		{"A value framed by a schema registry (magic byte 0, schema id) is an unsupported encoding.", []byte("\x00\x00\x00\x00\x2a\x02c1"), ReasonUnsupportedEncoding},
 		{"A business event is malformed, as far as canaries go.", []byte(`{"order":1}`), ReasonMalformed},
 		{"A canary signed with another key is a forgery.", enc(forger, Payload{CanaryID: "c1", Instance: "unit", Pipeline: "orders", Seq: 1}), ReasonBadSignature},
 		{"Another instance's canary is foreign.", enc(signer, Payload{CanaryID: "x", Instance: "unit-check-1", Pipeline: "orders", Seq: 1}), ReasonForeignInstance},

@@ -23,12 +23,16 @@ const (
 	ReasonBadSignature    = "bad_signature"    // a canary whose HMAC does not verify: a forgery or a key mismatch
 	ReasonUnknownCanary   = "unknown_canary"   // ours, but not in the tracker's state (see Tracker for when)
 	ReasonUnknownPipeline = "unknown_pipeline" // signed by us for a pipeline this instance does not run
+	// ReasonUnsupportedEncoding: framed by a schema registry (magic byte 0
+	// and a schema id: Avro, Protobuf, JSON Schema), which the prober does
+	// not read; the relay's converter must write JSON or text.
+	ReasonUnsupportedEncoding = "unsupported_encoding"
 )
 
 // SkipReasons lists every skip reason, in the order the docs show them. A
 // function, so no caller can change the list the metrics are created from.
 func SkipReasons() []string {
-	return []string{ReasonForeignInstance, ReasonMalformed, ReasonBadSignature, ReasonUnknownCanary, ReasonUnknownPipeline}
+	return []string{ReasonForeignInstance, ReasonMalformed, ReasonBadSignature, ReasonUnknownCanary, ReasonUnknownPipeline, ReasonUnsupportedEncoding}
 }
 
 // Label names used only by the prober's metrics; the shared ones (pipeline,

@@ -3,16 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/lint"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
-const lintHelp = `Check the outbox table's schema and hygiene: indexes, ids, clocks, cleanup.
+const lintHelp = `Check the outbox table's schema and hygiene, and its Debezium connector.
 
 Check each pipeline's outbox table (or only --pipeline's) against what a
 measurable outbox needs, and print a checklist of OK, WARN and FAIL lines,
@@ -29,8 +31,20 @@ with a fix under every WARN and FAIL:
     reads, and named after the canary aggregate type under the default
     routing (outbox.event.<aggregate type>).
 
-It reads the catalogue and statistics only (a role with pg_monitor and
-SELECT on the table suffices) and writes nothing.
+A cdc pipeline with watch.connect_url and watch.connector also gets its
+connector checked, through the Kafka Connect REST API (and its slot,
+publication and topics through the database and Kafka): its state, the
+value converter against what the prober reads, plugin.name, a slot.name and
+publication.name of its own, publication.autocreate.mode, snapshot.mode,
+the captured tables, the outbox EventRouter, its predicate or scope and the
+topic it routes canaries to (and that the topic exists), the record
+timestamp, heartbeats and heartbeat.action.query, tasks.max and tombstones.
+Each finding says why it matters and the property to set; docs/cdc.md
+explains them and gives a recommended connector configuration.
+
+It reads the catalogue, statistics and the connector's configuration only
+(a role with pg_monitor and SELECT on the table suffices) and writes
+nothing.
 
 Exit status: 0 when nothing FAILs (WARNs allowed); 1 when a check FAILs or a
 database cannot be read; 2 on a usage error.
@@ -102,5 +116,20 @@ func lintPipeline(ctx context.Context, p *config.Pipeline, opts lint.Options, ti
 	if err != nil {
 		return dbFail(err)
 	}
-	return findings
+	return append(findings, lintConnector(ctx, p, pool, timeout)...)
+}
+
+// lintConnector checks a cdc pipeline's connector; nothing for the others.
+// Kafka that cannot be reached leaves the topics unchecked (a WARN of the
+// topic checks), not the connector.
+func lintConnector(ctx context.Context, p *config.Pipeline, db postgres.Querier, timeout time.Duration) []lint.Finding {
+	if !lint.ConnectorConfigured(p) {
+		return nil
+	}
+	src := lint.ConnectorSources{HTTP: &http.Client{Timeout: timeout}, DB: db}
+	if client, closeKafka, err := kafkaclient.NewClient(p.Kafka, timeout); err == nil {
+		defer closeKafka()
+		src.Kafka = client
+	}
+	return lint.Connector(ctx, p, src)
 }

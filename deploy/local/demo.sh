@@ -58,36 +58,18 @@ create_topic __debezium-heartbeat.demo-shipments 1
 # The Debezium connector of the shipments pipeline, (re)created through the
 # worker's REST API: a standalone worker forgets REST-made connectors when it
 # restarts, and PUT is idempotent. Its slot keeps the position across runs.
+# It is the recommended configuration (deploy/local/connect/
+# outbox-connector.json, explained in docs/cdc.md) with this database's
+# connection, topic prefix and slot filled in; `outbox-canary lint` on the
+# demo config checks it.
 [[ -n ${OUTBOX_CANARY_CONNECT_URL:-} ]] || die "the stack has no Kafka Connect worker (OUTBOX_CANARY_CONNECT_URL): run 'make stack-up'"
 shipments_dsn=$(dsn_for demo_shipments)
-connector_config=$(cat <<JSON
-{
-  "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
-  "tasks.max": "1",
-  "database.hostname": "$OUTBOX_CANARY_PG_HOST",
-  "database.port": "$OUTBOX_CANARY_PG_PORT",
-  "database.user": "canary",
-  "database.password": "canary",
-  "database.dbname": "demo_shipments",
-  "plugin.name": "pgoutput",
-  "slot.name": "demo_shipments",
-  "publication.name": "demo_shipments",
-  "publication.autocreate.mode": "filtered",
-  "table.include.list": "public.outbox",
-  "topic.prefix": "demo-shipments",
-  "snapshot.mode": "no_data",
-  "heartbeat.interval.ms": "1000",
-  "transforms": "outbox",
-  "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
-  "transforms.outbox.predicate": "isOutbox",
-  "transforms.outbox.route.by.field": "aggregatetype",
-  "transforms.outbox.route.topic.replacement": "outbox.event.\${routedByValue}",
-  "predicates": "isOutbox",
-  "predicates.isOutbox.type": "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
-  "predicates.isOutbox.pattern": "demo-shipments\\\\.public\\\\.outbox"
-}
-JSON
-)
+connector_config=$(sed -e "s|@PG_HOST@|$OUTBOX_CANARY_PG_HOST|g" -e "s|@PG_PORT@|$OUTBOX_CANARY_PG_PORT|g" \
+	-e "s|@PG_USER@|canary|g" -e "s|@PG_PASSWORD@|canary|g" -e "s|@PG_DBNAME@|demo_shipments|g" \
+	-e "s|@TOPIC_PREFIX@|demo-shipments|g" -e "s|@SLOT@|demo_shipments|g" deploy/local/connect/outbox-connector.json)
+if grep -q '@[A-Z_]*@' <<<"$connector_config"; then
+	die "deploy/local/connect/outbox-connector.json has a placeholder demo.sh does not fill: $(grep -o '@[A-Z_]*@' <<<"$connector_config" | sort -u | tr '\n' ' ')"
+fi
 curl -fsS -X PUT -H 'Content-Type: application/json' --data "$connector_config" \
 	"$OUTBOX_CANARY_CONNECT_URL/connectors/demo-shipments/config" >/dev/null ||
 	die "could not create the Debezium connector at $OUTBOX_CANARY_CONNECT_URL (see $LOGS/connect.log)"

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/connect"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
+	"github.com/outbox-canary/outbox-canary/internal/lint"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
@@ -269,14 +270,20 @@ func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) S
 			return unreachable("Kafka Connect", err, nextConnect)
 		}
 		r := StageResult{Healthy: st.Running(), Evidence: []string{st.Summary(), fmt.Sprintf("%d failed tasks", st.FailedTasks())}}
+		if st.Connector.Trace != "" {
+			r.Evidence = append(r.Evidence, "connector trace: "+connect.TraceSummary(st.Connector.Trace))
+		}
 		for _, task := range st.Tasks {
 			if task.Trace != "" {
-				first, _, _ := strings.Cut(task.Trace, "\n")
-				r.Evidence = append(r.Evidence, fmt.Sprintf("task %d trace: %s", task.ID, first))
+				r.Evidence = append(r.Evidence, fmt.Sprintf("task %d trace: %s", task.ID, connect.TraceSummary(task.Trace)))
 			}
 		}
 		if !r.Healthy {
 			r.NextStep = fmt.Sprintf(nextRelayCDC, w.ConnectURL, w.Connector)
+			if lintEvidence := connectorLint(ctx, p, pr); len(lintEvidence) > 0 {
+				r.Evidence = append(r.Evidence, lintEvidence...)
+				r.NextStep += "; the lint lines are the connector's misconfigurations, each with its fix (outbox-canary lint, docs/cdc.md)"
+			}
 		}
 		return r
 	}
@@ -295,6 +302,26 @@ func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) S
 		r.NextStep = nextRelayPolling
 	}
 	return r
+}
+
+// connectorLint runs lint's connector checks on a connector that does not
+// run, as evidence: a misconfiguration (a route to a missing topic, a
+// decoding plugin the server lacks) is often the cause its trace names.
+// The connector's own state is already in the evidence, so lint's is left
+// out, and so are the checks that pass.
+func connectorLint(ctx context.Context, p *config.Pipeline, pr Probes) []string {
+	var ev []string
+	for _, f := range lint.Connector(ctx, p, lint.ConnectorSources{HTTP: pr.HTTP, DB: pr.DB, Kafka: pr.Kafka}) {
+		if f.Level == lint.OK || (f.Check == lint.CheckConnector && f.Level == lint.Fail) {
+			continue
+		}
+		line := fmt.Sprintf("lint %s %s: %s", f.Level, f.Check, f.Message)
+		if f.Fix != "" {
+			line += " (fix: " + f.Fix + ")"
+		}
+		ev = append(ev, line)
+	}
+	return ev
 }
 
 // checkSlot: a logical slot that no connector reads pins WAL on the primary.

@@ -233,6 +233,15 @@ func (s Stack) NewTopic(t testing.TB, partitions int, configs map[string]string)
 	// Dots and dashes only: Kafka warns about names that mix '.' and '_'
 	// because both become '_' in metric names.
 	name := "test." + uniqueName(t, "-", 120)
+	s.NewTopicNamed(t, name, partitions, configs)
+	return name
+}
+
+// NewTopicNamed is NewTopic with a name of the caller's choice, for topics
+// whose name a relay derives (Debezium's outbox.event.<aggregate type>,
+// __debezium-heartbeat.<topic prefix>); the caller makes it unique.
+func (s Stack) NewTopicNamed(t testing.TB, name string, partitions int, configs map[string]string) {
+	t.Helper()
 	client := s.KafkaClient()
 	defer closeClient(client)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -281,7 +290,6 @@ func (s Stack) NewTopic(t testing.TB, partitions int, configs map[string]string)
 	if err := s.announceTopic(ctx, name); err != nil {
 		t.Fatalf("stacktest: topic %s: %v", name, err)
 	}
-	return name
 }
 
 // announceTopic makes kafka-go's DefaultTransport, which every Writer and

@@ -1,0 +1,220 @@
+package prober
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// goldenSigned is the golden canary as signed with e2eKey: what every
+// recorded value in testdata/converters/ carries.
+func goldenSigned(t testing.TB) (Payload, *Signer) {
+	t.Helper()
+	signer, err := NewSigner([]byte(e2eKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := signer.Encode(goldenCanary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Payload
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p, signer
+}
+
+func readConverterValue(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(converterTestdata(name))
+	if err != nil {
+		t.Fatalf("%v (record it: go test ./prober/ -run TestCDCConverterMatrix -update)", err)
+	}
+	return b
+}
+
+// Every value Debezium's EventRouter wrote under a converter setup, as
+// recorded from the real connector, decodes to the canary that was sent.
+func TestDecodeMessageReadsEveryRecordedConverterSetup(t *testing.T) {
+	golden, signer := goldenSigned(t)
+	for _, setup := range converterSetups() {
+		t.Run(setup.title, func(t *testing.T) {
+			value := readConverterValue(t, setup.name)
+			got, err := signer.DecodeMessage(value)
+			if err != nil {
+				t.Fatalf("DecodeMessage(%s): %v", value, err)
+			}
+			if got != golden {
+				t.Errorf("DecodeMessage = %+v, want %+v", got, golden)
+			}
+		})
+	}
+}
+
+// The same recorded values with the signature of another key, or with a
+// field altered after signing, are refused as bad signatures: no wrapper
+// turns a forgery into a canary.
+func TestDecodeMessageRefusesForgeriesInEveryRecordedForm(t *testing.T) {
+	golden, signer := goldenSigned(t)
+	forger, _ := NewSigner([]byte("not-the-key"))
+	forged, _ := forger.Encode(goldenCanary())
+	var forgedPayload Payload
+	if err := json.Unmarshal(forged, &forgedPayload); err != nil {
+		t.Fatal(err)
+	}
+	seq := strconv.FormatUint(golden.Seq, 10)
+	for _, setup := range converterSetups() {
+		value := readConverterValue(t, setup.name)
+		cases := []struct {
+			name string
+			from string
+			to   string
+		}{
+			{"signed with another key", golden.Sig, forgedPayload.Sig},
+			{"with its sequence altered", seq, strconv.FormatUint(golden.Seq+1, 10)},
+			{"with its instance altered", golden.Instance, "converter-matrix-2"},
+			{"with its canary id altered", golden.CanaryID, strings.Replace(golden.CanaryID, "0f8f", "1f8f", 1)},
+		}
+		for _, tc := range cases {
+			t.Run(setup.name+": the recorded value "+tc.name+" is a bad signature.", func(t *testing.T) {
+				if !bytes.Contains(value, []byte(tc.from)) {
+					t.Fatalf("the recorded value does not hold %q: %s", tc.from, value)
+				}
+				altered := bytes.ReplaceAll(value, []byte(tc.from), []byte(tc.to))
+				if p, err := signer.DecodeMessage(altered); !errors.Is(err, ErrBadSignature) {
+					t.Errorf("DecodeMessage(%s) = %+v, %v; want ErrBadSignature", altered, p, err)
+				}
+			})
+		}
+	}
+}
+
+func TestDecodeMessageClassifiesWhatIsNoCanary(t *testing.T) {
+	golden, signer := goldenSigned(t)
+	canary, _ := json.Marshal(golden)
+	quoted := strconv.Quote(string(canary))
+	cases := []struct {
+		name    string
+		value   []byte
+		wantErr error
+		// wantDetail is part of the error message: what the warning says.
+		wantDetail string
+	}{
+		{"Confluent's Avro framing is an unsupported encoding, with its schema id.", avroCanary(42, golden), ErrUnsupportedEncoding, "schema id 42"},
+		{"Confluent's Protobuf framing is an unsupported encoding.", protobufCanary(7, golden), ErrUnsupportedEncoding, "schema id 7"},
+		{"JSON Schema framing (magic byte, id, then JSON) is an unsupported encoding.", append([]byte{0, 0, 0, 1, 0}, canary...), ErrUnsupportedEncoding, "schema id 256"},
+		{"A lone zero byte is not a canary.", []byte{0, 1}, ErrNotCanary, "starting with 0x00"},
+		{"An empty value (a tombstone) is not a canary.", nil, ErrNotCanary, "tombstone"},
+		{"A Debezium change event that the router did not transform says so.",
+			[]byte(`{"before":null,"after":{"id":"x","payload":"{}"},"source":{"db":"d"},"op":"c","ts_ms":1}`), ErrNotCanary, "EventRouter did not transform"},
+		{"A business event names its keys.", []byte(`{"type":"OrderPaid","orderId":"ord-1042"}`), ErrNotCanary, "keys orderId, type"},
+		{"Connect's envelope around a null payload is not a canary.", []byte(`{"schema":{"type":"string","optional":true},"payload":null}`), ErrNotCanary, "not JSON"},
+		{"Wrappers nested deeper than any converter writes are refused.",
+			[]byte(`{"payload":{"payload":{"payload":{"payload":{"payload":` + string(canary) + `}}}}}`), ErrNotCanary, "nested wrappers"},
+		{"Struct text without a canary id is not a canary.", []byte(`Struct{seq=1,sig=ab}`), ErrNotCanary, "without outbox_canary_id"},
+		{"Struct text with a seq that is no number is not a canary.",
+			[]byte(`Struct{seq=x1,sig=ab,instance=i,pipeline=p,outbox_canary_id=c}`), ErrNotCanary, "Struct text"},
+		{"Struct text that names a field twice is not a canary.",
+			[]byte(`Struct{seq=1,seq=2,outbox_canary_id=c}`), ErrNotCanary, "twice"},
+		{"Struct text cut short is not a canary.", []byte(`Struct{seq=1,outbox_canary_id=c`), ErrNotCanary, "closing brace"},
+		{"Binary garbage is not a canary.", []byte{0xff, 0xfe, 0x13}, ErrNotCanary, "not JSON"},
+		{"A JSON string three times quoted still decodes.", []byte(strconv.Quote(quoted)), nil, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := signer.DecodeMessage(tc.value)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("DecodeMessage(%q) = %+v, %v; want %v", tc.value, got, err, tc.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), tc.wantDetail) {
+				t.Errorf("error %q does not say %q", err, tc.wantDetail)
+			}
+			if err == nil && got != golden {
+				t.Errorf("DecodeMessage = %+v, want %+v", got, golden)
+			}
+		})
+	}
+}
+
+// FuzzDecodeMessage: whatever the bytes, the decoder returns (never
+// panics), and it accepts nothing but the one canary that was signed:
+// every seed holds that canary or a forgery of it, so an accepted payload
+// that differs from it would be a canary forged through the unwrapping.
+func FuzzDecodeMessage(f *testing.F) {
+	golden, signer := goldenSigned(f)
+	for _, setup := range converterSetups() {
+		f.Add(readConverterValue(f, setup.name))
+	}
+	canary, _ := json.Marshal(golden)
+	f.Add(canary)
+	f.Add(avroCanary(1, golden))
+	f.Add(protobufCanary(1, golden))
+	f.Add([]byte(`Struct{payload=Struct{seq=1,outbox_canary_id=x},eventType=y}`))
+	f.Add([]byte(`{"schema":{},"payload":{"payload":"{\"outbox_canary_id\":\"a\"}"}}`))
+	forger, _ := NewSigner([]byte("fuzz-forger"))
+	forged, _ := forger.Encode(Payload{CanaryID: "forged", Instance: "converter-matrix", Pipeline: "e2e", Seq: 2})
+	f.Add(forged)
+	f.Fuzz(func(t *testing.T, value []byte) {
+		p, err := signer.DecodeMessage(value)
+		if err == nil && p != golden {
+			t.Fatalf("accepted %+v from %q: only %+v is signed", p, value, golden)
+		}
+	})
+}
+
+// BenchmarkDecodeMessage is the per-message cost of the converter forms
+// beyond the bare JSON of BenchmarkSignerDecode.
+func BenchmarkDecodeMessage(b *testing.B) {
+	_, signer := goldenSigned(b)
+	for _, name := range []string{"json", "json-schemas", "json-schemas-expanded", "string-expanded"} {
+		value := readConverterValue(b, name)
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := signer.DecodeMessage(value); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestSkipLogWarnsAtTheFirstSkipOfEachReasonThenAtMostEveryInterval(t *testing.T) {
+	var l skipLog
+	t0 := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
+	steps := []struct {
+		name           string
+		reason         string
+		at             time.Duration
+		wantWarn       bool
+		wantSuppressed int
+	}{
+		{"The first malformed message warns.", ReasonMalformed, 0, true, 0},
+		{"The second, a second later, does not.", ReasonMalformed, time.Second, false, 0},
+		{"The first framed value warns although malformed ones were just warned about.", ReasonUnsupportedEncoding, time.Second, true, 0},
+		{"A third malformed message within the interval does not warn.", ReasonMalformed, skipWarnEvery - time.Second, false, 0},
+		{"Once the interval has passed, one warns again and counts the two it kept quiet.", ReasonMalformed, skipWarnEvery, true, 2},
+		{"Right after that reminder, quiet again.", ReasonMalformed, skipWarnEvery + time.Second, false, 0},
+	}
+	for _, s := range steps {
+		warn, suppressed := l.warn(s.reason, t0.Add(s.at))
+		if warn != s.wantWarn || suppressed != s.wantSuppressed {
+			t.Errorf("%s warn(%s, +%s) = %t, %d; want %t, %d", s.name, s.reason, s.at, warn, suppressed, s.wantWarn, s.wantSuppressed)
+		}
+	}
+}
+
+func TestEverySkipReasonHasAFix(t *testing.T) {
+	fallback := SkipFix("no such reason")
+	for _, r := range SkipReasons() {
+		if fix := SkipFix(r); fix == fallback || fix == "" {
+			t.Errorf("skip reason %s has no fix of its own", r)
+		}
+	}
+}
