@@ -714,10 +714,12 @@ func (j *Judge) judgeArrived(c *Canary, now time.Time) {
 				j.emit(Effect{Kind: EffectStampOrder, Canary: c.ID, Segment: s.Name, Duration: m.duration})
 			}
 			j.markObserved(c, s)
-			// The true start lies after the stamp before it: that bounds
-			// the segment from above.
+			// The true start lies after the commit: that bounds the
+			// segment from above. (Not after a relay's stamp in between:
+			// its clock may be off by anything below max_clock_skew
+			// without contradicting its neighbours.)
 			if s.Budgeted {
-				p := j.knownBefore(c, s.From)
+				p := j.commitPoint(c)
 				to, _ := j.point(c, s.To)
 				switch {
 				case to.Sub(p) <= s.Budget:
