@@ -317,7 +317,7 @@ func TestE2ESchemaRegistryFramedValuesAreSkippedAsUnsupportedEncodingWithOneWarn
 	done := make(chan struct{})
 	go func() { defer close(done); _ = svc.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; t.Logf("prober log:\n%s", logs.String()) })
-	waitFor(t, "the service to be ready", func() bool { ok, _ := svc.Ready(); return ok })
+	waitFor(t, "the service's database and Kafka to answer", func() bool { ok, _ := svc.Dependencies(); return ok })
 
 	// A real canary of this instance, signed with its key: the framing
 	// alone makes it unreadable, so no canary is counted either way.

@@ -323,7 +323,9 @@ func TestE2EPausedRelayTurnsCanariesBadAtTheirDeadlineAndCountsLateArrivalsOnce(
 	for range n {
 		r.send(t)
 	}
-	waitFor(t, "every paused canary to turn bad", func() bool { return r.sli("end_to_end", slo.OutcomeBad) == n })
+	stacktest.Eventually(t, e2eWait, "every paused canary to turn bad", func() (bool, string) {
+		return r.sli("end_to_end", slo.OutcomeBad) == n, fmt.Sprintf("bad %v; in flight %+v", r.sli("end_to_end", slo.OutcomeBad), r.tracker(t).InFlightReports())
+	})
 	if lost := r.counter(m.CanariesLost); lost != 0 {
 		t.Errorf("lost = %v while bad events appeared; a stall must be counted at the deadline, not at lost_after", lost)
 	}

@@ -151,7 +151,7 @@ func TestE2ESecuredConnectionFailuresSayWhich(t *testing.T) {
 
 			var reasons string
 			stacktest.Eventually(t, e2eWait, "the reason to name the cause", func() (bool, string) {
-				ok, rs := svc.Ready()
+				ok, rs := svc.Dependencies()
 				reasons = strings.Join(rs, "\n")
 				return !ok && containsAll(reasons, tc.want[1:]) && strings.Contains(reasons, tc.want[0]), reasons
 			})
