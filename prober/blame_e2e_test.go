@@ -450,3 +450,83 @@ func TestDisruptiveBlamePostgresStoppedDuringALookup(t *testing.T) {
 		})
 	}
 }
+
+// TestDisruptiveBlameCDCBrokerStall stops the shared Kafka broker while
+// Debezium runs: canaries committed meanwhile are captured from the WAL
+// and stamped by Debezium (the record timestamp, its processing time) but
+// wait in its producer until the broker is back. The publish stamp is the
+// relay's and on time; the wait is after it: publish_to_consume (and end
+// to end) are bad, commit_to_publish is good, and nothing is charged to
+// the relay. While the broker is down the prober has no position on the
+// topic, so no segment but end to end is charged before the canaries
+// arrive.
+func TestDisruptiveBlameCDCBrokerStall(t *testing.T) {
+	s := stacktest.Load(t)
+	p := newCDCPipeline(t, s)
+	cfg := p.config(t, "@every 1s", "{commit_to_publish: 1s, publish_to_consume: 1s, end_to_end: 2s}")
+	pc := &cfg.Pipelines[0]
+	r := startService(t, cfg, t.TempDir(), true)
+	tr, m := r.tracker(t), r.svc.Metrics()
+	// A canary through first: Debezium's producer knows the topic's
+	// partitions, and the pipeline is healthy.
+	if rep := await(t, tr, r.send(t).ID); rep.State != StateArrived {
+		t.Fatalf("first canary: %s", describe(pc, rep))
+	} else {
+		t.Logf("before the stall: %s", describe(pc, rep))
+	}
+
+	t.Cleanup(func() { s.Script(t, "start-kafka") }) // a no-op when it runs
+	stopAt := time.Now()
+	s.Script(t, "stop-kafka")
+	stopped := time.Now()
+	const n = 2
+	var during []Canary
+	for range n {
+		during = append(during, r.send(t))
+	}
+	waitFor(t, "the canaries' end_to_end deadlines to pass", func() bool { return r.sli("end_to_end", slo.OutcomeBad) == n })
+	for _, seg := range []string{"commit_to_publish", "publish_to_consume"} {
+		if bad := r.sli(seg, slo.OutcomeBad); bad != 0 {
+			t.Errorf("%s: %v bad events while the broker was down: nothing placed the canaries there", seg, bad)
+		}
+	}
+	startAt := time.Now()
+	s.Script(t, "start-kafka")
+	back := time.Now()
+
+	var worstP2C time.Duration
+	for _, c := range during {
+		rep := await(t, tr, c.ID)
+		t.Log(describe(pc, rep))
+		c2p, p2c, e2e := rep.Segments["commit_to_publish"], rep.Segments["publish_to_consume"], rep.Segments["end_to_end"]
+		t.Logf("canary %s: committed %s after the stop began, Kafka back %s after its commit, consumed %s after it; commit_to_publish judged %s after it, publish_to_consume %s, end_to_end %s",
+			c.ID, rep.Committed.Sub(stopAt).Round(time.Millisecond), back.Sub(rep.Committed).Round(time.Millisecond), rep.Consumed.Sub(rep.Committed).Round(time.Millisecond),
+			c2p.JudgedAt.Sub(rep.Committed).Round(time.Millisecond), p2c.JudgedAt.Sub(rep.Committed).Round(time.Millisecond), e2e.JudgedAt.Sub(rep.Committed).Round(time.Millisecond))
+		if !c2p.Measured || c2p.Outcome == judge.Bad {
+			t.Errorf("canary %s: commit_to_publish %+v: Debezium stamped it on time, the relay is not to blame", c.ID, c2p)
+		}
+		if c2p.Measured && c2p.Duration <= c2p.Budget && c2p.Outcome != judge.Good {
+			t.Errorf("canary %s: commit_to_publish %+v, want good", c.ID, c2p)
+		}
+		if !p2c.Measured || p2c.Outcome != judge.Bad {
+			t.Errorf("canary %s: publish_to_consume %+v, want bad: it waited for the broker after its publish stamp", c.ID, p2c)
+		}
+		if e2e.Outcome != judge.Bad {
+			t.Errorf("canary %s: end_to_end %+v, want bad", c.ID, e2e)
+		}
+		worstP2C = max(worstP2C, p2c.Duration)
+	}
+	t.Logf("Kafka stopped in %s, down %s, started in %s; worst publish_to_consume %s; SLI bad: commit_to_publish %v, publish_to_consume %v, end_to_end %v; lost %v, duplicates %v",
+		stopped.Sub(stopAt).Round(time.Millisecond), startAt.Sub(stopped).Round(time.Millisecond), back.Sub(startAt).Round(time.Millisecond), worstP2C,
+		r.sli("commit_to_publish", slo.OutcomeBad), r.sli("publish_to_consume", slo.OutcomeBad), r.sli("end_to_end", slo.OutcomeBad),
+		r.counter(m.CanariesLost), r.counter(m.CanariesDuplicate))
+	if bad := r.sli("commit_to_publish", slo.OutcomeBad); bad != 0 {
+		t.Errorf("commit_to_publish bad events = %v, want 0: the stall was the broker's", bad)
+	}
+	if bad := r.sli("publish_to_consume", slo.OutcomeBad); bad != n {
+		t.Errorf("publish_to_consume bad events = %v, want %d (one per canary of the stall)", bad, n)
+	}
+	if lost := r.counter(m.CanariesLost); lost != 0 {
+		t.Errorf("lost = %v, want 0", lost)
+	}
+}
