@@ -6,18 +6,25 @@ package main
 // Without the stack these tests skip (and fail in CI).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/relay"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 	"github.com/outbox-canary/outbox-canary/internal/statuspage"
 	"github.com/outbox-canary/outbox-canary/prober"
@@ -225,5 +232,178 @@ func TestProberKilledAcrossADeadlineChargesNoSegmentOfKafkas(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("first process stderr:\n%s\nsecond process stderr:\n%s", first.stderr.String(), second.stderr.String())
+	}
+}
+
+// markingRelayPipeline is a schema A outbox whose reference relay marks
+// published_at markDelay after each batch's ack, a fresh topic, and a
+// config file with the budgets' YAML; published_at is the publish stamp.
+func markingRelayPipeline(t *testing.T, markDelay time.Duration, budgets string) (string, *relay.Faults, *config.Config) {
+	t.Helper()
+	path, faults := stackPipelineWith(t, budgets, "")
+	if err := faults.SetMarkDelay(markDelay); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Pipelines[0].Relay.PublishedStamp != config.PublishedFromColumn {
+		t.Fatalf("publish stamp %s, want published_at", cfg.Pipelines[0].Relay.PublishedStamp)
+	}
+	return path, faults, cfg
+}
+
+// verdictOf is the key of verdicts a segment's outcome is counted under.
+func verdictOf(s prober.SegmentResult) string {
+	if s.Outcome == "unjudged" {
+		return "unjudged/" + s.Reason
+	}
+	return s.Outcome
+}
+
+// checkVerdict is what check prints for a verdict key.
+func checkVerdict(key string) string {
+	switch {
+	case key == "good":
+		return "ok"
+	case key == "bad":
+		return "OVER BUDGET"
+	case strings.HasPrefix(key, "unjudged/"):
+		return "not judged (" + strings.TrimPrefix(key, "unjudged/") + ")"
+	}
+	return "unmeasured"
+}
+
+// TestOneCanarysVerdictsAreTheSameOnMetricsStatusAndCheck sends canaries
+// one at a time through a relay that marks published_at late (stamp
+// order), the second also delayed past its deadlines, and checks for each
+// that what /metrics counted for it (one outcome per budgeted segment),
+// what /api/status shows of it and what check prints of its report are the
+// same verdicts; that /api/status shows no negative duration; and that
+// check, run for real, recommends a better publish stamp.
+func TestOneCanarysVerdictsAreTheSameOnMetricsStatusAndCheck(t *testing.T) {
+	path, faults, cfg := markingRelayPipeline(t, 600*time.Millisecond,
+		"{commit_to_publish: 1ms, publish_to_consume: 1500ms, end_to_end: 2s}")
+	p := &cfg.Pipelines[0]
+	reg := prometheus.NewRegistry()
+	svc, err := prober.New(prober.Options{Config: cfg, Registerer: reg, NoSchedule: true, StateDir: "-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := slo.FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(statuspage.NewHandler(svc, model, reg, slog.New(slog.DiscardHandler), time.Now))
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitUntil(t, "the prober's database and Kafka", func() (bool, error) { ok, why := svc.Dependencies(); return ok, fmt.Errorf("%v", why) })
+	tr, err := svc.Tracker(p.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for i, delay := range []time.Duration{0, 2500 * time.Millisecond} {
+		if err := faults.SetPublishDelay(delay); err != nil {
+			t.Fatal(err)
+		}
+		before, err := scrapeVerdicts(addr, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := svc.Send(context.Background(), p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		actx, acancel := context.WithTimeout(context.Background(), 45*time.Second)
+		rep, err := tr.Await(actx, c.ID)
+		acancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The counters move once the verdicts' effects are applied, just
+		// after the report is final.
+		var after verdicts
+		waitUntil(t, "one outcome per budgeted segment on /metrics", func() (bool, error) {
+			after, err = scrapeVerdicts(addr, p.Name)
+			for _, seg := range p.BudgetedSegments() {
+				if err != nil || after.total(seg)-before.total(seg) != 1 {
+					return false, err
+				}
+			}
+			return true, nil
+		})
+		st, err := apiStatus(addr, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var shown *prober.Report
+		for i := range st.Recent {
+			for _, sr := range st.Recent[i].Segments {
+				if sr.Duration < 0 {
+					t.Errorf("/api/status: canary %s %s has a negative duration %s", st.Recent[i].ID, sr.Segment, sr.Duration)
+				}
+			}
+			if st.Recent[i].ID == c.ID {
+				shown = &st.Recent[i]
+			}
+		}
+		if shown == nil {
+			t.Fatalf("canary %s is not on /api/status", c.ID)
+		}
+		var out strings.Builder
+		printCheck(&out, p, checkResult{report: rep})
+		t.Logf("canary %d (publish delay %s), as check prints it:\n%s", i+1, delay, out.String())
+		lines := strings.Split(out.String(), "\n")
+		for _, seg := range p.BudgetedSegments() {
+			counted := ""
+			for key, n := range after[seg] {
+				if n-before[seg][key] == 1 {
+					counted = key
+				}
+			}
+			if got := verdictOf(shown.Segments[seg]); got != counted {
+				t.Errorf("canary %s %s: /api/status says %s, /metrics counted %s", c.ID, seg, got, counted)
+			}
+			var line string
+			for _, l := range lines {
+				if f := strings.Fields(l); len(f) > 0 && f[0] == seg {
+					line = l
+				}
+			}
+			if !strings.HasSuffix(strings.TrimSpace(line), checkVerdict(counted)) {
+				t.Errorf("canary %s %s: check prints %q, /metrics counted %s (%q)", c.ID, seg, line, counted, checkVerdict(counted))
+			}
+		}
+		if shown.Segments["publish_to_consume"].StampOrder && !strings.Contains(out.String(), "A better publish stamp") {
+			t.Errorf("canary %s in stamp order: check recommends no better publish stamp", c.ID)
+		}
+	}
+	if err := faults.SetPublishDelay(0); err != nil {
+		t.Fatal(err)
+	}
+
+	// check itself, on the same pipeline: its canary is in stamp order too.
+	var stdout, stderr bytes.Buffer
+	err = Run(context.Background(), []string{"check", "--config.file", path, "--timeout", "30s"}, &stdout, &stderr)
+	t.Logf("outbox-canary check (exit %d):\n%s", exitCode(err), stdout.String())
+	if code := exitCode(err); code != 0 {
+		t.Errorf("check exit %d (%v), want 0: nothing is over budget\n%s", code, err, stderr.String())
+	}
+	for _, want := range []string{"negative (stamp order)", "not judged (stamp_order)", "A better publish stamp", "relay.published_stamp: header", "PASS: no segment over budget (1 not judged)"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("check output lacks %q", want)
+		}
+	}
+	// lint says it before any canary is sent.
+	stdout.Reset()
+	err = Run(context.Background(), []string{"lint", "--config.file", path}, &stdout, &stderr)
+	if code := exitCode(err); code != 0 || !strings.Contains(stdout.String(), "WARN  publish stamp") {
+		t.Errorf("lint (exit %d) does not warn about the publish stamp:\n%s", code, stdout.String())
 	}
 }
