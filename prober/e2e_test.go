@@ -106,6 +106,9 @@ type pipelineYAML struct {
 	Budgets                           map[string]string
 	LostAfter                         string
 	Extra                             string // more YAML under the pipeline
+	// Relay is the relay's YAML; default polling with the relay's read
+	// header as an extra stamp.
+	Relay string
 }
 
 func (o *e2eOutbox) config(t *testing.T, py pipelineYAML) *config.Config {
@@ -117,7 +120,7 @@ func (o *e2eOutbox) config(t *testing.T, py pipelineYAML) *config.Config {
 	if py.EventType != "" {
 		fmt.Fprintf(&b, ", event_type: %s", py.EventType)
 	}
-	b.WriteString("}\n    relay: {kind: polling, stamps: [{name: read, header: outbox-relay-read-at}]}\n")
+	fmt.Fprintf(&b, "}\n    relay: %s\n", cmp.Or(py.Relay, "{kind: polling, stamps: [{name: read, header: outbox-relay-read-at}]}"))
 	fmt.Fprintf(&b, "    canary: {schedule: %q, lost_after: %s}\n", cmp.Or(py.Schedule, "@every 1s"), cmp.Or(py.LostAfter, "30s"))
 	fmt.Fprintf(&b, "    kafka: {brokers: [%s], topic: %s}\n", strings.Join(o.brokers, ", "), o.topic)
 	b.WriteString("    budgets:\n")

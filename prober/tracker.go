@@ -94,7 +94,8 @@ type SegmentResult struct {
 	Skew       bool `json:"skew,omitempty"`
 	StampOrder bool `json:"stamp_order,omitempty"`
 	// MissingStamp names a stamp the canary did not get, which leaves this
-	// segment unmeasured.
+	// segment unmeasured; empty when the stamp could not be read (Reason
+	// unknown).
 	MissingStamp string `json:"missing_stamp,omitempty"`
 }
 
@@ -751,10 +752,16 @@ func (t *Tracker) report(c *judge.Canary) Report {
 		rep.State = StateLost
 	}
 	for _, v := range t.j.View(c) {
+		missing := v.MissingStamp
+		if v.Verdict.Reason == judge.ReasonUnknown {
+			// The stamp could not be read (our own database was down), which
+			// says nothing of whether the relay wrote it: not "no stamp".
+			missing = ""
+		}
 		rep.Segments[v.Name] = SegmentResult{
 			Segment: v.Name, Measured: v.Measured || v.Bound, Bound: v.Bound, Duration: v.Duration,
 			Budget: v.Budget, Budgeted: v.Budgeted, Outcome: v.Verdict.Outcome, Reason: v.Verdict.Reason,
-			JudgedAt: v.Verdict.At, Skew: v.Skew, StampOrder: v.StampOrder, MissingStamp: v.MissingStamp,
+			JudgedAt: v.Verdict.At, Skew: v.Skew, StampOrder: v.StampOrder, MissingStamp: missing,
 		}
 	}
 	if rep.State == StateInFlight {

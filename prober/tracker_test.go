@@ -6,6 +6,7 @@ package prober
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -311,6 +312,37 @@ func TestLookupsRunOutsideTheLockAndDecideWhenTheStampComes(t *testing.T) {
 		}
 	}
 	t.Fatal("the canary never became final")
+}
+
+func TestAStampOurDatabaseCannotReadIsUnknownNotMissing(t *testing.T) {
+	p := testPipeline() // published_at with a read header
+	p.Relay.PublishedStamp, p.Relay.MaxClockSkew = config.PublishedFromColumn, config.Duration(time.Minute)
+	h := newHarness(t, p, false)
+	failed := make(chan struct{}, 10)
+	h.lookup = func(context.Context, Canary) (LookupResult, error) {
+		failed <- struct{}{}
+		return LookupResult{}, errors.New("read published_at: dial tcp: connection refused")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.tr.RunLookups(ctx)
+	c := h.send("a", 1)
+	h.at(400 * time.Millisecond)
+	h.arrive(c, map[string]time.Duration{"read": 100 * time.Millisecond})
+	<-failed
+	h.sweep(time.Duration(p.Canary.LostAfter) + time.Second)
+	rep, ok := h.tr.Report("a")
+	if !ok || rep.State != StateArrived {
+		t.Fatalf("report %+v (%t), want the canary arrived and final", rep, ok)
+	}
+	for _, seg := range []string{"read_to_publish", "publish_to_consume"} {
+		if s := rep.Segments[seg]; s.Outcome != "unjudged" || s.Reason != "unknown" || s.MissingStamp != "" {
+			t.Errorf("%s = %+v, want unjudged (unknown) and no missing stamp: the relay may well have written it", seg, s)
+		}
+	}
+	if got := testutil.ToFloat64(h.m().StampsMissing.WithLabelValues(p.Name, config.StampPublish)); got != 0 {
+		t.Errorf("stamps missing = %v, want 0", got)
+	}
 }
 
 func TestTheDoneCallbackRunsOutsideTheLock(t *testing.T) {

@@ -231,6 +231,7 @@ func (p *canaryProcess) waitFor(t *testing.T, what string, cond func(counts) boo
 // counts is what the restart test reads of one pipeline on /metrics.
 type counts struct {
 	sent, received, lost, duplicates, inFlight float64
+	lastSent                                   float64            // unix seconds of the last commit
 	skipped                                    map[string]float64 // by reason
 	events                                     map[string]float64 // SLI events (good and bad) by segment
 	budgeted                                   []string           // segments with a budget gauge
@@ -274,6 +275,7 @@ func scrapeCounts(addr, pipeline string) (counts, error) {
 	c.lost = sum(slo.MetricCanariesLost)
 	c.duplicates = sum(slo.MetricCanariesDuplicate)
 	c.inFlight = sum(slo.MetricCanariesInFlight)
+	c.lastSent = sum(slo.MetricLastSentTimestamp)
 	each(slo.MetricMessagesSkipped, func(l map[string]string, v float64) { c.skipped[l[slo.LabelReason]] += v })
 	each(slo.MetricSLIEvents, func(l map[string]string, v float64) { c.events[l[slo.LabelSegment]] += v })
 	each(slo.MetricSegmentBudget, func(l map[string]string, _ float64) { c.budgeted = append(c.budgeted, l[slo.LabelSegment]) })

@@ -27,6 +27,8 @@ with a fix under every WARN and FAIL:
   - created_at defaults to the database clock (now(), clock_timestamp(),
     CURRENT_TIMESTAMP);
   - published rows are cleaned up (published rows kept, dead tuples, size);
+  - the publish stamp: published_at, written after Kafka's ack, warns (a
+    header with the relay's send time, or the record timestamp, is better);
   - canaries go to a topic of their own: not one a watched business group
     reads, and named after the canary aggregate type under the default
     routing (outbox.event.<aggregate type>).

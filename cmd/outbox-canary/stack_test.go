@@ -30,6 +30,13 @@ import (
 // routing every row to a fresh topic, and a config file for it.
 func stackPipeline(t *testing.T, budget string) (configPath string, faults *relay.Faults) {
 	t.Helper()
+	return stackPipelineWith(t, "{end_to_end: "+budget+"}", "")
+}
+
+// stackPipelineWith is stackPipeline with the budgets' YAML and more YAML
+// for the pipeline (canary: ...), if any.
+func stackPipelineWith(t *testing.T, budgets, extra string) (configPath string, faults *relay.Faults) {
+	t.Helper()
 	s := stacktest.Load(t)
 	ctx := context.Background()
 	dsn, topic := s.NewDatabase(t), s.NewTopic(t, 1, nil)
@@ -63,8 +70,8 @@ pipelines:
     database: {dsn: {env: CHECK_TEST_DSN}}
     canary: {schedule: "@every 1s"}
     kafka: {brokers: [%s], topic: %s}
-    budgets: {end_to_end: %s}
-`, filepath.Join(dir, "state"), strings.Join(s.KafkaBrokers, ","), topic, budget)
+    budgets: %s
+%s`, filepath.Join(dir, "state"), strings.Join(s.KafkaBrokers, ","), topic, budgets, extra)
 	if err := os.WriteFile(configPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,8 @@
 // Command outbox-relay is outbox-canary's reference polling relay: it moves
 // rows from a PostgreSQL outbox table to Kafka (claim with FOR UPDATE SKIP
 // LOCKED, publish with acks=all, mark published_at, commit), and exposes an
-// admin API that injects faults (pause, delay, drop, duplicate) so that the
-// canary can be watched catching them.
+// admin API that injects faults (pause, delay, drop, duplicate, a late
+// published_at mark) so that the canary can be watched catching them.
 package main
 
 import (
@@ -77,6 +77,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.BoolVar(&o.cfg.DeletePublished, "delete-published", false, "delete rows once acknowledged instead of setting published_at (keeps the table small, loses the audit trail)")
 	fs.DurationVar(&o.cfg.MaxBackoff, "max-backoff", relay.DefaultMaxBackoff, "longest wait between polls after consecutive failures (the wait doubles from --poll-interval, with ±50% jitter)")
 	fs.DurationVar(&o.cfg.PublishTimeout, "publish-timeout", relay.DefaultPublishTimeout, "bound on one batch's send to Kafka, retries included; on timeout the batch is rolled back and retried")
+	fs.DurationVar(&o.cfg.MarkDelay, "mark-delay", 0, "wait this long after Kafka acknowledged the whole batch before marking its rows published, as relays that mark after a batch or on a timer do: published_at then lies after the records' arrival (0 marks at once; POST /admin/mark-delay changes it)")
 	fs.StringVar(&o.listenAddress, "admin.listen-address", "127.0.0.1:9466", "address of the admin API, /metrics and /healthz (the admin API injects faults: keep it private)")
 	fs.StringVar(&o.logLevel, "log.level", "info", "debug (one line per batch), info, warn (one line per failed poll) or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT or SIGTERM, how long to wait for the in-flight batch and the admin server")
@@ -102,6 +103,7 @@ Admin API (on --admin.listen-address):
   POST /admin/pause           stop claiming rows (they stay unpublished)
   POST /admin/resume          claim rows again
   POST /admin/delay?d=250ms   sleep between read and send (d=0 clears)
+  POST /admin/mark-delay?d=1s mark published_at 1s after the batch's ack (d=0: at once)
   POST /admin/drop?n=2        mark the next n rows published without sending them
   POST /admin/duplicate?n=2   send the next n rows twice
   GET  /metrics, GET /healthz
@@ -156,6 +158,9 @@ Examples:
 	}
 	if o.cfg.BatchSize <= 0 {
 		return o, fmt.Errorf("--batch-size %d: must be positive", o.cfg.BatchSize)
+	}
+	if o.cfg.MarkDelay < 0 {
+		return o, fmt.Errorf("--mark-delay %s: must not be negative", o.cfg.MarkDelay)
 	}
 	if o.shutdownTimeout <= 0 {
 		return o, fmt.Errorf("--shutdown-timeout %s: must be positive", o.shutdownTimeout)

@@ -68,6 +68,17 @@ func TestParseFlags(t *testing.T) {
 				}
 			},
 		},
+		{
+			name:   "A mark delay marks published_at that long after the batch's ack.",
+			args:   []string{"--mark-delay=750ms"},
+			getenv: withDSN,
+			check: func(t *testing.T, o options) {
+				if o.cfg.MarkDelay != 750*time.Millisecond {
+					t.Errorf("mark delay = %s, want 750ms", o.cfg.MarkDelay)
+				}
+			},
+		},
+		{name: "A negative mark delay is an error.", args: []string{"--mark-delay=-1s"}, getenv: withDSN, wantErr: "--mark-delay -1s: must not be negative"},
 		{name: "No database is an error that names both sources.", getenv: env(nil), wantErr: "--dsn: no database given (set --dsn or $OUTBOX_RELAY_DSN)"},
 		{name: "An unknown schema preset is an error.", args: []string{"--schema=c"}, getenv: withDSN, wantErr: `--schema "c": want a or b`},
 		{name: "A zero poll interval is an error, not a busy loop.", args: []string{"--poll-interval=0s"}, getenv: withDSN, wantErr: "--poll-interval 0s: must be positive"},
@@ -99,7 +110,7 @@ func TestHelpExplainsFlagsAndExamples(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("run --help = %v, want flag.ErrHelp", err)
 	}
-	for _, want := range []string{"-dsn", "OUTBOX_RELAY_DSN", "-column.route", "-admin.listen-address", "POST /admin/drop?n=2", "Examples:"} {
+	for _, want := range []string{"-dsn", "OUTBOX_RELAY_DSN", "-column.route", "-admin.listen-address", "POST /admin/drop?n=2", "-mark-delay", "POST /admin/mark-delay", "Examples:"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help does not mention %q", want)
 		}

@@ -32,6 +32,7 @@ const (
 	CheckCreatedAt   = "created_at clock"
 	CheckHygiene     = "table hygiene"
 	CheckCanaryRoute = "canary routing"
+	CheckPublish     = "publish stamp"
 )
 
 // Finding is one line of the schema lint: a check, its verdict, what was
@@ -211,6 +212,7 @@ func Table(p *config.Pipeline, info TableInfo, o Options) []Finding {
 				Message: fmt.Sprintf("table %s does not exist in the configured database", p.Outbox.Table),
 				Fix:     "create it (deploy/sql has the supported schemas) or correct outbox.table and database.dsn"},
 			CanaryRouting(p),
+			PublishStamp(p),
 		}
 	}
 	return []Finding{
@@ -221,6 +223,7 @@ func Table(p *config.Pipeline, info TableInfo, o Options) []Finding {
 		CreatedAt(p, info),
 		Hygiene(p, info, o),
 		CanaryRouting(p),
+		PublishStamp(p),
 	}
 }
 
@@ -454,6 +457,33 @@ func CanaryRouting(p *config.Pipeline) Finding {
 	}
 	f.Level = OK
 	f.Message = fmt.Sprintf("canaries (%s %q) go to %s, which no watched business group reads", p.Outbox.Columns.Route, agg, topic)
+	return f
+}
+
+// PublishStamp is advisory: a published_at column is written after the
+// broker's ack, often after the relay's whole batch, so it only bounds the
+// publish moment from above. Canaries consumed before their row is marked
+// show a negative publish_to_consume (stamp order, counted in
+// outbox_canary_stamp_order_total), which leaves that segment unmeasured
+// and commit_to_publish judged only by what end to end can prove. A stamp
+// taken when the relay sends, a header of its own or the record
+// timestamp, measures both. It warns, never fails: published_at works.
+func PublishStamp(p *config.Pipeline) Finding {
+	f := Finding{Check: CheckPublish}
+	switch p.Relay.PublishedStamp {
+	case config.PublishedFromColumn:
+		f.Level = Warn
+		f.Message = fmt.Sprintf("the publish stamp is %s, which the relay writes after Kafka acknowledged the row (often after its whole batch): "+
+			"a canary consumed before it shows stamp order instead of a publish_to_consume latency", p.Outbox.Columns.PublishedAt)
+		f.Fix = "have the relay put its send time in a header (relay.published_stamp: header, relay.published_header: <its name>) " +
+			"or set the record timestamp when sending (relay.published_stamp: record_timestamp)"
+	case config.PublishedFromHeader:
+		f.Level = OK
+		f.Message = fmt.Sprintf("the publish stamp is the relay's header %s, taken when it sends", p.Relay.PublishedHeader)
+	default:
+		f.Level = OK
+		f.Message = "the publish stamp is the Kafka record timestamp, taken when the relay sends"
+	}
 	return f
 }
 

@@ -36,6 +36,36 @@ func TestLintCanaryRouting(t *testing.T) {
 	}
 }
 
+func TestLintPublishStamp(t *testing.T) {
+	cases := []struct {
+		name  string
+		relay string
+		want  string
+	}{
+		{"A published_at publish stamp warns, and names the better stamps.", "{kind: polling}", Warn},
+		{"A relay header as publish stamp is fine.", "{kind: polling, published_stamp: header, published_header: x-sent-at}", OK},
+		{"The record timestamp as publish stamp is fine.", "{kind: polling, published_stamp: record_timestamp}", OK},
+		{"A cdc relay's record timestamp is fine.", "{kind: cdc}", OK},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			yml := stacktest.PipelineSpec{DSN: "postgres://x", Schema: stacktest.SeedA}.YAML()
+			yml = strings.Replace(yml, "relay: {kind: polling}", "relay: "+tc.relay, 1)
+			cfg, err := config.Load([]byte(yml))
+			if err != nil {
+				t.Fatalf("config: %v\n%s", err, yml)
+			}
+			f := PublishStamp(&cfg.Pipelines[0])
+			if f.Level != tc.want {
+				t.Errorf("level %s, want %s: %+v", f.Level, tc.want, f)
+			}
+			if f.Level == Warn && (!strings.Contains(f.Fix, "published_stamp: header") || !strings.Contains(f.Fix, "record_timestamp")) {
+				t.Errorf("fix %q does not name the header and the record timestamp", f.Fix)
+			}
+		})
+	}
+}
+
 func TestLintOnRealTables(t *testing.T) {
 	t.Parallel()
 	st := stacktest.Load(t)
@@ -103,6 +133,9 @@ func TestLintOnRealTables(t *testing.T) {
 				want, ok := tc.want[f.Check]
 				if !ok {
 					want = OK
+					if f.Check == CheckPublish && p.Relay.PublishedStamp == config.PublishedFromColumn {
+						want = Warn // advisory, for every published_at pipeline
+					}
 				}
 				if f.Level != want {
 					t.Errorf("%s: %s, want %s (%s)", f.Check, f.Level, want, f.Message)

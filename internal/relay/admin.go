@@ -15,8 +15,9 @@ import (
 // AdminState is the JSON body of every admin endpoint.
 type AdminState struct {
 	Paused bool `json:"paused"`
-	// PublishDelay is a Go duration ("250ms", "0s").
+	// PublishDelay and MarkDelay are Go durations ("250ms", "0s").
 	PublishDelay  string `json:"publish_delay"`
+	MarkDelay     string `json:"mark_delay"`
 	DropNext      int    `json:"drop_next"`
 	DuplicateNext int    `json:"duplicate_next"`
 }
@@ -27,6 +28,7 @@ type AdminState struct {
 //	POST /admin/pause            stop claiming rows
 //	POST /admin/resume           claim rows again
 //	POST /admin/delay?d=250ms    sleep d between read and send (d=0 clears)
+//	POST /admin/mark-delay?d=1s  mark published_at d after the batch's ack (d=0: at once)
 //	POST /admin/drop?n=2         mark the next n rows published without sending (n defaults to 1, 0 clears)
 //	POST /admin/duplicate?n=2    send the next n rows twice (n defaults to 1, 0 clears)
 //	GET  /metrics                metrics from gatherer
@@ -46,22 +48,8 @@ func NewAdminHandler(f *Faults, gatherer prometheus.Gatherer) http.Handler {
 		f.Resume()
 		writeState(w, f)
 	})
-	mux.HandleFunc("POST /admin/delay", func(w http.ResponseWriter, r *http.Request) {
-		raw := r.URL.Query().Get("d")
-		if raw == "" {
-			writeError(w, errors.New(`query parameter "d" is required, a Go duration such as 250ms`))
-			return
-		}
-		d, err := time.ParseDuration(raw)
-		if err == nil {
-			err = f.SetPublishDelay(d)
-		}
-		if err != nil {
-			writeError(w, fmt.Errorf(`query parameter "d": %w`, err))
-			return
-		}
-		writeState(w, f)
-	})
+	mux.HandleFunc("POST /admin/delay", durationHandler(f, f.SetPublishDelay))
+	mux.HandleFunc("POST /admin/mark-delay", durationHandler(f, f.SetMarkDelay))
 	mux.HandleFunc("POST /admin/drop", countHandler(f, f.DropNext))
 	mux.HandleFunc("POST /admin/duplicate", countHandler(f, f.DuplicateNext))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
@@ -70,6 +58,25 @@ func NewAdminHandler(f *Faults, gatherer prometheus.Gatherer) http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
+}
+
+func durationHandler(f *Faults, set func(time.Duration) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		raw := r.URL.Query().Get("d")
+		if raw == "" {
+			writeError(w, errors.New(`query parameter "d" is required, a Go duration such as 250ms`))
+			return
+		}
+		d, err := time.ParseDuration(raw)
+		if err == nil {
+			err = set(d)
+		}
+		if err != nil {
+			writeError(w, fmt.Errorf(`query parameter "d": %w`, err))
+			return
+		}
+		writeState(w, f)
+	}
 }
 
 func countHandler(f *Faults, set func(int) error) http.HandlerFunc {
@@ -95,6 +102,7 @@ func writeState(w http.ResponseWriter, f *Faults) {
 	writeJSON(w, http.StatusOK, AdminState{
 		Paused:        s.Paused,
 		PublishDelay:  s.PublishDelay.String(),
+		MarkDelay:     s.MarkDelay.String(),
 		DropNext:      s.DropNext,
 		DuplicateNext: s.DuplicateNext,
 	})

@@ -16,6 +16,7 @@ type Faults struct {
 	mu        sync.Mutex
 	paused    bool
 	delay     time.Duration
+	markDelay time.Duration
 	drop      int
 	duplicate int
 }
@@ -26,6 +27,9 @@ type FaultState struct {
 	Paused bool
 	// PublishDelay is slept after each batch is read and before it is sent.
 	PublishDelay time.Duration
+	// MarkDelay is slept after each batch is acknowledged and before its
+	// rows are marked published (Config.MarkDelay).
+	MarkDelay time.Duration
 	// DropNext rows will be marked published without being sent.
 	DropNext int
 	// DuplicateNext rows will be sent twice.
@@ -75,6 +79,25 @@ func (f *Faults) SetPublishDelay(d time.Duration) error {
 	return nil
 }
 
+// SetMarkDelay makes the relay wait d between the broker's ack of a whole
+// batch and marking its rows published, so published_at lies after the
+// records' arrival (as with relays that mark after a batch or on a timer).
+// Zero marks at once.
+func (f *Faults) SetMarkDelay(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("mark delay %s: must not be negative", d)
+	}
+	f.setMarkDelay(d)
+	f.log.Info("mark delay set: published_at is written that long after the batch is acknowledged", "mark_delay", d)
+	return nil
+}
+
+func (f *Faults) setMarkDelay(d time.Duration) {
+	f.mu.Lock()
+	f.markDelay = d
+	f.mu.Unlock()
+}
+
 // DropNext makes the next n rows lost events: marked published but never
 // sent. It replaces any pending count; zero cancels.
 func (f *Faults) DropNext(n int) error {
@@ -105,21 +128,21 @@ func (f *Faults) DuplicateNext(n int) error {
 func (f *Faults) State() FaultState {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return FaultState{Paused: f.paused, PublishDelay: f.delay, DropNext: f.drop, DuplicateNext: f.duplicate}
+	return FaultState{Paused: f.paused, PublishDelay: f.delay, MarkDelay: f.markDelay, DropNext: f.drop, DuplicateNext: f.duplicate}
 }
 
 // faultPlan is what one batch does: the first drop rows are dropped, the
 // following duplicate rows are sent twice.
 type faultPlan struct {
-	drop, duplicate int
-	delay           time.Duration
+	drop, duplicate  int
+	delay, markDelay time.Duration
 }
 
 // take reserves the faults for a batch of n rows.
 func (f *Faults) take(n int) faultPlan {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p := faultPlan{delay: f.delay}
+	p := faultPlan{delay: f.delay, markDelay: f.markDelay}
 	p.drop = min(f.drop, n)
 	f.drop -= p.drop
 	p.duplicate = min(f.duplicate, n-p.drop)

@@ -16,6 +16,7 @@ const (
 const (
 	faultPause     = "pause"
 	faultDelay     = "delay"
+	faultMarkDelay = "mark_delay"
 	faultDrop      = "drop"
 	faultDuplicate = "duplicate"
 )
@@ -54,13 +55,13 @@ func newMetrics(reg prometheus.Registerer, faults *Faults) (*metrics, error) {
 		}),
 		faultsInjected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outbox_relay_faults_injected_total",
-			Help: "Injected faults that took effect: pause per skipped poll, delay per delayed batch, drop and duplicate per row.",
+			Help: "Injected faults that took effect: pause per skipped poll, delay and mark_delay per delayed batch, drop and duplicate per row.",
 		}, []string{"fault"}),
 	}
 	for _, s := range []string{stageDatabase, stageKafka} {
 		m.pollErrors.WithLabelValues(s)
 	}
-	for _, f := range []string{faultPause, faultDelay, faultDrop, faultDuplicate} {
+	for _, f := range []string{faultPause, faultDelay, faultMarkDelay, faultDrop, faultDuplicate} {
 		m.faultsInjected.WithLabelValues(f)
 	}
 	paused := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -8,8 +8,15 @@
 //	SELECT id, route, key, payload, created_at[, event_type] FROM outbox
 //	  WHERE published_at IS NULL ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED
 //	-- publish the batch synchronously, acks=all, keyed by aggregate id
+//	-- (with a mark delay: wait that long once the whole batch is acknowledged)
 //	UPDATE outbox SET published_at = clock_timestamp() WHERE id = ANY($1)
 //	COMMIT
+//
+// published_at is therefore taken after the broker's ack of the whole batch,
+// and becomes visible only at COMMIT: a consumer often reads a record before
+// its row says published. A mark delay widens that gap on purpose, as relays
+// that mark on a timer or after a larger unit of work do, so that a prober
+// can be shown such a relay.
 //
 // A failure anywhere rolls the transaction back, so its rows stay unpublished
 // and are sent again by a later poll: delivery is at least once.
@@ -79,6 +86,12 @@ type Config struct {
 	MaxBackoff time.Duration
 	// PublishTimeout bounds one batch's send, retries included.
 	PublishTimeout time.Duration
+	// MarkDelay is waited after the broker acknowledged the whole batch and
+	// before its rows are marked published (their rows stay claimed
+	// meanwhile): published_at then lies that much after the records
+	// reached Kafka. Zero marks at once. Faults().SetMarkDelay changes it
+	// while the relay runs.
+	MarkDelay time.Duration
 }
 
 // TopicData is what Config.TopicTemplate sees for each row.
@@ -139,6 +152,7 @@ func New(cfg Config, pool *pgxpool.Pool, writer MessageWriter, logger *slog.Logg
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	faults := NewFaults(logger)
+	faults.setMarkDelay(cfg.MarkDelay)
 	m, err := newMetrics(reg, faults)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
@@ -172,6 +186,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BatchSize < 0 {
 		return c, fmt.Errorf("batch size %d: must not be negative", c.BatchSize)
+	}
+	if c.MarkDelay < 0 {
+		return c, fmt.Errorf("mark delay %s: must not be negative", c.MarkDelay)
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
@@ -324,6 +341,17 @@ func (r *Relay) poll(ctx context.Context) (int, string, error) {
 		}
 		r.metrics.messagesSent.Add(float64(len(msgs)))
 	}
+	if plan.markDelay > 0 {
+		// Cancelled meanwhile: rolled back, the rows are sent again by a
+		// later poll (at least once), as after any failure.
+		t := time.NewTimer(plan.markDelay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, stageDatabase, ctx.Err()
+		case <-t.C:
+		}
+	}
 
 	ids := make([]int64, len(rows))
 	for i, row := range rows {
@@ -345,9 +373,12 @@ func (r *Relay) poll(ctx context.Context) (int, string, error) {
 	if plan.delay > 0 {
 		r.metrics.faultsInjected.WithLabelValues(faultDelay).Inc()
 	}
+	if plan.markDelay > 0 {
+		r.metrics.faultsInjected.WithLabelValues(faultMarkDelay).Inc()
+	}
 	r.log.Debug("batch published",
 		"rows", len(rows), "messages", len(msgs), "first_id", rows[0].id, "last_id", rows[len(rows)-1].id,
-		"dropped", plan.drop, "duplicated", plan.duplicate, "delay", plan.delay, "duration", elapsed)
+		"dropped", plan.drop, "duplicated", plan.duplicate, "delay", plan.delay, "mark_delay", plan.markDelay, "duration", elapsed)
 	return len(rows), "", nil
 }
 

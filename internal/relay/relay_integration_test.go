@@ -510,6 +510,23 @@ func TestRelayInjectsFaults(t *testing.T) {
 				}
 			},
 		},
+		{
+			name:   "A mark delay writes published_at that long after the record was sent.",
+			inject: func(f *relay.Faults) error { return f.SetMarkDelay(delay) },
+			fault:  "mark_delay",
+			check: func(t *testing.T, o *outbox, first, second int64, msgs []kafka.Message) {
+				if got := ids(t, msgs); !slices.Equal(got, []int64{first, second}) {
+					t.Fatalf("topic holds ids %v, want [%d %d]", got, first, second)
+				}
+				for i, id := range []int64{first, second} {
+					// The database and the relay share this machine's clock.
+					sent := parseStamp(t, headers(msgs[i]), relay.HeaderSentAt)
+					if d := o.row(t, id).publishedAt.Sub(sent); d < delay {
+						t.Errorf("row %d: published_at minus sent-at = %s, want at least %s", id, d, delay)
+					}
+				}
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

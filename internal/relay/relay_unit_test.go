@@ -184,6 +184,7 @@ func TestConfigDefaults(t *testing.T) {
 		{name: "A negative poll interval is an error.", cfg: Config{PollInterval: -time.Second}, wantErr: "poll interval -1s: must not be negative"},
 		{name: "A negative batch size is an error.", cfg: Config{BatchSize: -1}, wantErr: "batch size -1: must not be negative"},
 		{name: "A negative publish timeout is an error.", cfg: Config{PublishTimeout: -time.Second}, wantErr: "publish timeout -1s: must not be negative"},
+		{name: "A negative mark delay is an error.", cfg: Config{MarkDelay: -time.Second}, wantErr: "mark delay -1s: must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -271,29 +272,36 @@ func TestAdminAPI(t *testing.T) {
 		{
 			name: "The state starts with no fault.",
 			steps: []step{
-				{"GET", "/admin/state", 200, `{"paused":false,"publish_delay":"0s","drop_next":0,"duplicate_next":0}`},
+				{"GET", "/admin/state", 200, `{"paused":false,"publish_delay":"0s","mark_delay":"0s","drop_next":0,"duplicate_next":0}`},
 			},
 		},
 		{
 			name: "Pause and resume flip the paused flag.",
 			steps: []step{
-				{"POST", "/admin/pause", 200, `{"paused":true,"publish_delay":"0s","drop_next":0,"duplicate_next":0}`},
-				{"GET", "/admin/state", 200, `{"paused":true,"publish_delay":"0s","drop_next":0,"duplicate_next":0}`},
-				{"POST", "/admin/resume", 200, `{"paused":false,"publish_delay":"0s","drop_next":0,"duplicate_next":0}`},
+				{"POST", "/admin/pause", 200, `{"paused":true,"publish_delay":"0s","mark_delay":"0s","drop_next":0,"duplicate_next":0}`},
+				{"GET", "/admin/state", 200, `{"paused":true,"publish_delay":"0s","mark_delay":"0s","drop_next":0,"duplicate_next":0}`},
+				{"POST", "/admin/resume", 200, `{"paused":false,"publish_delay":"0s","mark_delay":"0s","drop_next":0,"duplicate_next":0}`},
 			},
 		},
 		{
 			name: "A delay is set as a Go duration and cleared with zero.",
 			steps: []step{
-				{"POST", "/admin/delay?d=250ms", 200, `{"paused":false,"publish_delay":"250ms","drop_next":0,"duplicate_next":0}`},
-				{"POST", "/admin/delay?d=0", 200, `{"paused":false,"publish_delay":"0s","drop_next":0,"duplicate_next":0}`},
+				{"POST", "/admin/delay?d=250ms", 200, `{"paused":false,"publish_delay":"250ms","mark_delay":"0s","drop_next":0,"duplicate_next":0}`},
+				{"POST", "/admin/delay?d=0", 200, `{"paused":false,"publish_delay":"0s","mark_delay":"0s","drop_next":0,"duplicate_next":0}`},
+			},
+		},
+		{
+			name: "A mark delay is set as a Go duration and cleared with zero.",
+			steps: []step{
+				{"POST", "/admin/mark-delay?d=1s", 200, `{"paused":false,"publish_delay":"0s","mark_delay":"1s","drop_next":0,"duplicate_next":0}`},
+				{"POST", "/admin/mark-delay?d=0", 200, `{"paused":false,"publish_delay":"0s","mark_delay":"0s","drop_next":0,"duplicate_next":0}`},
 			},
 		},
 		{
 			name: "Drop and duplicate counts are set, and default to one.",
 			steps: []step{
-				{"POST", "/admin/drop?n=2", 200, `{"paused":false,"publish_delay":"0s","drop_next":2,"duplicate_next":0}`},
-				{"POST", "/admin/duplicate", 200, `{"paused":false,"publish_delay":"0s","drop_next":2,"duplicate_next":1}`},
+				{"POST", "/admin/drop?n=2", 200, `{"paused":false,"publish_delay":"0s","mark_delay":"0s","drop_next":2,"duplicate_next":0}`},
+				{"POST", "/admin/duplicate", 200, `{"paused":false,"publish_delay":"0s","mark_delay":"0s","drop_next":2,"duplicate_next":1}`},
 			},
 		},
 		{
@@ -302,9 +310,10 @@ func TestAdminAPI(t *testing.T) {
 				{"POST", "/admin/delay", 400, `{"error":"query parameter \"d\" is required, a Go duration such as 250ms"}`},
 				{"POST", "/admin/delay?d=soon", 400, `{"error":"query parameter \"d\": time: invalid duration \"soon\""}`},
 				{"POST", "/admin/delay?d=-1s", 400, `{"error":"query parameter \"d\": publish delay -1s: must not be negative"}`},
+				{"POST", "/admin/mark-delay?d=-1s", 400, `{"error":"query parameter \"d\": mark delay -1s: must not be negative"}`},
 				{"POST", "/admin/drop?n=two", 400, `{"error":"query parameter \"n\": strconv.Atoi: parsing \"two\": invalid syntax"}`},
 				{"POST", "/admin/duplicate?n=-3", 400, `{"error":"query parameter \"n\": duplicate count -3: must not be negative"}`},
-				{"GET", "/admin/state", 200, `{"paused":false,"publish_delay":"0s","drop_next":0,"duplicate_next":0}`},
+				{"GET", "/admin/state", 200, `{"paused":false,"publish_delay":"0s","mark_delay":"0s","drop_next":0,"duplicate_next":0}`},
 			},
 		},
 		{
@@ -355,11 +364,12 @@ func TestMetricsAreLintCleanAndStartAtZero(t *testing.T) {
 	}
 	f.Pause()
 	const want = `
-# HELP outbox_relay_faults_injected_total Injected faults that took effect: pause per skipped poll, delay per delayed batch, drop and duplicate per row.
+# HELP outbox_relay_faults_injected_total Injected faults that took effect: pause per skipped poll, delay and mark_delay per delayed batch, drop and duplicate per row.
 # TYPE outbox_relay_faults_injected_total counter
 outbox_relay_faults_injected_total{fault="delay"} 0
 outbox_relay_faults_injected_total{fault="drop"} 0
 outbox_relay_faults_injected_total{fault="duplicate"} 0
+outbox_relay_faults_injected_total{fault="mark_delay"} 0
 outbox_relay_faults_injected_total{fault="pause"} 0
 # HELP outbox_relay_paused 1 while the relay is paused by fault injection, else 0.
 # TYPE outbox_relay_paused gauge

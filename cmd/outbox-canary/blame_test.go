@@ -1,0 +1,409 @@
+package main
+
+// The prober's own downtime is nobody's segment (issue 9), proven on real
+// processes of the built binary against the project's PostgreSQL and
+// Kafka: start the stack with `deploy/local/stack.sh up` (or `make test`).
+// Without the stack these tests skip (and fail in CI).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/relay"
+	"github.com/outbox-canary/outbox-canary/internal/stacktest"
+	"github.com/outbox-canary/outbox-canary/internal/statuspage"
+	"github.com/outbox-canary/outbox-canary/prober"
+	"github.com/outbox-canary/outbox-canary/slo"
+)
+
+// verdicts are one process's verdicts of one pipeline on /metrics: per
+// segment, SLI events by outcome and unjudged canaries by reason.
+type verdicts map[string]map[string]float64
+
+// scrapeVerdicts reads the SLI events and the unjudged canaries of a
+// pipeline from /metrics, keyed "good", "bad" or "unjudged/<reason>".
+func scrapeVerdicts(addr, pipeline string) (verdicts, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parse /metrics: %w", err)
+	}
+	out := verdicts{}
+	add := func(name string, key func(map[string]string) string) {
+		for _, m := range fams[name].GetMetric() {
+			l := labelMap(m)
+			if l[slo.LabelPipeline] != pipeline || metricValue(m) == 0 {
+				continue
+			}
+			if out[l[slo.LabelSegment]] == nil {
+				out[l[slo.LabelSegment]] = map[string]float64{}
+			}
+			out[l[slo.LabelSegment]][key(l)] += metricValue(m)
+		}
+	}
+	add(slo.MetricSLIEvents, func(l map[string]string) string { return l[slo.LabelOutcome] })
+	add(slo.MetricCanariesUnjudged, func(l map[string]string) string { return "unjudged/" + l[slo.LabelReason] })
+	return out, nil
+}
+
+// total is every outcome of a segment: one per canary that entered it.
+func (v verdicts) total(segment string) float64 {
+	n := 0.0
+	for _, x := range v[segment] {
+		n += x
+	}
+	return n
+}
+
+// apiStatus reads /api/status and returns the pipeline's status.
+func apiStatus(addr, pipeline string) (statuspage.PipelineStatus, error) {
+	resp, err := http.Get("http://" + addr + "/api/status")
+	if err != nil {
+		return statuspage.PipelineStatus{}, err
+	}
+	defer resp.Body.Close()
+	var st statuspage.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return statuspage.PipelineStatus{}, fmt.Errorf("/api/status: %w", err)
+	}
+	for _, p := range st.Pipelines {
+		if p.Name == pipeline {
+			return p, nil
+		}
+	}
+	return statuspage.PipelineStatus{}, fmt.Errorf("/api/status: no pipeline %q", pipeline)
+}
+
+// TestProberKilledAcrossADeadlineChargesNoSegmentOfKafkas kills a running
+// prober (SIGKILL) with canaries in flight, lets the relay publish them
+// while it is down, and starts it again on the same state directory only
+// once their publish_to_consume and end_to_end deadlines have passed (as
+// measured: the relay's published_at and the commit time the first process
+// last reported). Kafka and the relay were healthy throughout: the canaries
+// waited for the prober, which no pipeline owner is paged for. Their
+// publish_to_consume and end_to_end come out unjudged (prober_down), never
+// bad, commit_to_publish keeps the verdict its stamps give, and across both
+// processes every canary gets exactly one outcome per budgeted segment.
+func TestProberKilledAcrossADeadlineChargesNoSegmentOfKafkas(t *testing.T) {
+	bin := stacktest.BuildCommand(t, "outbox-canary")
+	const (
+		c2pBudget = 5 * time.Second
+		p2cBudget = 2 * time.Second
+		e2eBudget = 6 * time.Second
+	)
+	path, faults := stackPipelineWith(t, fmt.Sprintf("{commit_to_publish: %s, publish_to_consume: %s, end_to_end: %s}", c2pBudget, p2cBudget, e2eBudget), "")
+	pool, err := pgxpool.New(context.Background(), os.Getenv("CHECK_TEST_DSN"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	const pipeline = "orders"
+
+	first := startBinary(t, bin, path)
+	first.waitFor(t, "a canary received", func(c counts) bool { return c.received >= 1 })
+	// With the relay paused nothing resolves between the last scrape and
+	// the kill, so that scrape holds the first process's final counts.
+	faults.Pause()
+	prev := first.waitFor(t, "the first scrape after pausing the relay", func(counts) bool { return true })
+	last := first.waitFor(t, "2 canaries in flight, just after a send", func(c counts) bool {
+		justSent := c.sent > prev.sent
+		prev = c
+		return c.inFlight >= 2 && justSent
+	})
+	firstVerdicts, err := scrapeVerdicts(first.addr, pipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.waitExit(t)
+	killed := time.Now()
+	faults.Resume()
+
+	// The relay publishes what the prober left in flight while it is
+	// down. Its deadlines are then derived from what happened: the last
+	// commit and the last published_at, plus their budgets.
+	var lastPublished time.Time
+	waitUntil(t, "the relay to publish every canary while the prober is down", func() (bool, error) {
+		var unpublished int
+		err := pool.QueryRow(context.Background(), "SELECT count(*) FILTER (WHERE published_at IS NULL), coalesce(max(published_at), 'epoch') FROM outbox").
+			Scan(&unpublished, &lastPublished)
+		return err == nil && unpublished == 0, err
+	})
+	if last.lastSent == 0 {
+		t.Fatalf("the first process reported no commit time: %+v", last)
+	}
+	lastCommit := time.Unix(0, int64(last.lastSent*1e9))
+	deadline := lastCommit.Add(e2eBudget)
+	if d := lastPublished.Add(p2cBudget); d.After(deadline) {
+		deadline = d
+	}
+	t.Logf("killed with %v in flight; last commit %s, last published_at %s: restarting after %s",
+		last.inFlight, lastCommit.Format(time.RFC3339Nano), lastPublished.Format(time.RFC3339Nano), deadline.Format(time.RFC3339Nano))
+	time.Sleep(time.Until(deadline) + time.Second)
+
+	second := startBinary(t, bin, path)
+	restarted := time.Now()
+	second.waitFor(t, "the second process to serve", func(counts) bool { return true })
+	var rows int
+	var quiet *counts
+	final := second.waitFor(t, "every committed canary to be resolved", func(c counts) bool {
+		if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox").Scan(&rows); err != nil {
+			return false
+		}
+		if c.inFlight != 0 || float64(rows) != last.sent+c.sent {
+			quiet = nil
+			return false
+		}
+		stable := quiet != nil && quiet.String() == c.String()
+		quiet = &c
+		return stable
+	})
+	secondVerdicts, err := scrapeVerdicts(second.addr, pipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("down %s; first process %v, second %v; outbox rows %d", restarted.Sub(killed).Round(time.Millisecond), firstVerdicts, secondVerdicts, rows)
+
+	total := last.sent + final.sent
+	for _, seg := range final.budgeted {
+		if got := firstVerdicts.total(seg) + secondVerdicts.total(seg); got != total {
+			t.Errorf("%s: %v outcomes across both processes (first %v, second %v), want %v: one per canary", seg, got, firstVerdicts[seg], secondVerdicts[seg], total)
+		}
+	}
+	for _, seg := range []string{"publish_to_consume", "end_to_end"} {
+		if bad := firstVerdicts[seg]["bad"] + secondVerdicts[seg]["bad"]; bad != 0 {
+			t.Errorf("%s: %v bad events, want 0: the canaries waited for the prober, not for Kafka", seg, bad)
+		}
+		if down := secondVerdicts[seg]["unjudged/"+"prober_down"]; down < last.inFlight {
+			t.Errorf("%s: %v unjudged (prober_down), want at least the %v canaries in flight at the kill", seg, down, last.inFlight)
+		}
+	}
+	if n := last.lost + final.lost + last.duplicates + final.duplicates; n != 0 {
+		t.Errorf("lost + duplicates = %v, want 0", n)
+	}
+
+	// The status page of the second process says the same per canary.
+	st, err := apiStatus(second.addr, pipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	across := 0
+	for _, rep := range st.Recent {
+		if !rep.Committed.Before(killed) || rep.Consumed.Before(restarted) {
+			continue // resolved by the first process, or sent by the second
+		}
+		across++
+		c2p, p2c, e2e := rep.Segments["commit_to_publish"], rep.Segments["publish_to_consume"], rep.Segments["end_to_end"]
+		t.Logf("canary %s across the kill: commit_to_publish %s %s, publish_to_consume %s %s(%s), end_to_end %s %s(%s)",
+			rep.ID, c2p.Duration, c2p.Outcome, p2c.Duration, p2c.Outcome, p2c.Reason, e2e.Duration, e2e.Outcome, e2e.Reason)
+		for _, sr := range []prober.SegmentResult{p2c, e2e} {
+			if sr.Outcome != "unjudged" || sr.Reason != "prober_down" {
+				t.Errorf("canary %s: %s %+v, want unjudged (prober_down)", rep.ID, sr.Segment, sr)
+			}
+		}
+		if want := map[bool]string{true: "good", false: "bad"}[c2p.Duration <= c2pBudget]; !c2p.Measured || c2p.Outcome != want {
+			t.Errorf("canary %s: commit_to_publish %+v, want %s by its stamps", rep.ID, c2p, want)
+		}
+	}
+	if float64(across) != last.inFlight {
+		t.Errorf("%d canaries on /api/status were in flight across the kill, want %v", across, last.inFlight)
+	}
+	if t.Failed() {
+		t.Logf("first process stderr:\n%s\nsecond process stderr:\n%s", first.stderr.String(), second.stderr.String())
+	}
+}
+
+// markingRelayPipeline is a schema A outbox whose reference relay marks
+// published_at markDelay after each batch's ack, a fresh topic, and a
+// config file with the budgets' YAML; published_at is the publish stamp.
+func markingRelayPipeline(t *testing.T, markDelay time.Duration, budgets string) (string, *relay.Faults, *config.Config) {
+	t.Helper()
+	path, faults := stackPipelineWith(t, budgets, "")
+	if err := faults.SetMarkDelay(markDelay); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Pipelines[0].Relay.PublishedStamp != config.PublishedFromColumn {
+		t.Fatalf("publish stamp %s, want published_at", cfg.Pipelines[0].Relay.PublishedStamp)
+	}
+	return path, faults, cfg
+}
+
+// verdictOf is the key of verdicts a segment's outcome is counted under.
+func verdictOf(s prober.SegmentResult) string {
+	if s.Outcome == "unjudged" {
+		return "unjudged/" + s.Reason
+	}
+	return s.Outcome
+}
+
+// checkVerdict is what check prints for a verdict key.
+func checkVerdict(key string) string {
+	switch {
+	case key == "good":
+		return "ok"
+	case key == "bad":
+		return "OVER BUDGET"
+	case strings.HasPrefix(key, "unjudged/"):
+		return "not judged (" + strings.TrimPrefix(key, "unjudged/") + ")"
+	}
+	return "unmeasured"
+}
+
+// TestOneCanarysVerdictsAreTheSameOnMetricsStatusAndCheck sends canaries
+// one at a time through a relay that marks published_at late (stamp
+// order), the second also delayed past its deadlines, and checks for each
+// that what /metrics counted for it (one outcome per budgeted segment),
+// what /api/status shows of it and what check prints of its report are the
+// same verdicts; that /api/status shows no negative duration; and that
+// check, run for real, recommends a better publish stamp.
+func TestOneCanarysVerdictsAreTheSameOnMetricsStatusAndCheck(t *testing.T) {
+	path, faults, cfg := markingRelayPipeline(t, 600*time.Millisecond,
+		"{commit_to_publish: 1ms, publish_to_consume: 1500ms, end_to_end: 2s}")
+	p := &cfg.Pipelines[0]
+	reg := prometheus.NewRegistry()
+	svc, err := prober.New(prober.Options{Config: cfg, Registerer: reg, NoSchedule: true, StateDir: "-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := slo.FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(statuspage.NewHandler(svc, model, reg, slog.New(slog.DiscardHandler), time.Now))
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitUntil(t, "the prober's database and Kafka", func() (bool, error) { ok, why := svc.Dependencies(); return ok, fmt.Errorf("%v", why) })
+	tr, err := svc.Tracker(p.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for i, delay := range []time.Duration{0, 2500 * time.Millisecond} {
+		if err := faults.SetPublishDelay(delay); err != nil {
+			t.Fatal(err)
+		}
+		before, err := scrapeVerdicts(addr, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := svc.Send(context.Background(), p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		actx, acancel := context.WithTimeout(context.Background(), 45*time.Second)
+		rep, err := tr.Await(actx, c.ID)
+		acancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The counters move once the verdicts' effects are applied, just
+		// after the report is final.
+		var after verdicts
+		waitUntil(t, "one outcome per budgeted segment on /metrics", func() (bool, error) {
+			after, err = scrapeVerdicts(addr, p.Name)
+			for _, seg := range p.BudgetedSegments() {
+				if err != nil || after.total(seg)-before.total(seg) != 1 {
+					return false, err
+				}
+			}
+			return true, nil
+		})
+		st, err := apiStatus(addr, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var shown *prober.Report
+		for i := range st.Recent {
+			for _, sr := range st.Recent[i].Segments {
+				if sr.Duration < 0 {
+					t.Errorf("/api/status: canary %s %s has a negative duration %s", st.Recent[i].ID, sr.Segment, sr.Duration)
+				}
+			}
+			if st.Recent[i].ID == c.ID {
+				shown = &st.Recent[i]
+			}
+		}
+		if shown == nil {
+			t.Fatalf("canary %s is not on /api/status", c.ID)
+		}
+		var out strings.Builder
+		printCheck(&out, p, checkResult{report: rep})
+		t.Logf("canary %d (publish delay %s), as check prints it:\n%s", i+1, delay, out.String())
+		lines := strings.Split(out.String(), "\n")
+		for _, seg := range p.BudgetedSegments() {
+			counted := ""
+			for key, n := range after[seg] {
+				if n-before[seg][key] == 1 {
+					counted = key
+				}
+			}
+			if got := verdictOf(shown.Segments[seg]); got != counted {
+				t.Errorf("canary %s %s: /api/status says %s, /metrics counted %s", c.ID, seg, got, counted)
+			}
+			var line string
+			for _, l := range lines {
+				if f := strings.Fields(l); len(f) > 0 && f[0] == seg {
+					line = l
+				}
+			}
+			if !strings.HasSuffix(strings.TrimSpace(line), checkVerdict(counted)) {
+				t.Errorf("canary %s %s: check prints %q, /metrics counted %s (%q)", c.ID, seg, line, counted, checkVerdict(counted))
+			}
+		}
+		if shown.Segments["publish_to_consume"].StampOrder && !strings.Contains(out.String(), "A better publish stamp") {
+			t.Errorf("canary %s in stamp order: check recommends no better publish stamp", c.ID)
+		}
+	}
+	if err := faults.SetPublishDelay(0); err != nil {
+		t.Fatal(err)
+	}
+
+	// check itself, on the same pipeline: its canary is in stamp order too.
+	var stdout, stderr bytes.Buffer
+	err = Run(context.Background(), []string{"check", "--config.file", path, "--timeout", "30s"}, &stdout, &stderr)
+	t.Logf("outbox-canary check (exit %d):\n%s", exitCode(err), stdout.String())
+	if code := exitCode(err); code != 0 {
+		t.Errorf("check exit %d (%v), want 0: nothing is over budget\n%s", code, err, stderr.String())
+	}
+	for _, want := range []string{"negative (stamp order)", "not judged (stamp_order)", "A better publish stamp", "relay.published_stamp: header", "PASS: no segment over budget (1 not judged)"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("check output lacks %q", want)
+		}
+	}
+	// lint says it before any canary is sent.
+	stdout.Reset()
+	err = Run(context.Background(), []string{"lint", "--config.file", path}, &stdout, &stderr)
+	if code := exitCode(err); code != 0 || !strings.Contains(stdout.String(), "WARN  publish stamp") {
+		t.Errorf("lint (exit %d) does not warn about the publish stamp:\n%s", code, stdout.String())
+	}
+}
