@@ -462,7 +462,7 @@ func TestDisruptiveBlamePostgresStoppedDuringALookup(t *testing.T) {
 // arrive.
 func TestDisruptiveBlameCDCBrokerStall(t *testing.T) {
 	s := stacktest.Load(t)
-	p := newCDCPipeline(t, s)
+	p := newCDCPipeline(t, s, nil)
 	cfg := p.config(t, "@every 1s", "{commit_to_publish: 1s, publish_to_consume: 1s, end_to_end: 2s}")
 	pc := &cfg.Pipelines[0]
 	r := startService(t, cfg, t.TempDir(), true)

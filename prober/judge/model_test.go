@@ -268,12 +268,18 @@ func (w *world) simulate() *simulation {
 	// is down.
 	stalls := append(slices.Clone(w.consumeStall), w.proberDown...)
 	prev := time.Duration(0)
+	// freePrev is the always-up reader's own position: it too reads in
+	// offset order, so a message stuck behind one the broker held is
+	// held with it, and that wait is the pipeline's.
+	freePrev := time.Duration(0)
 	for off, m := range msgs {
 		m.offset = int64(off)
 		lat := time.Duration(1+rng.IntN(3)) * time.Millisecond
 		f := max(prev, m.ack+lat)
 		f = pushOut(stalls, f)
 		m.fetch = f
+		free := pushOut(w.consumeStall, max(freePrev, m.ack+lat))
+		freePrev = free + 50*time.Microsecond
 		prev = f + 50*time.Microsecond
 		if m.canary < 0 {
 			prev = f + 1500*time.Microsecond // a flood of 1 message/ms outruns the readers
@@ -282,7 +288,7 @@ func (w *world) simulate() *simulation {
 			c := sim.truths[m.canary]
 			if c.fetch == never || f < c.fetch {
 				c.fetch = f
-				c.free = pushOut(w.consumeStall, m.ack+lat)
+				c.free = free
 			}
 		}
 	}
