@@ -185,7 +185,12 @@ func (c *Consumer) samplePosition(ctx context.Context) {
 	cancel()
 	if err != nil {
 		c.log.Debug("sampling the readers' position failed", "err", err)
-		return // no evidence this time
+		if ctx.Err() == nil {
+			// No evidence of where the readers were, but evidence that the
+			// relay's producer may not reach the brokers either.
+			c.tracker.Position(judge.Position{At: at, Failed: true})
+		}
+		return
 	}
 	next := c.tracker.StartOffsets()
 	c.mu.Lock()

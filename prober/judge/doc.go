@@ -62,6 +62,14 @@
 //     segment after the last proven stamp is charged (a polling relay reads
 //     and publishes in one batch step, so an unpublished canary is almost
 //     always unread).
+//   - A publish stamp taken at send (a relay header, the record timestamp)
+//     is on the record before the brokers ack it. When the prober could not
+//     reach the brokers at some point from a little before the canary's
+//     commit until the caught-up moment (or was down then, and cannot
+//     tell), the relay's producer may be holding the stamped record: the
+//     canary may be past publish, so no publish-side segment is charged by
+//     the position. It is judged by its stamps when it arrives. published_at
+//     is written after the ack, so an outage does not blur it.
 //   - If the readers were behind, the canary may be waiting in the topic: the
 //     segment ending at consume is charged once end_to_end's deadline has
 //     passed, unless the lag is the prober's own (prober_down, prober_lag).

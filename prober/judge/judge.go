@@ -92,7 +92,18 @@ type Position struct {
 	At       time.Time
 	CaughtUp bool
 	Lag      int64
+	// Failed: the high watermarks could not be read. No evidence of where
+	// the readers were, but evidence that the brokers may have been out of
+	// reach of the relay's producer too.
+	Failed bool
 }
+
+// brokerReconnectGrace is how long after the prober last failed to reach
+// the brokers a relay's producer may still be holding a record it stamped
+// at send: a Kafka producer reconnects and retries with backoff (Connect's
+// defaults reach seconds), so a record sent just after an outage can wait
+// too.
+const brokerReconnectGrace = 10 * time.Second
 
 // position is the judge's memory of the readers' positions.
 type position struct {
@@ -106,6 +117,10 @@ type position struct {
 	caughtUp              bool  // caught up at least once since the start
 	skips                 int   // non-canary messages since the last caught-up sample
 	lag                   int64 // messages left to process at the latest sample
+	// unreachable spans the streaks of failed samples, oldest first, as
+	// long as an open canary can need them.
+	unreachable []Interval
+	lastFailed  bool
 }
 
 // Judge is the pure state machine. Not safe for concurrent use: the shell
@@ -294,6 +309,11 @@ func (j *Judge) advance(partition int, offset int64) {
 
 // Position records where the readers were.
 func (j *Judge) Position(p Position) []Effect {
+	if p.Failed {
+		j.brokersUnreachable(p.At)
+		return nil
+	}
+	j.pos.lastFailed = false
 	if p.At.After(j.started) || p.At.Equal(j.started) {
 		j.pos.sampledSince = true
 	}
@@ -316,6 +336,45 @@ func (j *Judge) Position(p Position) []Effect {
 		j.pos.behindAt = p.At
 	}
 	return nil
+}
+
+// brokersUnreachable records a failed sample at t: it extends the current
+// streak, or starts one, and forgets streaks no open canary can reach.
+func (j *Judge) brokersUnreachable(t time.Time) {
+	u := j.pos.unreachable
+	if n := len(u); j.pos.lastFailed && n > 0 {
+		if t.After(u[n-1].To) {
+			u[n-1].To = t
+		}
+	} else {
+		u = append(u, Interval{From: t, To: t})
+	}
+	j.pos.lastFailed = true
+	horizon := t.Add(-j.cfg.LostAfter - brokerReconnectGrace - time.Minute)
+	for len(u) > 0 && u[0].To.Before(horizon) {
+		u = u[1:]
+	}
+	j.pos.unreachable = u
+}
+
+// publishMayBeHeld says whether a canary missing from the topic as of
+// asOf may still have passed its publish stamp: the stamp is taken at send
+// (not after the ack, as published_at is), and the brokers were out of the
+// prober's reach at some point between a little before the canary's commit
+// and asOf (or the prober was down then, and cannot tell), so the relay's
+// producer may hold the stamped record. Which side of the stamp it is on
+// is then unknown.
+func (j *Judge) publishMayBeHeld(c *Canary, asOf time.Time) bool {
+	if j.cfg.Plan.AfterEvent[StampPublish] || j.cfg.mutation == "ignore_outage" {
+		return false
+	}
+	from := c.CommitSent.Add(-brokerReconnectGrace)
+	for _, iv := range slices.Concat(j.pos.unreachable, j.st.Downtimes) {
+		if !iv.To.Before(from) && !iv.From.After(asOf) {
+			return true
+		}
+	}
+	return false
 }
 
 // arrived resolves the first (or a later) arrival of a known canary.
@@ -937,7 +996,7 @@ func (j *Judge) blame(c *Canary, now time.Time) {
 		}
 		return
 	}
-	if j.pos.caughtUpAsOf.After(c.Committed) {
+	if j.pos.caughtUpAsOf.After(c.Committed) && !j.publishMayBeHeld(c, j.pos.caughtUpAsOf) {
 		// Not published as of caughtUpAsOf: it was on the publish side
 		// then, whatever came after.
 		asOf := j.pos.caughtUpAsOf

@@ -185,6 +185,32 @@ func TestJudgeScenarios(t *testing.T) {
 			h.arrive("a", ms(6000), map[string]time.Duration{StampPublish: ms(5990)})
 			h.want("a", "commit_to_publish=bad end_to_end=bad insert_to_commit=good publish_to_consume=good")
 		}},
+		{"A CDC canary stamped at send and held by the producer through a broker outage is not charged to the relay; its stamps judge it.", "cdc", func(h *jh) {
+			h.send("a", 0, ms(2))
+			for at := ms(100); at <= ms(3000); at += ms(100) {
+				if at%ms(500) == 0 {
+					h.j.Position(Position{At: t0.Add(at), Failed: true}) // the brokers are out of reach
+				}
+				h.tick(at)
+			}
+			// The readers reconnect before the relay's producer re-sends: the
+			// topic is caught up without the canary.
+			h.ticksWithPositions(ms(3100), ms(5000), true)
+			h.want("a", "end_to_end=bad insert_to_commit=good")
+			h.arrive("a", ms(5500), map[string]time.Duration{StampPublish: ms(150)})
+			h.want("a", "commit_to_publish=good end_to_end=bad insert_to_commit=good publish_to_consume=bad")
+		}},
+		{"A published_at canary caught up without it after a broker outage is charged to the relay: published_at is marked after the ack.", "schemaB", func(h *jh) {
+			h.send("a", 0, ms(2))
+			for at := ms(100); at <= ms(3000); at += ms(100) {
+				if at%ms(500) == 0 {
+					h.j.Position(Position{At: t0.Add(at), Failed: true})
+				}
+				h.tick(at)
+			}
+			h.ticksWithPositions(ms(3100), ms(5000), true)
+			h.want("a", "commit_to_publish=bad end_to_end=bad insert_to_commit=good")
+		}},
 		{"A published_at the topic contradicts is a relay's drop, charged to the relay; the canary is lost with no Kafka verdict.", "schemaB", func(h *jh) {
 			h.send("a", 0, ms(2))
 			h.ticksWithPositions(ms(100), ms(1000), true) // looks published_at up at the 1s deadline

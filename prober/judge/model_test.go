@@ -56,11 +56,15 @@ type world struct {
 	proberDown   []span        // the prober is not running
 	dbOutages    []span        // lookups cannot be made
 	floods       []span        // foreign messages pour into the topic
-	dropP, dupP  float64
-	markDelayMax time.Duration // published_at written this long after the ack
-	relaySkew    time.Duration // the relay's clock minus ours
-	dbErr        time.Duration // error bound of the measured DB offset
-	commitWidth  time.Duration
+	// brokerDown: no client reaches the brokers. The relay's producer
+	// and the prober's readers need a while after each to reconnect.
+	brokerDown                      []span
+	relayReconnect, readerReconnect time.Duration
+	dropP, dupP                     float64
+	markDelayMax                    time.Duration // published_at written this long after the ack
+	relaySkew                       time.Duration // the relay's clock minus ours
+	dbErr                           time.Duration // error bound of the measured DB offset
+	commitWidth                     time.Duration
 }
 
 type span struct{ from, to time.Duration }
@@ -169,7 +173,22 @@ func newWorld(seed uint64) *world {
 		w.relaySkew = time.Duration(rng.IntN(10)) * time.Millisecond
 	}
 	w.dbErr = time.Duration(rng.IntN(3)) * time.Millisecond
+	if faults(0.25) {
+		w.brokerDown = randSpans(rng, 1, w.horizon, time.Second, 10*time.Second)
+		w.relayReconnect = time.Duration(rng.IntN(3000)) * time.Millisecond
+		w.readerReconnect = time.Duration(rng.IntN(500)) * time.Millisecond
+	}
 	return w
+}
+
+// afterOutage is the broker outages as one client sees them: until it
+// has reconnected.
+func (w *world) afterOutage(reconnect time.Duration) []span {
+	var out []span
+	for _, d := range w.brokerDown {
+		out = append(out, span{d.from, d.to + reconnect})
+	}
+	return out
 }
 
 // canaryTruth is where a canary truly was.
@@ -178,6 +197,7 @@ type canaryTruth struct {
 	seq                                        uint64
 	insert, commitSent, commit, commitReturned time.Duration
 	read, ack, fetch                           time.Duration // never: it did not happen
+	send                                       time.Duration // handed to the producer
 	// free is when a consumer that was always up and never behind its own
 	// backlog would have fetched it: the pipeline's share of consumption.
 	free         time.Duration
@@ -217,15 +237,23 @@ func (w *world) simulate() *simulation {
 		c.commitSent = t + 2*time.Millisecond
 		c.commitReturned = c.commitSent + w.commitWidth
 		c.commit = c.commitSent + time.Duration(rng.Int64N(int64(w.commitWidth)+1))
-		c.read, c.ack, c.fetch, c.free, c.mark, c.publishStamp = never, never, never, never, never, never
+		c.read, c.ack, c.fetch, c.free, c.mark, c.publishStamp, c.send = never, never, never, never, never, never, never
 		sim.truths = append(sim.truths, c)
 	}
 	// The relay polls every w.poll outside its pauses and reads every row
-	// committed by then; a send during a stall waits for its end.
+	// committed by then; a send during a stall waits for its end. A polling
+	// relay blocks on a send the brokers cannot take, so it reads nothing
+	// more until it has reconnected; Debezium goes on reading the WAL into
+	// its producer's buffer. Either way a record sent while the brokers are
+	// out of reach is acked only after the producer has reconnected.
+	relayBlocked := w.relayPauses
+	if w.publishSrc != "record" {
+		relayBlocked = append(slices.Clone(w.relayPauses), w.afterOutage(w.relayReconnect)...)
+	}
 	for _, c := range sim.truths {
 		r := c.commit
 		r = (r/w.poll + 1) * w.poll // the next poll
-		r = pushOut(w.relayPauses, r)
+		r = pushOut(relayBlocked, r)
 		c.read = r
 		send := r + time.Duration(1+rng.IntN(5))*time.Millisecond
 		if s, ok := inAny(w.sendStalls, r); ok {
@@ -235,7 +263,8 @@ func (w *world) simulate() *simulation {
 			c.dropped = true
 			c.mark = send + time.Duration(rng.IntN(5))*time.Millisecond // marked as if sent
 		} else {
-			c.ack = send + time.Duration(1+rng.IntN(3))*time.Millisecond
+			c.send = send
+			c.ack = pushOut(w.afterOutage(w.relayReconnect), send+time.Duration(1+rng.IntN(3))*time.Millisecond)
 			c.mark = c.ack + time.Duration(rng.Int64N(int64(w.markDelayMax)+1))
 		}
 		if w.publishSrc != "published_at" {
@@ -266,7 +295,8 @@ func (w *world) simulate() *simulation {
 	// The readers fetch in offset order; each message costs a little, the
 	// broker may not serve fetches, and nothing is read while the prober
 	// is down.
-	stalls := append(slices.Clone(w.consumeStall), w.proberDown...)
+	pipelineStalls := append(slices.Clone(w.consumeStall), w.afterOutage(w.readerReconnect)...)
+	stalls := append(slices.Clone(pipelineStalls), w.proberDown...)
 	prev := time.Duration(0)
 	// freePrev is the always-up reader's own position: it too reads in
 	// offset order, so a message stuck behind one the broker held is
@@ -278,7 +308,7 @@ func (w *world) simulate() *simulation {
 		f := max(prev, m.ack+lat)
 		f = pushOut(stalls, f)
 		m.fetch = f
-		free := pushOut(w.consumeStall, max(freePrev, m.ack+lat))
+		free := pushOut(pipelineStalls, max(freePrev, m.ack+lat))
 		freePrev = free + 50*time.Microsecond
 		prev = f + 50*time.Microsecond
 		if m.canary < 0 {
@@ -418,6 +448,10 @@ func (s *shellSim) run() {
 						lag++
 					}
 				}
+				if _, out := inAny(w.brokerDown, t); out {
+					s.j.Position(Position{At: at(t), Failed: true})
+					return
+				}
 				s.j.Position(Position{At: at(t), CaughtUp: lag == 0, Lag: lag})
 			}})
 		}
@@ -487,6 +521,11 @@ func (s *simulation) segTruthBy(c *canaryTruth, seg Segment, claim bool) (from, 
 		case StampPublish:
 			if claim && !c.dropped {
 				return c.mark
+			}
+			if s.w.publishSrc != "published_at" {
+				// A stamp taken at send: waiting for the brokers' ack is
+				// after it.
+				return c.send
 			}
 			return c.ack
 		case StampConsume:
@@ -668,9 +707,9 @@ func checkVerdict(e Effect, seg Segment, from, to, v, margin time.Duration, plan
 func (w *world) noPositionEver() bool { return false }
 
 func (w *world) String() string {
-	return fmt.Sprintf("read=%t publish=%s interval=%s poll=%s pauses=%v sendStalls=%v consumeStalls=%v down=%v db=%v floods=%v drop=%.1f dup=%.1f mark=%s skew=%s budgets=%v",
+	return fmt.Sprintf("read=%t publish=%s interval=%s poll=%s pauses=%v sendStalls=%v consumeStalls=%v down=%v db=%v floods=%v brokers=%v (relay +%s, readers +%s) drop=%.1f dup=%.1f mark=%s skew=%s budgets=%v",
 		w.withRead, w.publishSrc, w.interval, w.poll, w.relayPauses, w.sendStalls, w.consumeStall, w.proberDown, w.dbOutages,
-		w.floods, w.dropP, w.dupP, w.markDelayMax, w.relaySkew, budgetsOf(w.cfg.Plan))
+		w.floods, w.brokerDown, w.relayReconnect, w.readerReconnect, w.dropP, w.dupP, w.markDelayMax, w.relaySkew, budgetsOf(w.cfg.Plan))
 }
 
 func budgetsOf(p Plan) string {
@@ -733,6 +772,7 @@ func TestModelCatchesMutationsOfTheBlameRule(t *testing.T) {
 		{"no_taint", "charges consumption for the prober's own downtime and backlog"},
 		{"commit_returned", "measures from COMMIT returned, so a relay reading the row first looks like skew"},
 		{"order_as_skew", "takes a published_at marked after consumption for clock skew"},
+		{"ignore_outage", "charges the publish side for a record stamped at send and held by a producer while the brokers were out of reach"},
 	}
 	runs := min(*modelRuns, modelRunsShort)
 	for _, m := range mutations {

@@ -129,7 +129,8 @@ func (c *Canary) decided(segment string) bool {
 	return ok && v.Outcome != ""
 }
 
-// Interval is a span of time, used for the prober's downtimes.
+// Interval is a span of time: a downtime of the prober, a streak of
+// samples that could not reach the brokers.
 type Interval struct {
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
