@@ -155,7 +155,7 @@ func TestE2ESecuredConnectionFailuresSayWhich(t *testing.T) {
 				reasons = strings.Join(rs, "\n")
 				return !ok && containsAll(reasons, tc.want[1:]) && strings.Contains(reasons, tc.want[0]), reasons
 			})
-			t.Logf("readiness: %s", reasons)
+			t.Logf("dependencies down: %s", reasons)
 			stacktest.Eventually(t, e2eWait, "the log to name the cause", func() (bool, string) {
 				// slog's text handler escapes the quotes of a value.
 				return containsAll(strings.ReplaceAll(logs.String(), `\"`, `"`), tc.want[1:]), logs.String()
