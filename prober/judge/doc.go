@@ -73,6 +73,9 @@
 //   - If the readers were behind, the canary may be waiting in the topic: the
 //     segment ending at consume is charged once end_to_end's deadline has
 //     passed, unless the lag is the prober's own (prober_down, prober_lag).
+//     The position at the deadline decides: readers behind on their own
+//     that then run into a broker stall are charged to consumption, the
+//     stall being what holds them at the deadline.
 //   - Without any position (the prober cannot reach Kafka) no segment is
 //     charged before arrival; end_to_end still is.
 //

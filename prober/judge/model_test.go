@@ -286,9 +286,11 @@ func (w *world) simulate() *simulation {
 			msgs = append(msgs, &d)
 		}
 	}
+	// Other producers need the brokers too: what they send while the
+	// brokers are out of reach is acked once they have reconnected.
 	for _, f := range w.floods {
 		for t := f.from; t < f.to; t += time.Millisecond {
-			msgs = append(msgs, &message{canary: -1, ack: t})
+			msgs = append(msgs, &message{canary: -1, ack: pushOut(w.afterOutage(w.relayReconnect), t)})
 		}
 	}
 	sort.SliceStable(msgs, func(i, j int) bool { return msgs[i].ack < msgs[j].ack })
@@ -550,6 +552,7 @@ func modelFailures(sim *simulation, sh *shellSim) (fails []string, ambiguous int
 	plan := w.cfg.Plan
 	all := append(slices.Clone(sh.applied), sh.lostFx...)
 	seen := map[string]Effect{}
+	readerStalls := append(slices.Clone(w.consumeStall), w.afterOutage(w.readerReconnect)...)
 	byID := map[string]*canaryTruth{}
 	for _, c := range sim.truths {
 		if _, down := inAny(w.proberDown, c.commitReturned); down {
@@ -622,7 +625,7 @@ func modelFailures(sim *simulation, sh *shellSim) (fails []string, ambiguous int
 		ok := false
 		var why string
 		for _, r := range readings {
-			if good, reason := checkVerdict(e, seg, r[0], r[1], v, marginOf(seg), plan, idx, c, &ambiguous); good {
+			if good, reason := checkVerdict(e, seg, r[0], r[1], v, marginOf(seg), plan, idx, c, readerStalls, &ambiguous); good {
 				ok = true
 				break
 			} else if why == "" {
@@ -648,7 +651,7 @@ func modelFailures(sim *simulation, sh *shellSim) (fails []string, ambiguous int
 // checkVerdict checks one verdict against one reading of the truth: the
 // segment's true start and end (never: not reached) and the verdict's time.
 func checkVerdict(e Effect, seg Segment, from, to, v, margin time.Duration, plan Plan, idx map[string]int,
-	c *canaryTruth, ambiguous *int) (bool, string) {
+	c *canaryTruth, readerStalls []span, ambiguous *int) (bool, string) {
 	{
 		if from == never {
 			// The documented rule: readers behind across the end-to-end
@@ -691,6 +694,18 @@ func checkVerdict(e Effect, seg Segment, from, to, v, margin time.Duration, plan
 			if seg.To == StampConsume && (c.ack == never || c.ack+margin > v-seg.Budget) {
 				*ambiguous++
 				return true, ""
+			}
+			// Mixed causes: readers behind on their own ran into a stall of
+			// the brokers that readers without a backlog would have escaped.
+			// The readers' position at the deadline shows the stall, so
+			// consumption is charged.
+			if seg.To == StampConsume && c.fetch != never && c.free != never {
+				for _, st := range readerStalls {
+					if st.from < c.fetch && st.to > c.free {
+						*ambiguous++
+						return true, ""
+					}
+				}
 			}
 			return false, fmt.Sprintf("%v: bad, but the canary spent %s in %s (budget %s, margin %s); truth %+v",
 				e, took, e.Segment, seg.Budget, margin, *c)
