@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/explain"
 )
 
 // Explain turns an error of a connection to Kafka whose cause an operator
@@ -24,23 +25,14 @@ import (
 // errors.As still see the cause. No secret is ever part of it: neither
 // kafka-go nor the broker repeats a password.
 func Explain(err error, k config.Kafka) error {
-	if err == nil || errors.As(err, new(*explained)) || errors.Is(err, context.Canceled) {
+	if err == nil || explain.Done(err) || errors.Is(err, context.Canceled) {
 		return err
 	}
 	if msg := explainKafka(err, k); msg != "" {
-		return &explained{msg: msg, err: err}
+		return explain.Wrap(msg, err)
 	}
 	return err
 }
-
-// explained is an error rewritten for the operator; Unwrap keeps the cause.
-type explained struct {
-	msg string
-	err error
-}
-
-func (e *explained) Error() string { return e.msg }
-func (e *explained) Unwrap() error { return e.err }
 
 func explainKafka(err error, k config.Kafka) string {
 	mechanism := strings.ToUpper(k.SASL.Mechanism)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outbox-canary/outbox-canary/internal/explain"
 )
 
 // SQLSTATEs of the login failures Explain words.
@@ -27,23 +28,14 @@ const (
 // err, so errors.Is and errors.As still see the cause. It never contains
 // the DSN nor the password: pgx's connection errors carry neither.
 func Explain(err error) error {
-	if err == nil || errors.As(err, new(*explained)) || errors.Is(err, context.Canceled) {
+	if err == nil || explain.Done(err) || errors.Is(err, context.Canceled) {
 		return err
 	}
 	if msg := explainPostgres(err); msg != "" {
-		return &explained{msg: msg, err: err}
+		return explain.Wrap(msg, err)
 	}
 	return err
 }
-
-// explained is an error rewritten for the operator; Unwrap keeps the cause.
-type explained struct {
-	msg string
-	err error
-}
-
-func (e *explained) Error() string { return e.msg }
-func (e *explained) Unwrap() error { return e.err }
 
 func explainPostgres(err error) string {
 	// pgx's ConnectError says where and as whom; other errors (a query on

@@ -78,8 +78,8 @@ func (n planNode) walk(visit func(planNode)) {
 	}
 }
 
-// explain returns the node types of the plan, each with its index.
-func explain(t *testing.T, pool *pgxpool.Pool, sql string) []string {
+// planNodes returns the node types of the plan, each with its index.
+func planNodes(t *testing.T, pool *pgxpool.Pool, sql string) []string {
 	t.Helper()
 	var out []byte
 	if err := pool.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+sql).Scan(&out); err != nil {
@@ -136,7 +136,7 @@ func TestBacklogQueryUsesThePartialIndexOfAMillionRowOutbox(t *testing.T) {
 				t.Fatalf("ANALYZE: %v", err)
 			}
 
-			nodes := explain(t, pool, BacklogQuery(p))
+			nodes := planNodes(t, pool, BacklogQuery(p))
 			t.Logf("plan of %s: %v", BacklogQuery(p), nodes)
 			if !usesIndex(nodes, "outbox_unpublished_idx") {
 				t.Errorf("the backlog query does not scan outbox_unpublished_idx: %v", nodes)
@@ -158,7 +158,7 @@ func TestBacklogQueryUsesThePartialIndexOfAMillionRowOutbox(t *testing.T) {
 			if _, err := pool.Exec(ctx, "DROP INDEX outbox_unpublished_idx"); err != nil {
 				t.Fatalf("DROP INDEX: %v", err)
 			}
-			if nodes := explain(t, pool, BacklogQuery(p)); usesIndex(nodes, "outbox_unpublished_idx") || !strings.HasPrefix(strings.Join(nodes, ","), "Aggregate") {
+			if nodes := planNodes(t, pool, BacklogQuery(p)); usesIndex(nodes, "outbox_unpublished_idx") || !strings.HasPrefix(strings.Join(nodes, ","), "Aggregate") {
 				t.Errorf("without the index the plan is %v", nodes)
 			}
 			has, err = HasUnpublishedIndex(ctx, pool, p)
