@@ -105,7 +105,7 @@ func TestE2ECanariesGoThroughSASLSSLKafkaAndVerifyFullPostgres(t *testing.T) {
 }
 
 // TestE2ESecuredConnectionFailuresSayWhich: a wrong password and an
-// untrusted certificate, on each server, make the prober unready with a
+// untrusted certificate, on each server, mark that dependency down with a
 // reason, and a log line, that name the cause and the settings to check,
 // and never show a password.
 func TestE2ESecuredConnectionFailuresSayWhich(t *testing.T) {
@@ -119,7 +119,7 @@ func TestE2ESecuredConnectionFailuresSayWhich(t *testing.T) {
 	cases := []struct {
 		name  string
 		creds func(securedCreds) securedCreds
-		want  []string // in the readiness reason and in the log
+		want  []string // in the dependency's reason and in the log
 	}{
 		{"A wrong Kafka password is a SASL authentication failure naming the user and the settings.",
 			func(c securedCreds) securedCreds { c.kafkaPasswordFile = wrongPasswordFile; return c },
@@ -162,7 +162,7 @@ func TestE2ESecuredConnectionFailuresSayWhich(t *testing.T) {
 			})
 			for _, secret := range []string{wrongPassword, good.pgPassword, sec.KafkaPassword(t)} {
 				if strings.Contains(reasons, secret) || strings.Contains(logs.String(), secret) {
-					t.Errorf("a password shows in the readiness reason or the log:\n%s\n%s", reasons, logs.String())
+					t.Errorf("a password shows in the dependency reason or the log:\n%s\n%s", reasons, logs.String())
 				}
 			}
 		})
