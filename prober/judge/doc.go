@@ -79,6 +79,10 @@
 //   - Without any position (the prober cannot reach Kafka) no segment is
 //     charged before arrival; end_to_end still is.
 //
+// A segment unjudged for the prober's own trouble (prober_down,
+// prober_lag) is not observed in the latency histograms either: its
+// duration holds our downtime or backlog, not the pipeline's latency.
+//
 // Segments that only the relay's side can slow down keep their verdict
 // whatever the prober did: a canary proven unpublished after the prober's
 // restart was unpublished during its downtime too.

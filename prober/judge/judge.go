@@ -751,10 +751,18 @@ func (j *Judge) judgeArrived(c *Canary, now time.Time) {
 		case mWait:
 			continue
 		case mMeasured:
-			j.observe(c, s, m.duration)
+			// A wait in the topic that the prober's own downtime or backlog
+			// may have made long is no latency of the pipeline's: it would
+			// put our downtime into Kafka's histogram.
+			ours := endsAtConsume && c.Tainted != "" && (!s.Budgeted || m.duration > s.Budget)
+			if ours {
+				j.markObserved(c, s)
+			} else {
+				j.observe(c, s, m.duration)
+			}
 			if s.Budgeted {
 				out, reason := outcomeOf(m.duration, s.Budget), ""
-				if out == Bad && endsAtConsume && c.Tainted != "" {
+				if ours {
 					out, reason = Unjudged, c.Tainted
 				}
 				j.decide(c, s.Name, out, reason, now)

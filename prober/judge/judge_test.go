@@ -349,6 +349,14 @@ func TestJudgeRestartsWithoutLosingOrRepeatingAVerdict(t *testing.T) {
 	h.arrive("b", 10*time.Second+ms(100), map[string]time.Duration{StampPublish: ms(150)})
 	h.want("a", "commit_to_publish=good end_to_end=good insert_to_commit=good publish_to_consume=good")
 	h.want("b", "commit_to_publish=good end_to_end=unjudged(prober_down) insert_to_commit=good publish_to_consume=unjudged(prober_down)")
+	for _, seg := range []string{"publish_to_consume", "end_to_end"} {
+		if d, ok := h.observed("b", seg); ok {
+			t.Errorf("b's %s observed as %s: the prober's downtime went into the pipeline's histogram", seg, d)
+		}
+	}
+	if _, ok := h.observed("b", "commit_to_publish"); !ok {
+		t.Error("b's commit_to_publish, before the prober's downtime, was not observed")
+	}
 	for _, e := range h.fx[before:] {
 		if e.Canary == "a" {
 			t.Errorf("canary a, final before the restart, emitted again: %v", e)
