@@ -438,12 +438,14 @@ func defaulted(set bool) string {
 // sameServer reports whether another connector captures the same
 // PostgreSQL server (by the host and port it was given).
 func sameServer(info ConnectorInfo, other map[string]string) bool {
-	port := func(c map[string]string) string { return cmpOr(c["database.port"], debeziumDefaults["database.port"]) }
+	port := func(c map[string]string) string { return settingOr(c["database.port"], debeziumDefaults["database.port"]) }
 	return strings.TrimSpace(other["connector.class"]) == postgresConnector &&
 		strings.EqualFold(other["database.hostname"], info.Config["database.hostname"]) && port(other) == port(info.Config)
 }
 
-func cmpOr(v, def string) string {
+// settingOr is a connector setting as Connect reads it (surrounding
+// spaces ignored), or def when it is unset.
+func settingOr(v, def string) string {
 	if strings.TrimSpace(v) == "" {
 		return def
 	}
@@ -455,7 +457,7 @@ func cmpOr(v, def string) string {
 func sharers(info ConnectorInfo, key string, sameDatabase bool) []string {
 	var names []string
 	for name, other := range info.Others {
-		if !sameServer(info, other) || cmpOr(other[key], debeziumDefaults[key]) != info.setting(key) {
+		if !sameServer(info, other) || settingOr(other[key], debeziumDefaults[key]) != info.setting(key) {
 			continue
 		}
 		if sameDatabase && other["database.dbname"] != info.Config["database.dbname"] {

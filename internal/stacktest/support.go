@@ -8,6 +8,7 @@ package stacktest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -61,8 +62,8 @@ type PipelineSpec struct {
 
 // YAML renders a whole configuration file with one pipeline named "orders".
 func (s PipelineSpec) YAML() string {
-	budgets := cmpOr(s.Budgets, "{end_to_end: 30s}")
-	watch := cmpOr(s.Watch, "{}")
+	budgets := cmp.Or(s.Budgets, "{end_to_end: 30s}")
+	watch := cmp.Or(s.Watch, "{}")
 	brokers := s.Brokers
 	if len(brokers) == 0 {
 		brokers = []string{"127.0.0.1:1"}
@@ -85,14 +86,7 @@ pipelines:
     budgets: %s
     watch: %s
 `, s.DSN, s.Schema.Columns, extra, s.Schema.Kind, strings.Join(brokers, ", "),
-		cmpOr(s.Topic, "outbox.event.outbox-canary"), budgets, watch)
-}
-
-func cmpOr(v, def string) string {
-	if v != "" {
-		return v
-	}
-	return def
+		cmp.Or(s.Topic, "outbox.event.outbox-canary"), budgets, watch)
 }
 
 // LoadPipeline turns a spec into a validated, defaulted pipeline.

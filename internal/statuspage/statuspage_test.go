@@ -1,6 +1,7 @@
 package statuspage
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -166,7 +167,7 @@ func TestStatusShowsBurnRatesPerBudgetedSegment(t *testing.T) {
 					if br.BurnRate != nil {
 						rate = fmt.Sprint(*br.BurnRate)
 					}
-					got[seg.Name] = append(got[seg.Name], fmt.Sprintf("%s %s %d %d %s", br.Window, cmpOr(br.Cut, "-"), br.Events, br.Bad, rate))
+					got[seg.Name] = append(got[seg.Name], fmt.Sprintf("%s %s %d %d %s", br.Window, cmp.Or(br.Cut, "-"), br.Events, br.Bad, rate))
 				}
 			}
 			for seg, want := range tc.want {
@@ -201,13 +202,6 @@ func TestStatusShowsBurnRatesPerBudgetedSegment(t *testing.T) {
 			}
 		})
 	}
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // TestStatusShowsAStallAndWhereCanariesAreStuck drives the tracker into
