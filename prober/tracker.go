@@ -116,8 +116,9 @@ type Report struct {
 	// its start.
 	CommitUncertainty time.Duration `json:"commit_uncertainty,omitempty"`
 	// Where, for a canary in flight, is the segment it is waiting in as
-	// far as the evidence goes, and Deadline when that segment's budget
-	// runs out (zero when unknown).
+	// far as the evidence goes ("" when it cannot tell: a record stamped at
+	// send while the brokers were out of reach), and Deadline when that
+	// segment's budget runs out (zero when unknown).
 	Where    string    `json:"where,omitempty"`
 	Deadline time.Time `json:"deadline,omitzero"`
 }

@@ -276,7 +276,7 @@ func stall(p slo.Pipeline, intervals int, lastReceived time.Time, inFlight []InF
 func inFlight(p *config.Pipeline, r prober.Report, now time.Time) InFlightCanary {
 	c := InFlightCanary{Report: utcReport(r), AgeSeconds: now.Sub(r.Committed).Seconds()}
 	if r.Where == "" {
-		c.Stuck = "waiting (no segment known)"
+		c.Stuck = "waiting, segment unknown (the brokers were out of reach: the record may be in the relay's producer)"
 		return c
 	}
 	c.WhereOwner = p.Owner(r.Where)

@@ -105,6 +105,9 @@ type Position struct {
 // too.
 const brokerReconnectGrace = 10 * time.Second
 
+// farFuture stands for "as of now" where only the order of events matters.
+var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // position is the judge's memory of the readers' positions.
 type position struct {
 	caughtUpAsOf time.Time // latest At with CaughtUp
@@ -1036,7 +1039,9 @@ func (j *Judge) blame(c *Canary, now time.Time) {
 
 // Where places a canary that has not arrived, as the evidence stands: the
 // segment it is waiting in and when that segment's budget runs (or ran)
-// out (zero when unknown); "" when it has arrived or is final.
+// out (zero when unknown); "" when it has arrived or is final, or when
+// the evidence cannot tell (a record stamped at send while the brokers
+// were out of reach).
 func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 	if c.Arrived || c.Final {
 		return "", time.Time{}
@@ -1056,6 +1061,9 @@ func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 	}
 	if j.behind() {
 		return consume.Name, lagDeadline
+	}
+	if j.publishMayBeHeld(c, farFuture) {
+		return "", time.Time{} // either side of a stamp taken at send
 	}
 	pub := p.index(StampPublish)
 	last, lastAt := 0, c.Committed
