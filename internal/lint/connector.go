@@ -438,7 +438,9 @@ func defaulted(set bool) string {
 // sameServer reports whether another connector captures the same
 // PostgreSQL server (by the host and port it was given).
 func sameServer(info ConnectorInfo, other map[string]string) bool {
-	port := func(c map[string]string) string { return settingOr(c["database.port"], debeziumDefaults["database.port"]) }
+	port := func(c map[string]string) string {
+		return settingOr(c["database.port"], debeziumDefaults["database.port"])
+	}
 	return strings.TrimSpace(other["connector.class"]) == postgresConnector &&
 		strings.EqualFold(other["database.hostname"], info.Config["database.hostname"]) && port(other) == port(info.Config)
 }
