@@ -538,11 +538,15 @@ func loadNote(l loadInfo) string {
 	return ""
 }
 
+// firstLine is the first sentence of a fault's description.
 func firstLine(s string) string {
-	if i := strings.IndexAny(s, ".\n"); i > 0 {
-		return s[:i]
+	end := len(s)
+	for _, sep := range []string{". ", ": ", "\n"} {
+		if i := strings.Index(s, sep); i > 0 && i < end {
+			end = i
+		}
 	}
-	return s
+	return strings.TrimSuffix(s[:end], ".")
 }
 
 func orDash(s string) string {

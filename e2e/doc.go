@@ -2,4 +2,6 @@
 // real Prometheus and Alertmanager servers against a real pipeline
 // (PostgreSQL -> reference relay -> Kafka -> prober). It has no code of its
 // own: see the tests, and their file headers for how to run them.
+// TestDetect (`make detect`, not part of `make test`) measures detection
+// at production settings and writes docs/detection.md.
 package e2e
