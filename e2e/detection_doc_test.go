@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -345,6 +346,16 @@ func renderDetection(d *detection) []byte {
 		p("| %s | %s | %s | %g%% | %s | %s | %s bad canaries | %s |\n", pl.Name, pl.Relay, strings.Join(pl.Budgets, ", "), pl.Objective, pl.StallThreshold, pl.StallTolerance, pl.BurnPageMinimum, pl.KeepFiringFor)
 	}
 	p("\n`alerting.stall_intervals: %d`, as docs/alerts.md recommends for 10 s canaries: the stall alert's threshold is the end-to-end budget plus %d canary intervals, so a relay pause shorter than the budget plus %d intervals (a 20 s relay restart) never pages, and a real stall still pages within about a minute. The example's 2 would page for a 13 s pause of `orders`.\n\n", st.StallIntervals, st.StallIntervals, st.StallIntervals-1)
+	var bounds []string
+	scrape, _ := time.ParseDuration(st.ScrapeInterval)
+	eval, _ := time.ParseDuration(st.EvaluationInterval)
+	wait, _ := time.ParseDuration(st.GroupWait)
+	for _, pl := range st.Pipelines {
+		thr, _ := time.ParseDuration(pl.StallThreshold)
+		bounds = append(bounds, fmt.Sprintf("%s %.0f s", pl.Name, (thr+scrape+eval).Seconds()))
+	}
+	p("The stall alert fires at the first evaluation after the first scrape that sees the last delivery older than the threshold: at most threshold + one scrape + one evaluation interval after the last delivery (%s), and the last delivery is at or before the fault, up to a canary interval before it; where the scrape and the evaluation fall in that window is luck, so single runs scatter over a %s range. Alertmanager adds group_wait (%s) before the first notification of a group, and sends a group again only when it changes, at group_interval.\n\n",
+		strings.Join(bounds, ", "), (scrape + eval).String(), wait)
 	p("How each figure is taken: the fault's moment is the harness's clock just before it acts. *First bad event* is the first poll of the prober's `/metrics` (every second) that shows a new bad SLI event of the faulted pipeline. *Pending* and *firing* are the first evaluations that held the alert so, read from Prometheus's `ALERTS` series (exact evaluation times). *Notified* is when the webhook receiver got the notification. *Notifications* counts the webhook calls about the faulted pipeline from the fault to the end of the observation: pages (and in how many Alertmanager groups: a pager that deduplicates by group key, as PagerDuty does, opens one incident per group and takes later notifications of the group as updates) and tickets. The last column is the comparison alert, evaluated by the same Prometheus.\n\n")
 
 	p("## Summary\n\n")
@@ -412,16 +423,18 @@ func verdict(r *scenarioResult) string {
 		if a == nil || a.FiringAt == nil {
 			return fmt.Sprintf("**Missed**: no page fired within %.0f s.", r.ObservedSeconds)
 		}
-		ok := *a.FiringAt <= 60 && a.Notified != nil && *a.Notified <= 90
+		groups, receivers := map[string]bool{}, map[string]bool{}
+		for _, d := range pages {
+			groups[d.Receiver+" "+d.Group] = true
+			receivers[d.Receiver] = true
+		}
+		ok := *a.FiringAt <= 60 && a.Notified != nil && *a.Notified <= 90 && len(groups) == 1
 		word := "Met"
 		if !ok {
 			word = "**Missed**"
 		}
-		groups := map[string]bool{}
-		for _, d := range pages {
-			groups[d.Receiver+" "+d.Group] = true
-		}
-		return fmt.Sprintf("%s: firing %s s, notified %s s; %d page notification(s) in %d group(s) in %.0f s of stall.", word, optSecs(a.FiringAt), optSecs(a.Notified), len(pages), len(groups), r.ObservedSeconds)
+		return fmt.Sprintf("%s: firing %s s, notified %s s; %d page notification(s) in %d group(s), to %s, in %.0f s of stall.",
+			word, optSecs(a.FiringAt), optSecs(a.Notified), len(pages), len(groups), strings.Join(slices.Sorted(maps.Keys(receivers)), ", "), r.ObservedSeconds)
 	case scenarioPause:
 		var paged, other []string
 		for _, a := range r.Alerts {
