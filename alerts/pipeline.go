@@ -3,6 +3,7 @@ package alerts
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +50,15 @@ const (
 	// bad signature in the window is a burst, not a stray test message.
 	badSignatureWindow = 10 * time.Minute
 	badSignatureBurst  = 3
+	// walGrowthFloor is how much WAL a slot must retain before its growth
+	// is worth a ticket: one WAL segment at PostgreSQL's default
+	// wal_segment_size. On a quiet database a healthy slot's retained WAL
+	// is a sawtooth of a few kilobytes whose slope over the window is as
+	// often positive as not (make detect: 2.6 to 5.3 kB, the ticket
+	// pending within minutes of a fresh Prometheus, docs/detection.md);
+	// and PostgreSQL keeps min_wal_size (80 MB by default) of WAL in any
+	// case, so less than a segment retained costs no disk.
+	walGrowthFloor = 16 << 20
 )
 
 // labelSlot is the prober's replication slot label (pg_replication_slots'
@@ -198,15 +208,19 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 				fmt.Sprintf("The replication slot {{ $labels.slot }} of pipeline %s has been inactive (or does not exist) for %s: the connector is not streaming, nothing is published, and the database keeps WAL for the slot. Check the connector and its task status.",
 					p.Name, slo.PromDuration(slotInactiveFor))),
 		}, Rule{
-			Alert:         AlertSlotRetainedWALGrowth,
-			Expr:          "deriv(" + slot(slo.MetricSlotRetainedWAL) + "[" + slo.PromDuration(time.Duration(a.WALGrowthFor)) + "]) > 0",
+			Alert: AlertSlotRetainedWALGrowth,
+			Expr: lines(
+				"deriv("+slot(slo.MetricSlotRetainedWAL)+"["+slo.PromDuration(time.Duration(a.WALGrowthFor))+"]) > 0",
+				"and",
+				slot(slo.MetricSlotRetainedWAL)+" > "+strconv.Itoa(walGrowthFloor),
+			),
 			For:           slo.PromDuration(time.Duration(a.WALGrowthFor)),
 			KeepFiringFor: keep,
 			Labels:        labels(config.SeverityTicket, relay),
 			Annotations: annotate(AlertSlotRetainedWALGrowth, slo.DashboardPipelineHealth,
 				fmt.Sprintf("Pipeline %s: the replication slot {{ $labels.slot }} retains more and more WAL.", p.Name),
-				fmt.Sprintf("WAL retained by the replication slot {{ $labels.slot }} of pipeline %s has grown by {{ $value | humanize1024 }}B per second for %s: the connector is not confirming its position. The database disk is at risk.",
-					p.Name, slo.PromDuration(time.Duration(a.WALGrowthFor)))),
+				fmt.Sprintf("WAL retained by the replication slot {{ $labels.slot }} of pipeline %s, over %s, has grown by {{ $value | humanize1024 }}B per second for %s: the connector is not confirming its position. The database disk is at risk.",
+					p.Name, humanBytes(walGrowthFloor), slo.PromDuration(time.Duration(a.WALGrowthFor)))),
 		}, Rule{
 			Alert:         AlertSlotWALAtRisk,
 			Expr:          walStatus + " == 1",
@@ -390,4 +404,17 @@ func (g generator) proberAlerts() Group {
 			}),
 		}},
 	}
+}
+
+// humanBytes prints a power-of-two byte count as people write it: 16 MiB.
+func humanBytes(n int) string {
+	for _, u := range []struct {
+		shift int
+		name  string
+	}{{30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
+		if n >= 1<<u.shift && n%(1<<u.shift) == 0 {
+			return strconv.Itoa(n>>u.shift) + " " + u.name
+		}
+	}
+	return strconv.Itoa(n) + " B"
 }

@@ -306,6 +306,17 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 			mustFail: []string{"k-fresh-prometheus", "l-label-change"},
 		},
 		{
+			name: "A WAL growth ticket without its floor goes pending on a healthy slot's few kilobytes.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertSlotRetainedWALGrowth {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`(?s)\nand\n.*`).ReplaceAllString(r.Expr, "\n")
+				return true
+			}),
+			mustFail: []string{"n-healthy-slot-is-quiet"},
+		},
+		{
 			name: "Alerts without keep_firing_for resolve when the prober or a watcher stops seeing.",
 			rules: rewriteRules(func(r *alerts.Rule) bool {
 				changed := r.KeepFiringFor != ""

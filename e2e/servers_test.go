@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -186,21 +187,33 @@ func promAPI(ctx context.Context, addr, path string, data any) error {
 }
 
 // notification is one alert of an Alertmanager webhook call (webhook
-// payload version 4), with the moment the test received it.
+// payload version 4), with the moment the test received it and the
+// receiver and group it was sent for.
 type notification struct {
 	Received time.Time
+	Receiver string
+	GroupKey string
 	Status   string            `json:"status"` // firing or resolved
 	Labels   map[string]string `json:"labels"`
 	StartsAt time.Time         `json:"startsAt"`
 	EndsAt   time.Time         `json:"endsAt"`
 }
 
-// webhook is the Alertmanager receiver: it records every alert of every
-// notification, so the test sees what an on-call engineer would be sent.
+// delivery is one webhook call: what an on-call engineer is sent at once.
+type delivery struct {
+	Received time.Time
+	Receiver string         `json:"receiver"`
+	Status   string         `json:"status"` // firing while any alert of the group fires
+	GroupKey string         `json:"groupKey"`
+	Alerts   []notification `json:"alerts"`
+}
+
+// webhook is the Alertmanager receiver: it records every notification, so
+// the test sees what an on-call engineer would be sent.
 type webhook struct {
 	srv *httptest.Server
 	mu  sync.Mutex
-	all []notification
+	all []delivery
 	bad []string // payloads that did not decode
 }
 
@@ -209,12 +222,9 @@ func newWebhook(t *testing.T) *webhook {
 	w := &webhook{}
 	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
-		var msg struct {
-			Version string         `json:"version"`
-			Alerts  []notification `json:"alerts"`
-		}
+		var d delivery
 		if err == nil {
-			err = json.Unmarshal(body, &msg)
+			err = json.Unmarshal(body, &d)
 		}
 		now := time.Now()
 		w.mu.Lock()
@@ -224,19 +234,156 @@ func newWebhook(t *testing.T) *webhook {
 			rw.WriteHeader(http.StatusBadRequest)
 			return
 		}
-		for _, a := range msg.Alerts {
-			a.Received = now
-			w.all = append(w.all, a)
+		d.Received = now
+		for i := range d.Alerts {
+			d.Alerts[i].Received, d.Alerts[i].Receiver, d.Alerts[i].GroupKey = now, d.Receiver, d.GroupKey
 		}
+		w.all = append(w.all, d)
 	}))
 	t.Cleanup(w.srv.Close)
 	return w
 }
 
-// notifications returns what was received so far, and the payloads that
-// did not decode.
-func (w *webhook) notifications() ([]notification, []string) {
+// url is where the receiver named name posts: the path only tells
+// receivers apart in the server's log; the payload names the receiver.
+func (w *webhook) url(name string) string { return w.srv.URL + "/" + name }
+
+// deliveries returns the webhook calls received so far, and the payloads
+// that did not decode.
+func (w *webhook) deliveries() ([]delivery, []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return append([]notification(nil), w.all...), append([]string(nil), w.bad...)
+	return append([]delivery(nil), w.all...), append([]string(nil), w.bad...)
+}
+
+// notifications returns every alert of every call received so far, and
+// the payloads that did not decode.
+func (w *webhook) notifications() ([]notification, []string) {
+	ds, bad := w.deliveries()
+	var out []notification
+	for _, d := range ds {
+		out = append(out, d.Alerts...)
+	}
+	return out, bad
+}
+
+// amAlert is one entry of Alertmanager's /api/v2/alerts.
+type amAlert struct {
+	Labels map[string]string `json:"labels"`
+	Status struct {
+		State       string   `json:"state"` // active, suppressed or unprocessed
+		InhibitedBy []string `json:"inhibitedBy"`
+	} `json:"status"`
+}
+
+// amAlerts returns the alerts Alertmanager holds, with whether each is
+// suppressed (inhibited or silenced).
+func amAlerts(ctx context.Context, addr string) ([]amAlert, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v2/alerts", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		return nil, fmt.Errorf("GET /api/v2/alerts: %s: %s", resp.Status, body)
+	}
+	var out []amAlert
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("GET /api/v2/alerts: %w", err)
+	}
+	return out, nil
+}
+
+// promRuleGroups returns the last evaluation time of each rule group.
+func promRuleGroups(ctx context.Context, addr string) (map[string]time.Time, error) {
+	var out struct {
+		Groups []struct {
+			Name           string    `json:"name"`
+			LastEvaluation time.Time `json:"lastEvaluation"`
+		} `json:"groups"`
+	}
+	if err := promAPI(ctx, addr, "/api/v1/rules", &out); err != nil {
+		return nil, err
+	}
+	m := map[string]time.Time{}
+	for _, g := range out.Groups {
+		m[g.Name] = g.LastEvaluation
+	}
+	return m, nil
+}
+
+// promConfig is what a test's Prometheus scrapes and evaluates.
+type promConfig struct {
+	// scrape and eval are the global scrape and evaluation intervals.
+	scrape, eval time.Duration
+	ruleFiles    []string
+	// job and targets: the prober, scraped under the job the generated
+	// dead man watches.
+	job     string
+	targets []string
+	// alertmanager is the address alerts are sent to.
+	alertmanager string
+}
+
+// startPrometheus starts Prometheus on a free loopback port with a data
+// directory of its own, so every start is a fresh server.
+func startPrometheus(t *testing.T, bin string, c promConfig) *server {
+	t.Helper()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "prometheus.yml")
+	var rules, targets []string
+	for _, r := range c.ruleFiles {
+		rules = append(rules, strconv.Quote(r))
+	}
+	for _, a := range c.targets {
+		targets = append(targets, strconv.Quote(a))
+	}
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: %s
+  scrape_timeout: %s
+  evaluation_interval: %s
+rule_files: [%s]
+alerting:
+  alertmanagers:
+    - static_configs:
+        - targets: [%q]
+scrape_configs:
+  - job_name: %q
+    static_configs:
+      - targets: [%s]
+`, c.scrape, min(c.scrape, 10*time.Second), c.eval, strings.Join(rules, ", "), c.alertmanager, c.job, strings.Join(targets, ", "))
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	return startServer(t, "prometheus", bin, addr,
+		"--config.file="+cfgPath,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr,
+		"--log.level=info")
+}
+
+// startAlertmanager starts Alertmanager with the configuration cfg on a
+// free loopback port, with a data directory of its own and no gossip.
+func startAlertmanager(t *testing.T, bin string, cfg []byte) *server {
+	t.Helper()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "alertmanager.yml")
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	return startServer(t, "alertmanager", bin, addr,
+		"--config.file="+cfgPath,
+		"--storage.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr,
+		"--cluster.listen-address=", // no gossip: a single instance
+		"--log.level=info")
 }

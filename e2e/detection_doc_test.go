@@ -1,0 +1,588 @@
+package e2e
+
+// docs/detection.md is generated from docs/detection.json, the raw
+// measurements of `make detect` (TestDetect in detect_test.go). This file
+// holds their types, the rendering, and the drift test that keeps the two
+// files in step in `make test` (it needs no server).
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// detectionJSON and detectionMD are the measurement file and the document
+// rendered from it, relative to this package.
+var (
+	detectionJSON = filepath.Join("..", "docs", "detection.json")
+	detectionMD   = filepath.Join("..", "docs", "detection.md")
+)
+
+// detection is docs/detection.json: the last measurement of every
+// scenario, in scenario order. A run of some scenarios replaces theirs and
+// keeps the others'.
+type detection struct {
+	// Settings describes what every scenario ran with.
+	Settings  detectSettings    `json:"settings"`
+	Scenarios []*scenarioResult `json:"scenarios"`
+}
+
+// detectSettings are the production settings the scenarios ran at, and
+// the configuration's figures the document explains the results with.
+type detectSettings struct {
+	ScrapeInterval     string            `json:"scrape_interval"`
+	EvaluationInterval string            `json:"evaluation_interval"`
+	GroupWait          string            `json:"group_wait"`
+	GroupInterval      string            `json:"group_interval"`
+	RepeatInterval     string            `json:"repeat_interval"`
+	CanaryInterval     string            `json:"canary_interval"`
+	StallIntervals     int               `json:"stall_intervals"`
+	RelayPollInterval  string            `json:"relay_poll_interval"`
+	NaiveAlert         string            `json:"naive_alert"`
+	Pipelines          []pipelineSummary `json:"pipelines"`
+}
+
+// pipelineSummary is one pipeline of the adapted example configuration.
+type pipelineSummary struct {
+	Name  string `json:"name"`
+	Relay string `json:"relay"`
+	// Budgets are "segment budget (owner)" in pipeline order.
+	Budgets         []string `json:"budgets"`
+	Objective       float64  `json:"objective"`
+	StallThreshold  string   `json:"stall_threshold"`
+	StallTolerance  string   `json:"stall_tolerance"`
+	DefaultOwner    string   `json:"default_owner"`
+	KeepFiringFor   string   `json:"keep_firing_for"`
+	BurnPageMinimum string   `json:"burn_page_min_bad"`
+}
+
+// scenarioResult is what one scenario measured. Times are seconds from
+// the fault (negative: before it).
+type scenarioResult struct {
+	Name  string `json:"name"`
+	Title string `json:"title"`
+	// Fault says what was done, Pipeline to which pipeline ("" when
+	// nothing was), Target what issue 10 asks of the alerts.
+	Fault    string `json:"fault"`
+	Pipeline string `json:"pipeline,omitempty"`
+	Target   string `json:"target"`
+
+	Run runInfo `json:"run"`
+	// PrometheusDataSeconds is how much data the fresh Prometheus held at
+	// the fault; ObservedSeconds how long after the fault it was watched.
+	PrometheusDataSeconds float64 `json:"prometheus_data_seconds"`
+	ObservedSeconds       float64 `json:"observed_seconds"`
+	// LastArrival is when the faulted pipeline's last canary before the
+	// fault arrived (the stall alert counts from there).
+	LastArrival *float64 `json:"last_arrival,omitempty"`
+	// Steps are the moments of the fault itself (resumed, stopped, ...).
+	Steps      []step           `json:"steps"`
+	FirstBad   []badEvent       `json:"first_bad"`
+	Alerts     []alertTimeline  `json:"alerts"`
+	Deliveries []deliveryRecord `json:"deliveries"`
+	Load       loadInfo         `json:"load"`
+}
+
+// runInfo says when, where and how a scenario ran.
+type runInfo struct {
+	Date     string    `json:"date"` // the fault, RFC 3339 UTC
+	Machine  string    `json:"machine"`
+	Versions []version `json:"versions"`
+	Command  string    `json:"command"`
+}
+
+type version struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+type step struct {
+	At   float64 `json:"at"`
+	What string  `json:"what"`
+}
+
+// badEvent is the first bad SLI event of a pipeline's segment after the
+// fault, read from the prober's /metrics (polled every second), and how
+// many bad events the segment had by the end.
+type badEvent struct {
+	Pipeline string  `json:"pipeline"`
+	Segment  string  `json:"segment"`
+	At       float64 `json:"at"`
+	Count    float64 `json:"count"`
+}
+
+// alertTimeline is one alert instance as Prometheus evaluated it: the
+// first evaluation that held it pending and firing, from its ALERTS
+// series (exact evaluation times).
+type alertTimeline struct {
+	Alert     string   `json:"alert"`
+	Pipeline  string   `json:"pipeline,omitempty"`
+	Segment   string   `json:"segment,omitempty"`
+	Severity  string   `json:"severity,omitempty"`
+	Owner     string   `json:"owner,omitempty"`
+	PendingAt *float64 `json:"pending_at,omitempty"`
+	FiringAt  *float64 `json:"firing_at,omitempty"`
+	// LastActiveAt is the last evaluation that held it pending or firing.
+	LastActiveAt float64 `json:"last_active_at"`
+	// Notified is the first notification that carried it firing.
+	Notified *float64 `json:"notified,omitempty"`
+	Receiver string   `json:"receiver,omitempty"`
+	// Suppressed: Alertmanager held it inhibited (the last time the
+	// harness looked while it was there).
+	Suppressed bool `json:"suppressed,omitempty"`
+}
+
+// deliveryRecord is one webhook call: one notification.
+type deliveryRecord struct {
+	At       float64 `json:"at"`
+	Receiver string  `json:"receiver"`
+	// Group is Alertmanager's group key: notifications of one group are
+	// one incident to a pager that deduplicates by it (PagerDuty's
+	// dedup_key), later ones updates of the first.
+	Group     string   `json:"group"`
+	Status    string   `json:"status"`
+	Pipelines []string `json:"pipelines,omitempty"`
+	Alerts    []string `json:"alerts"`
+}
+
+// about says whether a notification concerns the faulted pipeline (any
+// pipeline when none was faulted) and came after the fault.
+func (r *scenarioResult) about(d deliveryRecord) bool {
+	return d.At >= 0 && (r.Pipeline == "" || slices.Contains(d.Pipelines, r.Pipeline))
+}
+
+// causedByFault says whether an alert started after the fault: alerts the
+// healthy pipelines already had are shown, not counted.
+func causedByFault(a alertTimeline) bool { return firstActive(a) >= 0 }
+
+// loadInfo is the machine's 1-minute load average over the scenario.
+type loadInfo struct {
+	Start float64 `json:"start"`
+	Max   float64 `json:"max"`
+	End   float64 `json:"end"`
+	CPUs  int     `json:"cpus"`
+}
+
+// naiveAlertName is the comparison alert: what a team without canaries
+// alerts on.
+const naiveAlertName = "NaiveOldestUnpublishedOver5m"
+
+func readDetection(path string) (*detection, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var d detection
+	if err := json.Unmarshal(data, &d); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &d, nil
+}
+
+func writeDetection(path string, d *detection) error {
+	data, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// merge puts r in place of the scenario of the same name, keeping the
+// order of names.
+func (d *detection) merge(r *scenarioResult, order []string) {
+	d.Scenarios = slices.DeleteFunc(d.Scenarios, func(s *scenarioResult) bool { return s.Name == r.Name })
+	d.Scenarios = append(d.Scenarios, r)
+	rank := func(name string) int {
+		if i := slices.Index(order, name); i >= 0 {
+			return i
+		}
+		return len(order)
+	}
+	sort.SliceStable(d.Scenarios, func(i, j int) bool { return rank(d.Scenarios[i].Name) < rank(d.Scenarios[j].Name) })
+}
+
+// TestDetectionDocIsRenderedFromItsMeasurements keeps docs/detection.md
+// what `make detect` rendered from docs/detection.json: neither may be
+// edited by hand.
+func TestDetectionDocIsRenderedFromItsMeasurements(t *testing.T) {
+	d, err := readDetection(detectionJSON)
+	if err != nil {
+		t.Fatalf("%v (written by `make detect`)", err)
+	}
+	want := renderDetection(d)
+	got, err := os.ReadFile(detectionMD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from what %s renders: run `go test ./e2e/ -run TestDetectionDocIsRenderedFromItsMeasurements -update`, or `make detect` to measure again", detectionMD, detectionJSON)
+		if *update {
+			if err := os.WriteFile(detectionMD, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// secs prints seconds from the fault.
+func secs(v float64) string {
+	if v < 0 {
+		return fmt.Sprintf("−%.1f", -v)
+	}
+	return fmt.Sprintf("+%.1f", v)
+}
+
+func optSecs(v *float64) string {
+	if v == nil {
+		return "—"
+	}
+	return secs(*v)
+}
+
+// pages are the firing notifications carrying a page of ours: the naive
+// comparison alert is counted apart.
+func (r *scenarioResult) pages() []deliveryRecord {
+	var out []deliveryRecord
+	for _, d := range r.Deliveries {
+		if !r.about(d) || d.Status != "firing" || !strings.HasSuffix(d.Receiver, "-page") && d.Receiver != "outbox-canary" {
+			continue
+		}
+		naiveOnly := true
+		for _, a := range d.Alerts {
+			if !strings.HasPrefix(a, naiveAlertName) {
+				naiveOnly = false
+			}
+		}
+		if !naiveOnly {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// firstPage is the earliest alert of severity page (ours) that fired.
+func (r *scenarioResult) firstPage() *alertTimeline {
+	var first *alertTimeline
+	for i := range r.Alerts {
+		a := &r.Alerts[i]
+		if a.Alert == naiveAlertName || a.Severity != "page" || a.FiringAt == nil || !causedByFault(*a) {
+			continue
+		}
+		if first == nil || *a.FiringAt < *first.FiringAt {
+			first = a
+		}
+	}
+	return first
+}
+
+func (r *scenarioResult) naive() *alertTimeline {
+	for i := range r.Alerts {
+		if r.Alerts[i].Alert == naiveAlertName {
+			return &r.Alerts[i]
+		}
+	}
+	return nil
+}
+
+// firstBad is the earliest bad SLI event of the faulted pipeline.
+func (r *scenarioResult) firstBad() *badEvent {
+	var first *badEvent
+	for i := range r.FirstBad {
+		b := &r.FirstBad[i]
+		if r.Pipeline != "" && b.Pipeline != r.Pipeline {
+			continue
+		}
+		if first == nil || b.At < first.At {
+			first = b
+		}
+	}
+	return first
+}
+
+func alertName(a alertTimeline) string {
+	s := a.Alert
+	var parts []string
+	if a.Pipeline != "" {
+		parts = append(parts, a.Pipeline)
+	}
+	if a.Segment != "" {
+		parts = append(parts, a.Segment)
+	}
+	if a.Severity != "" {
+		parts = append(parts, a.Severity)
+	}
+	if len(parts) > 0 {
+		s += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return s
+}
+
+// renderDetection writes docs/detection.md.
+func renderDetection(d *detection) []byte {
+	var b bytes.Buffer
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	st := d.Settings
+	p("<!-- Code generated by `make detect` (e2e/detect_test.go) from docs/detection.json. DO NOT EDIT. -->\n\n")
+	p("# Detection measured at production settings\n\n")
+	p("How fast the generated alerts page for a stalled pipeline, whom they page, how often, and that blips and quiet pipelines stay silent, measured on real servers: the local stack's PostgreSQL 15, Kafka 4.4 and Kafka Connect 4.3 with Debezium, the reference polling relays, the `outbox-canary run` binary, and Debian's Prometheus and Alertmanager evaluating and routing the rules and the Alertmanager configuration that `outbox-canary rules` generates. Each scenario starts a fresh Prometheus and Alertmanager (new data directories) against a prober that has been running; the pipelines are healthy before every fault.\n\n")
+	p("| setting | value |\n|---|---|\n")
+	p("| scrape and evaluation interval | %s, %s |\n", st.ScrapeInterval, st.EvaluationInterval)
+	p("| Alertmanager group_wait, group_interval, repeat_interval | %s, %s, %s (its defaults: the generated route sets none) |\n", st.GroupWait, st.GroupInterval, st.RepeatInterval)
+	p("| canaries | every %s on every pipeline (examples/outbox-canary.yml, schedules changed to 10 s) |\n", st.CanaryInterval)
+	p("| alerting.stall_intervals | %d (the example has 2; see below) |\n", st.StallIntervals)
+	p("| reference relays' poll interval | %s |\n", st.RelayPollInterval)
+	p("| comparison alert | `%s` |\n\n", st.NaiveAlert)
+	p("| pipeline | relay | budgets (owner) | objective | stall threshold | longest pause ignored | first burn page needs | keep_firing_for |\n|---|---|---|---|---|---|---|---|\n")
+	for _, pl := range st.Pipelines {
+		p("| %s | %s | %s | %g%% | %s | %s | %s bad canaries | %s |\n", pl.Name, pl.Relay, strings.Join(pl.Budgets, ", "), pl.Objective, pl.StallThreshold, pl.StallTolerance, pl.BurnPageMinimum, pl.KeepFiringFor)
+	}
+	p("\n`alerting.stall_intervals: %d`, as docs/alerts.md recommends for 10 s canaries: the stall alert's threshold is the end-to-end budget plus %d canary intervals, so a relay pause shorter than the budget plus %d intervals (a 20 s relay restart) never pages, and a real stall still pages within about a minute. The example's 2 would page for a 13 s pause of `orders`.\n\n", st.StallIntervals, st.StallIntervals, st.StallIntervals-1)
+	var bounds []string
+	scrape, _ := time.ParseDuration(st.ScrapeInterval)
+	eval, _ := time.ParseDuration(st.EvaluationInterval)
+	wait, _ := time.ParseDuration(st.GroupWait)
+	for _, pl := range st.Pipelines {
+		thr, _ := time.ParseDuration(pl.StallThreshold)
+		bounds = append(bounds, fmt.Sprintf("%s %.0f s", pl.Name, (thr+scrape+eval).Seconds()))
+	}
+	p("The stall alert fires at the first evaluation after the first scrape that sees the last delivery older than the threshold: at most threshold + one scrape + one evaluation interval after the last delivery (%s), and the last delivery is at or before the fault, up to a canary interval before it; where the scrape and the evaluation fall in that window is luck, so single runs scatter over a %s range. Alertmanager adds group_wait (%s) before the first notification of a group, and sends a group again only when it changes, at group_interval.\n\n",
+		strings.Join(bounds, ", "), (scrape + eval).String(), wait)
+	p("How each figure is taken: the fault's moment is the harness's clock just before it acts. *First bad event* is the first poll of the prober's `/metrics` (every second) that shows a new bad SLI event of the faulted pipeline. *Pending* and *firing* are the first evaluations that held the alert so, read from Prometheus's `ALERTS` series (exact evaluation times). *Notified* is when the webhook receiver got the notification. *Notifications* counts the webhook calls about the faulted pipeline from the fault to the end of the observation: pages (and in how many Alertmanager groups: a pager that deduplicates by group key, as PagerDuty does, opens one incident per group and takes later notifications of the group as updates) and tickets. The last column is the comparison alert, evaluated by the same Prometheus.\n\n")
+
+	p("## Summary\n\n")
+	p("| scenario | first bad event | first page: alert, owner | pending | firing | notified | notifications (page / ticket) | naive alert firing, notified |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range d.Scenarios {
+		fb := "none"
+		if x := r.firstBad(); x != nil {
+			fb = fmt.Sprintf("%s (%s)", secs(x.At), x.Segment)
+		}
+		alert, pend, fire, note := "none", "—", "—", "—"
+		if a := r.firstPage(); a != nil {
+			alert = fmt.Sprintf("%s, %s", alertName(*a), a.Owner)
+			pend, fire, note = optSecs(a.PendingAt), optSecs(a.FiringAt), optSecs(a.Notified)
+			if a.PendingAt == nil {
+				pend = "— (no for:)"
+			}
+		}
+		pages, tickets, groups := 0, 0, map[string]bool{}
+		for _, dl := range r.Deliveries {
+			if dl.Status != "firing" || !r.about(dl) {
+				continue
+			}
+			switch {
+			case strings.HasSuffix(dl.Receiver, "-ticket"):
+				tickets++
+			default:
+				naiveOnly := len(dl.Alerts) > 0
+				for _, a := range dl.Alerts {
+					naiveOnly = naiveOnly && strings.HasPrefix(a, naiveAlertName)
+				}
+				if !naiveOnly {
+					pages++
+					groups[dl.Receiver+" "+dl.Group] = true
+				}
+			}
+		}
+		naive := "did not fire"
+		if n := r.naive(); n != nil && n.FiringAt != nil {
+			naive = fmt.Sprintf("%s, %s", optSecs(n.FiringAt), optSecs(n.Notified))
+		} else if n := r.naive(); n != nil {
+			naive = "pending only"
+		}
+		p("| [%s](#%s) | %s | %s | %s | %s | %s | %d in %d group(s) / %d | %s |\n", r.Title, anchor(r.Title), fb, alert, pend, fire, note, pages, len(groups), tickets, naive)
+	}
+	p("\nSeconds from the fault; observation windows and the load each ran under are in the scenario's section.\n\n")
+
+	p("### Against the targets of issue 10\n\n")
+	for _, r := range d.Scenarios {
+		p("- **%s**: %s. %s\n", r.Title, r.Target, verdict(r))
+	}
+	p("\n")
+
+	for _, r := range d.Scenarios {
+		renderScenario(&b, r)
+	}
+	return b.Bytes()
+}
+
+// verdict says whether a scenario met its target.
+func verdict(r *scenarioResult) string {
+	pages := r.pages()
+	switch r.Name {
+	case scenarioRelayStall, scenarioConnectStopped:
+		a := r.firstPage()
+		if a == nil || a.FiringAt == nil {
+			return fmt.Sprintf("**Missed**: no page fired within %.0f s.", r.ObservedSeconds)
+		}
+		groups, receivers := map[string]bool{}, map[string]bool{}
+		for _, d := range pages {
+			groups[d.Receiver+" "+d.Group] = true
+			receivers[d.Receiver] = true
+		}
+		ok := *a.FiringAt <= 60 && a.Notified != nil && *a.Notified <= 90 && len(groups) == 1
+		word := "Met"
+		if !ok {
+			word = "**Missed**"
+		}
+		return fmt.Sprintf("%s: firing %s s, notified %s s; %d page notification(s) in %d group(s), to %s, in %.0f s of stall.",
+			word, optSecs(a.FiringAt), optSecs(a.Notified), len(pages), len(groups), strings.Join(slices.Sorted(maps.Keys(receivers)), ", "), r.ObservedSeconds)
+	case scenarioPause:
+		var paged, other []string
+		for _, a := range r.Alerts {
+			switch {
+			case a.Alert == naiveAlertName || !causedByFault(a):
+			case a.Severity == "page" || a.Pipeline == r.Pipeline:
+				paged = append(paged, alertName(a))
+			default:
+				other = append(other, alertName(a))
+			}
+		}
+		also := ""
+		if len(other) > 0 {
+			also = " Unrelated to the pause: " + strings.Join(other, "; ") + "."
+		}
+		if len(paged) == 0 && len(pages) == 0 {
+			return fmt.Sprintf("Met: no page, and nothing about %s, pending, firing or notified in %.0f s.%s", r.Pipeline, r.ObservedSeconds, also)
+		}
+		return fmt.Sprintf("**Missed**: %s; %d page notification(s).%s", strings.Join(paged, "; "), len(pages), also)
+	case scenarioQuiet:
+		var active []string
+		for _, a := range r.Alerts {
+			if a.Alert != naiveAlertName {
+				active = append(active, alertName(a))
+			}
+		}
+		n := 0
+		for _, d := range r.Deliveries {
+			if r.about(d) {
+				n++
+			}
+		}
+		if len(active) == 0 && n == 0 {
+			return fmt.Sprintf("Met: nothing pending, firing or notified in %.0f s.", r.ObservedSeconds)
+		}
+		return fmt.Sprintf("**Missed**: %s; %d notification(s).", strings.Join(active, "; "), n)
+	default:
+		a := r.firstPage()
+		if a == nil {
+			return fmt.Sprintf("No page in %.0f s.", r.ObservedSeconds)
+		}
+		return fmt.Sprintf("%s to %s, firing %s s, notified %s s.", alertName(*a), a.Owner, optSecs(a.FiringAt), optSecs(a.Notified))
+	}
+}
+
+func renderScenario(b *bytes.Buffer, r *scenarioResult) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## %s\n\n", r.Title)
+	p("%s\n\n", r.Fault)
+	p("Measured %s on %s; load average %.2f at the start, %.2f at most, %.2f at the end, on %d CPUs%s. Prometheus held %.0f s of data at the fault; watched for %.0f s after it.\n\n",
+		r.Run.Date, r.Run.Machine, r.Load.Start, r.Load.Max, r.Load.End, r.Load.CPUs, loadNote(r.Load), r.PrometheusDataSeconds, r.ObservedSeconds)
+	p("Versions: ")
+	var vs []string
+	for _, v := range r.Run.Versions {
+		vs = append(vs, v.Name+" "+v.Version)
+	}
+	p("%s.\n\nCommand: `%s`\n\n", strings.Join(vs, ", "), r.Run.Command)
+
+	type row struct {
+		at   float64
+		what string
+	}
+	var rows []row
+	rows = append(rows, row{0, "fault: " + firstLine(r.Fault)})
+	if r.LastArrival != nil {
+		rows = append(rows, row{*r.LastArrival, fmt.Sprintf("last canary of %s arrived before the fault", r.Pipeline)})
+	}
+	for _, s := range r.Steps {
+		rows = append(rows, row{s.At, s.What})
+	}
+	for _, e := range r.FirstBad {
+		rows = append(rows, row{e.At, fmt.Sprintf("first bad SLI event: %s %s (%.0f bad by the end)", e.Pipeline, e.Segment, e.Count)})
+	}
+	for _, a := range r.Alerts {
+		if a.PendingAt != nil && (a.FiringAt == nil || *a.PendingAt < *a.FiringAt) {
+			rows = append(rows, row{*a.PendingAt, fmt.Sprintf("pending: %s, owner %s", alertName(a), orDash(a.Owner))})
+		}
+		if a.FiringAt != nil {
+			what := fmt.Sprintf("firing: %s, owner %s", alertName(a), orDash(a.Owner))
+			if a.Suppressed {
+				what += "; inhibited in Alertmanager"
+			}
+			rows = append(rows, row{*a.FiringAt, what})
+		}
+		if a.FiringAt == nil && a.PendingAt != nil {
+			rows = append(rows, row{a.LastActiveAt, fmt.Sprintf("last pending: %s (never fired)", alertName(a))})
+		}
+	}
+	firstOfGroup := map[string]float64{}
+	for _, dl := range r.Deliveries {
+		what := fmt.Sprintf("**notification** to `%s` (%s): %s", dl.Receiver, dl.Status, strings.Join(dl.Alerts, "; "))
+		if first, ok := firstOfGroup[dl.Receiver+" "+dl.Group]; ok {
+			what += fmt.Sprintf(" (an update of the group notified at %s)", secs(first))
+		} else {
+			firstOfGroup[dl.Receiver+" "+dl.Group] = dl.At
+		}
+		rows = append(rows, row{dl.At, what})
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].at < rows[j].at })
+	p("| s from the fault | event |\n|---|---|\n")
+	for _, rw := range rows {
+		p("| %s | %s |\n", secs(rw.at), rw.what)
+	}
+	p("| %s | end of the observation |\n\n", secs(r.ObservedSeconds))
+	if len(r.Alerts) == 0 {
+		p("No alert was pending or firing in Prometheus at any evaluation.\n\n")
+	}
+}
+
+func loadNote(l loadInfo) string {
+	if l.CPUs > 0 && l.Max > float64(l.CPUs) {
+		return fmt.Sprintf(": **under load** (more runnable tasks than CPUs), figures are upper bounds of an idle machine's")
+	}
+	return ""
+}
+
+// firstLine is the first sentence of a fault's description.
+func firstLine(s string) string {
+	end := len(s)
+	for _, sep := range []string{". ", ": ", "\n"} {
+		if i := strings.Index(s, sep); i > 0 && i < end {
+			end = i
+		}
+	}
+	return strings.TrimSuffix(s[:end], ".")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+// anchor is GitHub's heading anchor: lower case, spaces to dashes, other
+// punctuation dropped.
+func anchor(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(h) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		case r == ' ':
+			b.WriteRune('-')
+		}
+	}
+	return b.String()
+}
+
+// round1 keeps a tenth of a second: the harness's precision is coarser.
+func round1(d time.Duration) float64 { return math.Round(d.Seconds()*10) / 10 }
