@@ -27,6 +27,11 @@ with a fix under every WARN and FAIL:
   - created_at defaults to the database clock (now(), clock_timestamp(),
     CURRENT_TIMESTAMP);
   - published rows are cleaned up (published rows kept, dead tuples, size);
+  - the role of database.dsn may do what the prober does: INSERT and SELECT
+    on the table (the insert returns the id), USAGE on a serial id's
+    sequence, DELETE with canary.delete_after_insert (each a FAIL), and
+    pg_monitor, without which the open-transaction watcher cannot see the
+    application's transactions (a WARN); ` + "`run`" + ` logs the same at its start;
   - the publish stamp: published_at, written after Kafka's ack, warns (a
     header with the relay's send time, or the record timestamp, is better);
   - canaries go to a topic of their own: not one a watched business group
@@ -45,8 +50,8 @@ Each finding says why it matters and the property to set; docs/cdc.md
 explains them and gives a recommended connector configuration.
 
 It reads the catalogue, statistics and the connector's configuration only
-(a role with pg_monitor and SELECT on the table suffices) and writes
-nothing.
+and writes nothing; run it with the prober's own DSN, so the privileges it
+reports are the prober's.
 
 Exit status: 0 when nothing FAILs (WARNs allowed); 1 when a check FAILs or a
 database cannot be read; 2 on a usage error.

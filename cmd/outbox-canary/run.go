@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/lint"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/statuspage"
 	"github.com/outbox-canary/outbox-canary/internal/watch"
 	"github.com/outbox-canary/outbox-canary/prober"
@@ -51,6 +53,9 @@ Example:
 
 // httpShutdownTimeout bounds how long open HTTP requests may delay exit.
 const httpShutdownTimeout = 5 * time.Second
+
+// privilegesCheckTimeout bounds the privileges check at the start.
+const privilegesCheckTimeout = 15 * time.Second
 
 // defaultStateDir is where in-flight canaries are kept when neither the
 // flag nor the file says: systemd's StateDirectory= when the unit has one.
@@ -175,6 +180,10 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 		"addresses", strings.Join(addrs, ","), "tls_or_auth", *webFlags.WebConfigFile != "", "pipelines", len(cfg.Pipelines), "state_dir", stateDir)
 
 	var wg sync.WaitGroup
+	for i := range cfg.Pipelines {
+		wg.Add(1)
+		go func() { defer wg.Done(); reportPrivileges(ctx, &cfg.Pipelines[i], logger) }()
+	}
 	for _, ow := range watchers {
 		wg.Add(1)
 		go func() { defer wg.Done(); ow.w.Run(ctx) }()
@@ -194,6 +203,34 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 		return fmt.Errorf("run: %w", runErr)
 	}
 	return nil
+}
+
+// reportPrivileges logs, once at the start, what lint's privileges check
+// says about the prober's own role: a role that cannot insert canaries
+// fails every tick, and one outside pg_monitor blinds the open-transaction
+// watcher without an error. A database that is down is reported by the
+// prober itself; the check is then skipped.
+func reportPrivileges(ctx context.Context, p *config.Pipeline, logger *slog.Logger) {
+	log := logger.With("pipeline", p.Name)
+	ctx, cancel := context.WithTimeout(ctx, privilegesCheckTimeout)
+	defer cancel()
+	pool, err := postgres.NewPool(ctx, p.Database, postgres.PoolOptions{MaxConns: 1, ConnectTimeout: privilegesCheckTimeout})
+	if err == nil {
+		defer pool.Close()
+		var f lint.Finding
+		if f, err = lint.ProberPrivileges(ctx, pool, p); err == nil {
+			switch f.Level {
+			case lint.Fail:
+				log.Error("the database role cannot do what the prober needs: "+f.Message, "fix", f.Fix)
+			case lint.Warn:
+				log.Warn(f.Message, "fix", f.Fix)
+			default:
+				log.Debug(f.Message)
+			}
+			return
+		}
+	}
+	log.Debug("privileges not checked at the start", "err", err)
 }
 
 // listen opens the --web.listen-address listeners, or takes systemd's

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -254,4 +255,59 @@ func startRun(t *testing.T, configPath string, extraArgs ...string) (addr string
 	args := append([]string{"run", "--config.file", configPath, "--web.listen-address", addr, "--log.level", "warn"}, extraArgs...)
 	go func() { result <- Run(ctx, args, &stdout, stderr) }()
 	return addr, stderr, cancel, result
+}
+
+func TestRunSaysAtStartWhatItsDatabaseRoleLacks(t *testing.T) {
+	for _, tc := range []struct {
+		name, grant string
+		inRoles     []string
+		want        []string
+	}{
+		{name: "A role outside pg_monitor is warned about: the open-transaction watcher cannot see the application's transactions.",
+			grant: "GRANT INSERT, SELECT ON outbox TO %[1]s; GRANT USAGE ON SEQUENCE outbox_id_seq TO %[1]s",
+			want:  []string{"level=WARN", "is not a member of pg_monitor", "fix=\"GRANT pg_monitor TO"}},
+		{name: "A role that cannot insert canaries is an error, with the grant that fixes it.", inRoles: []string{"pg_monitor"},
+			grant: "GRANT SELECT ON outbox TO %[1]s",
+			want:  []string{"level=ERROR", "the database role cannot do what the prober needs", "lacks INSERT on", "USAGE on the id's sequence", "fix=\"GRANT INSERT ON"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, _ := stackPipeline(t, "10s")
+			dsn := os.Getenv("CHECK_TEST_DSN")
+			pool, err := pgxpool.New(context.Background(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close) // after RoleDSN's cleanup, which drops the role through it
+			roleDSN := stacktest.Load(t).RoleDSN(t, pool, dsn, tc.inRoles...)
+			u, err := url.Parse(roleDSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pool.Exec(context.Background(), fmt.Sprintf(tc.grant, u.User.Username())); err != nil {
+				t.Fatalf("grant: %v", err)
+			}
+			t.Setenv("CHECK_TEST_DSN", roleDSN)
+			_, stderr, cancel, done := startRun(t, path)
+			defer func() { cancel(); <-done }()
+			deadline := time.Now().Add(60 * time.Second)
+			for !strings.Contains(stderr.String(), tc.want[1]) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no %q in the log within 60s:\n%s", tc.want[1], stderr.String())
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			var line string
+			for _, l := range strings.Split(stderr.String(), "\n") {
+				if strings.Contains(l, tc.want[1]) {
+					line = l
+				}
+			}
+			t.Logf("the log says: %s", line)
+			for _, w := range tc.want {
+				if !strings.Contains(line, w) {
+					t.Errorf("the log line lacks %q:\n%s", w, line)
+				}
+			}
+		})
+	}
 }

@@ -1,5 +1,6 @@
 // Package lint checks a pipeline's outbox table against what a measurable
-// outbox needs (indexes, ids, clocks, cleanup, canary routing) and reports
+// outbox needs (indexes, ids, clocks, cleanup, the prober's privileges,
+// canary routing) and reports
 // OK, WARN and FAIL findings with their fix: `outbox-canary lint`.
 package lint
 
@@ -33,6 +34,7 @@ const (
 	CheckHygiene     = "table hygiene"
 	CheckCanaryRoute = "canary routing"
 	CheckPublish     = "publish stamp"
+	CheckPrivileges  = "privileges"
 )
 
 // Finding is one line of the schema lint: a check, its verdict, what was
@@ -101,6 +103,24 @@ type TableInfo struct {
 	// nothing); -1 when the table has no published_at column.
 	PublishedRows int64
 	TotalBytes    int64
+	// Privileges are those of the role lint connected as: run lint with
+	// the prober's DSN and they are the prober's.
+	Privileges RolePrivileges
+}
+
+// RolePrivileges is what a role may do that the prober needs.
+type RolePrivileges struct {
+	Role                   string
+	Insert, Select, Delete bool
+	// IDSequence is the sequence behind a serial id default ("" for an
+	// identity, whose sequence needs no grant, or no sequence at all);
+	// SequenceUsage whether the role may draw from it.
+	IDSequence    string
+	SequenceUsage bool
+	// ReadAllStats: a superuser or a member of pg_read_all_stats (which
+	// pg_monitor includes) sees the transactions of every role in
+	// pg_stat_activity; any other role sees only its own.
+	ReadAllStats bool
 }
 
 // ColumnInfo describes one column.
@@ -132,26 +152,12 @@ func InspectTable(ctx context.Context, q postgres.Querier, p *config.Pipeline, o
 	}
 	info.Exists = true
 
-	rows, err := q.Query(ctx, `
-		SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attidentity <> '',
-		       COALESCE(pg_get_expr(d.adbin, d.adrelid), '')
-		FROM pg_attribute a
-		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, *oid)
-	if err != nil {
-		return info, fmt.Errorf("columns of %s: %w", table, err)
-	}
-	info.Columns = map[string]ColumnInfo{}
-	var name string
-	var col ColumnInfo
-	if _, err := pgx.ForEachRow(rows, []any{&name, &col.Type, &col.Identity, &col.Default}, func() error {
-		info.Columns[name] = col
-		return nil
-	}); err != nil {
-		return info, fmt.Errorf("columns of %s: %w", table, err)
+	var err error
+	if info.Columns, err = inspectColumns(ctx, q, table, *oid); err != nil {
+		return info, err
 	}
 
-	rows, err = q.Query(ctx, `
+	rows, err := q.Query(ctx, `
 		SELECT c.relname, pg_get_indexdef(i.indexrelid), pg_get_expr(i.indpred, i.indrelid)
 		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 		WHERE i.indrelid = $1 AND i.indpred IS NOT NULL AND i.indisvalid
@@ -177,8 +183,14 @@ func InspectTable(ctx context.Context, q postgres.Querier, p *config.Pipeline, o
 		return info, fmt.Errorf("statistics of %s: %w", table, err)
 	}
 
+	if info.Privileges, err = inspectPrivileges(ctx, q, p, *oid, info.Columns); err != nil {
+		return info, err
+	}
+
 	info.PublishedRows = -1
-	if pub := p.Outbox.Columns.PublishedAt; pub != "" {
+	// A role that may not read the table is reported by the privileges
+	// check; hygiene then goes by the statistics' estimate.
+	if pub := p.Outbox.Columns.PublishedAt; pub != "" && info.Privileges.Select {
 		if _, ok := info.Columns[pub]; ok {
 			sql := fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %s WHERE %s IS NOT NULL LIMIT $1) AS published`,
 				postgres.QuoteTable(table), postgres.QuoteIdent(pub))
@@ -188,6 +200,81 @@ func InspectTable(ctx context.Context, q postgres.Querier, p *config.Pipeline, o
 		}
 	}
 	return info, nil
+}
+
+// inspectColumns reads the columns of the table (oid).
+func inspectColumns(ctx context.Context, q postgres.Querier, table string, oid uint32) (map[string]ColumnInfo, error) {
+	rows, err := q.Query(ctx, `
+		SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attidentity <> '',
+		       COALESCE(pg_get_expr(d.adbin, d.adrelid), '')
+		FROM pg_attribute a
+		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, oid)
+	if err != nil {
+		return nil, fmt.Errorf("columns of %s: %w", table, err)
+	}
+	cols := map[string]ColumnInfo{}
+	var name string
+	var col ColumnInfo
+	if _, err := pgx.ForEachRow(rows, []any{&name, &col.Type, &col.Identity, &col.Default}, func() error {
+		cols[name] = col
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("columns of %s: %w", table, err)
+	}
+	return cols, nil
+}
+
+// ProberPrivileges runs the privileges check alone, as the prober does at
+// its start: it reads the catalogue only, never the table. A table that
+// does not exist is the table check's FAIL.
+func ProberPrivileges(ctx context.Context, q postgres.Querier, p *config.Pipeline) (Finding, error) {
+	table := p.Outbox.Table
+	var oid *uint32
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1)::oid`, postgres.QuoteTable(table)).Scan(&oid); err != nil {
+		return Finding{}, fmt.Errorf("look up table %s: %w", table, err)
+	}
+	if oid == nil {
+		return Table(p, TableInfo{}, Options{})[0], nil
+	}
+	cols, err := inspectColumns(ctx, q, table, *oid)
+	if err != nil {
+		return Finding{}, err
+	}
+	pv, err := inspectPrivileges(ctx, q, p, *oid, cols)
+	if err != nil {
+		return Finding{}, err
+	}
+	return Privileges(p, TableInfo{Exists: true, Columns: cols, Privileges: pv}), nil
+}
+
+// inspectPrivileges reads what the connected role may do on the table
+// (oid) whose columns are cols.
+func inspectPrivileges(ctx context.Context, q postgres.Querier, p *config.Pipeline, oid uint32, cols map[string]ColumnInfo) (RolePrivileges, error) {
+	table := p.Outbox.Table
+	var pv RolePrivileges
+	if err := q.QueryRow(ctx, `
+		SELECT current_user::text, has_table_privilege($1::oid, 'INSERT'), has_table_privilege($1::oid, 'SELECT'),
+		       has_table_privilege($1::oid, 'DELETE'),
+		       pg_has_role('pg_read_all_stats', 'USAGE') OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)`, oid).
+		Scan(&pv.Role, &pv.Insert, &pv.Select, &pv.Delete, &pv.ReadAllStats); err != nil {
+		return pv, fmt.Errorf("privileges on %s: %w", table, err)
+	}
+	id, ok := cols[p.Outbox.Columns.ID]
+	if !ok || id.Identity || !strings.Contains(id.Default, "nextval(") {
+		return pv, nil
+	}
+	var seq *string
+	if err := q.QueryRow(ctx, `SELECT pg_get_serial_sequence($1, $2)`, postgres.QuoteTable(table), p.Outbox.Columns.ID).Scan(&seq); err != nil {
+		return pv, fmt.Errorf("sequence of %s.%s: %w", table, p.Outbox.Columns.ID, err)
+	}
+	if seq != nil {
+		pv.IDSequence = *seq
+		if err := q.QueryRow(ctx, `SELECT has_sequence_privilege($1, 'USAGE')`, *seq).Scan(&pv.SequenceUsage); err != nil {
+			return pv, fmt.Errorf("privileges on sequence %s: %w", *seq, err)
+		}
+	}
+	return pv, nil
 }
 
 // Outbox inspects the pipeline's outbox table and runs every check on it. The
@@ -222,9 +309,64 @@ func Table(p *config.Pipeline, info TableInfo, o Options) []Finding {
 		MonotonicID(p, info),
 		CreatedAt(p, info),
 		Hygiene(p, info, o),
+		Privileges(p, info),
 		CanaryRouting(p),
 		PublishStamp(p),
 	}
+}
+
+// Privileges fails when the role cannot do what the prober does on the
+// table (INSERT ... RETURNING the id, the DELETE of delete_after_insert,
+// drawing a serial id), and warns when it cannot see other roles'
+// transactions: the open-transaction watcher would then read a long
+// transaction of the application as none.
+func Privileges(p *config.Pipeline, info TableInfo) Finding {
+	f := Finding{Check: CheckPrivileges}
+	pv := info.Privileges
+	table := postgres.QuoteTable(p.Outbox.Table)
+	role := postgres.QuoteIdent(pv.Role)
+	var lacks, grants []string
+	var tableGrants []string
+	if !pv.Insert {
+		lacks = append(lacks, "INSERT on "+table+" (the canary insert fails)")
+		tableGrants = append(tableGrants, "INSERT")
+	}
+	if !pv.Select {
+		lacks = append(lacks, "SELECT on "+table+" (the canary insert returns its id, and published_at is read back)")
+		tableGrants = append(tableGrants, "SELECT")
+	}
+	if p.Canary.DeleteAfterInsert && !pv.Delete {
+		lacks = append(lacks, "DELETE on "+table+" (canary.delete_after_insert)")
+		tableGrants = append(tableGrants, "DELETE")
+	}
+	if len(tableGrants) > 0 {
+		grants = append(grants, fmt.Sprintf("GRANT %s ON %s TO %s", strings.Join(tableGrants, ", "), table, role))
+	}
+	if pv.IDSequence != "" && !pv.SequenceUsage && p.Outbox.IDGeneration == config.IDFromDatabase {
+		lacks = append(lacks, "USAGE on the id's sequence "+pv.IDSequence+" (the canary insert cannot draw an id)")
+		grants = append(grants, fmt.Sprintf("GRANT USAGE ON SEQUENCE %s TO %s", pv.IDSequence, role))
+	}
+	switch {
+	case len(lacks) > 0:
+		f.Level = Fail
+		f.Message = fmt.Sprintf("role %s lacks %s", pv.Role, strings.Join(lacks, "; "))
+		if !pv.ReadAllStats {
+			grants = append(grants, "GRANT pg_monitor TO "+role)
+		}
+		f.Fix = strings.Join(grants, "; ")
+	case !pv.ReadAllStats:
+		f.Level = Warn
+		f.Message = fmt.Sprintf("role %s is not a member of pg_monitor (or pg_read_all_stats): pg_stat_activity hides other roles' transactions from it, so the open-transaction watcher reads the application's long transactions as none", pv.Role)
+		f.Fix = "GRANT pg_monitor TO " + role
+	default:
+		f.Level = OK
+		may := "insert and read"
+		if p.Canary.DeleteAfterInsert {
+			may = "insert, read and delete"
+		}
+		f.Message = fmt.Sprintf("role %s may %s canaries and sees every role's transactions", pv.Role, may)
+	}
+	return f
 }
 
 // Columns fails when a column of outbox.columns is missing: the

@@ -3,10 +3,12 @@ package lint
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
@@ -75,6 +77,12 @@ func TestLintOnRealTables(t *testing.T) {
 		setup  string // SQL run after the schema
 		idGen  string
 		opts   Options
+		// inRoles, when set, lints as a fresh role in these roles (none
+		// for an empty slice) that is granted grant (%[1]s is the role).
+		inRoles []string
+		grant   string
+		// deleteAfterInsert sets canary.delete_after_insert.
+		deleteAfterInsert bool
 		// want maps a check to its expected level; unlisted checks must be OK.
 		want map[string]string
 	}{
@@ -103,6 +111,22 @@ func TestLintOnRealTables(t *testing.T) {
 			opts: Options{MaxTableBytes: 1}, want: map[string]string{CheckHygiene: Warn}},
 		{name: "A missing table fails.", schema: stacktest.SeedA,
 			setup: "DROP TABLE outbox", want: map[string]string{CheckTable: Fail}},
+		{name: "A role in pg_monitor that may insert, read and draw ids passes.", schema: stacktest.SeedA,
+			inRoles: []string{"pg_monitor"}, grant: "GRANT INSERT, SELECT ON outbox TO %[1]s; GRANT USAGE ON SEQUENCE outbox_id_seq TO %[1]s"},
+		{name: "A role outside pg_monitor warns: it cannot see the application's transactions.", schema: stacktest.SeedA,
+			inRoles: []string{}, grant: "GRANT INSERT, SELECT ON outbox TO %[1]s; GRANT USAGE ON SEQUENCE outbox_id_seq TO %[1]s",
+			want: map[string]string{CheckPrivileges: Warn}},
+		{name: "A role that cannot draw from the id's sequence fails.", schema: stacktest.SeedB,
+			inRoles: []string{"pg_monitor"}, grant: "GRANT INSERT, SELECT ON outbox TO %[1]s",
+			want: map[string]string{CheckPrivileges: Fail}},
+		{name: "A role that may only insert fails: the insert returns the id.", schema: stacktest.SeedA,
+			inRoles: []string{"pg_monitor"}, grant: "GRANT INSERT ON outbox TO %[1]s; GRANT USAGE ON SEQUENCE outbox_id_seq TO %[1]s",
+			want: map[string]string{CheckPrivileges: Fail}},
+		{name: "A role without DELETE fails where canaries are deleted after insert.", schema: stacktest.SeedDebezium, idGen: config.IDUUID,
+			deleteAfterInsert: true, inRoles: []string{"pg_monitor"}, grant: "GRANT INSERT, SELECT ON outbox TO %[1]s",
+			want: map[string]string{CheckPrivileges: Fail}},
+		{name: "A role with DELETE passes where canaries are deleted after insert.", schema: stacktest.SeedDebezium, idGen: config.IDUUID,
+			deleteAfterInsert: true, inRoles: []string{"pg_monitor"}, grant: "GRANT INSERT, SELECT, DELETE ON outbox TO %[1]s"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,7 +139,23 @@ func TestLintOnRealTables(t *testing.T) {
 				}
 			}
 			p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: dsn, Schema: tc.schema, IDGen: tc.idGen})
-			findings, err := Outbox(ctx, pool, p, tc.opts)
+			p.Canary.DeleteAfterInsert = tc.deleteAfterInsert
+			lintAs := pool
+			if tc.inRoles != nil {
+				roleDSN := st.RoleDSN(t, pool, dsn, tc.inRoles...)
+				u, err := url.Parse(roleDSN)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := pool.Exec(ctx, fmt.Sprintf(tc.grant, u.User.Username())); err != nil {
+					t.Fatalf("grant: %v", err)
+				}
+				if lintAs, err = pgxpool.New(ctx, roleDSN); err != nil {
+					t.Fatal(err)
+				}
+				defer lintAs.Close()
+			}
+			findings, err := Outbox(ctx, lintAs, p, tc.opts)
 			if err != nil {
 				t.Fatalf("Lint: %v", err)
 			}
