@@ -37,6 +37,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 	"github.com/outbox-canary/outbox-canary/internal/statuspage"
 )
@@ -45,7 +46,8 @@ import (
 const browserTimeout = 2 * time.Minute
 
 // stallWait bounds the waits for the stall to show and to clear: with a
-// canary every second and a 4s stall threshold both take seconds.
+// canary every second and a stall threshold of the end_to_end budget plus
+// two intervals, both take seconds.
 const stallWait = 90 * time.Second
 
 func TestStatusPageShowsAStallInARealBrowser(t *testing.T) {
@@ -56,7 +58,13 @@ func TestStatusPageShowsAStallInARealBrowser(t *testing.T) {
 		t.Helper()
 		t.Logf("[+%5.1fs] %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	faults, _, cfgPath := startPipeline(t, s)
+	faults, cfg, cfgPath := startPipeline(t, s)
+	// The banner and the burn table speak in the configuration's terms.
+	pipe := cfg.Pipelines[0]
+	e2eBudget := time.Duration(pipe.Budgets[config.SegmentEndToEnd])
+	relayBudget := time.Duration(pipe.Budgets["commit_to_publish"])
+	stallIntervals := cfg.Alerting.StallIntervals
+	threshold := e2eBudget + time.Duration(stallIntervals)*time.Second // a canary every second
 	addr, proberLog := startProber(t, cfgPath)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -97,7 +105,7 @@ func TestStatusPageShowsAStallInARealBrowser(t *testing.T) {
 		t.Fatalf("the DOM has no stall banner:\n%s", page)
 	}
 	moment("banner in the DOM: %s", banner[1])
-	for _, want := range []string{"Stalled: No canary has arrived for ", "longer than the stall threshold of 4.0 s (2s end_to_end budget + 2 × 1s canary interval)", "the oldest is past the commit_to_publish deadline by "} {
+	for _, want := range []string{"Stalled: No canary has arrived for ", fmt.Sprintf("longer than the stall threshold of %.1f s (%s end_to_end budget + %d × 1s canary interval)", threshold.Seconds(), e2eBudget, stallIntervals), "the oldest is past the commit_to_publish deadline by "} {
 		if !strings.Contains(banner[1], want) {
 			t.Errorf("the banner lacks %q: %s", want, banner[1])
 		}
@@ -122,7 +130,7 @@ func TestStatusPageShowsAStallInARealBrowser(t *testing.T) {
 	}
 	// Deadline verdicts count as soon as /metrics counts them: the
 	// relay's segment burns while its canaries are still in flight.
-	if burn := regexp.MustCompile(`<tr><td>commit_to_publish</td><td>1s</td><td>` + ownerRelay + `</td><td title="(\d+) bad of`).FindStringSubmatch(page); burn == nil || burn[1] == "0" {
+	if burn := regexp.MustCompile(`<tr><td>commit_to_publish</td><td>` + relayBudget.String() + `</td><td>` + ownerRelay + `</td><td title="(\d+) bad of`).FindStringSubmatch(page); burn == nil || burn[1] == "0" {
 		t.Errorf("commit_to_publish shows no bad verdict during the stall: %v", burn)
 	}
 
