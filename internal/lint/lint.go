@@ -143,19 +143,11 @@ func InspectTable(ctx context.Context, q postgres.Querier, p *config.Pipeline, o
 	o = o.withDefaults()
 	table := p.Outbox.Table
 	var info TableInfo
-	var oid *uint32
-	if err := q.QueryRow(ctx, `SELECT to_regclass($1)::oid`, postgres.QuoteTable(table)).Scan(&oid); err != nil {
-		return info, fmt.Errorf("look up table %s: %w", table, err)
-	}
-	if oid == nil {
-		return info, nil
-	}
-	info.Exists = true
-
-	var err error
-	if info.Columns, err = inspectColumns(ctx, q, table, *oid); err != nil {
+	oid, cols, err := inspectTableColumns(ctx, q, table)
+	if err != nil || oid == nil {
 		return info, err
 	}
+	info.Exists, info.Columns = true, cols
 
 	rows, err := q.Query(ctx, `
 		SELECT c.relname, pg_get_indexdef(i.indexrelid), pg_get_expr(i.indpred, i.indrelid)
@@ -202,6 +194,20 @@ func InspectTable(ctx context.Context, q postgres.Querier, p *config.Pipeline, o
 	return info, nil
 }
 
+// inspectTableColumns looks the table up and reads its columns; a nil oid
+// (and no error) when it does not exist.
+func inspectTableColumns(ctx context.Context, q postgres.Querier, table string) (*uint32, map[string]ColumnInfo, error) {
+	var oid *uint32
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1)::oid`, postgres.QuoteTable(table)).Scan(&oid); err != nil {
+		return nil, nil, fmt.Errorf("look up table %s: %w", table, err)
+	}
+	if oid == nil {
+		return nil, nil, nil
+	}
+	cols, err := inspectColumns(ctx, q, table, *oid)
+	return oid, cols, err
+}
+
 // inspectColumns reads the columns of the table (oid).
 func inspectColumns(ctx context.Context, q postgres.Querier, table string, oid uint32) (map[string]ColumnInfo, error) {
 	rows, err := q.Query(ctx, `
@@ -229,17 +235,12 @@ func inspectColumns(ctx context.Context, q postgres.Querier, table string, oid u
 // its start: it reads the catalogue only, never the table. A table that
 // does not exist is the table check's FAIL.
 func ProberPrivileges(ctx context.Context, q postgres.Querier, p *config.Pipeline) (Finding, error) {
-	table := p.Outbox.Table
-	var oid *uint32
-	if err := q.QueryRow(ctx, `SELECT to_regclass($1)::oid`, postgres.QuoteTable(table)).Scan(&oid); err != nil {
-		return Finding{}, fmt.Errorf("look up table %s: %w", table, err)
+	oid, cols, err := inspectTableColumns(ctx, q, p.Outbox.Table)
+	if err != nil {
+		return Finding{}, err
 	}
 	if oid == nil {
 		return Table(p, TableInfo{}, Options{})[0], nil
-	}
-	cols, err := inspectColumns(ctx, q, table, *oid)
-	if err != nil {
-		return Finding{}, err
 	}
 	pv, err := inspectPrivileges(ctx, q, p, *oid, cols)
 	if err != nil {
