@@ -54,19 +54,7 @@ func describe(p *config.Pipeline, rep Report) string {
 	fmt.Fprintf(&b, "%s %s:", rep.ID, rep.State)
 	for _, name := range p.Segments() {
 		s := rep.Segments[name]
-		took := "-"
-		switch {
-		case s.Bound:
-			took = "<=" + s.Duration.Round(time.Millisecond).String()
-		case s.Measured:
-			took = s.Duration.Round(time.Millisecond).String()
-		case s.StampOrder:
-			took = "stamp order"
-		case s.Skew:
-			took = "skew"
-		case s.MissingStamp != "":
-			took = "no " + s.MissingStamp
-		}
+		took := s.Took(time.Millisecond)
 		verdict := s.Outcome
 		if s.Reason != "" {
 			verdict += "(" + s.Reason + ")"

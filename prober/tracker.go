@@ -99,6 +99,26 @@ type SegmentResult struct {
 	MissingStamp string `json:"missing_stamp,omitempty"`
 }
 
+// Took is the segment's measure as a person reads it, rounded to
+// precision: "412ms", "<= 40ms" when only an upper bound is known, the
+// reason a stamp-order or skewed segment is no latency, "no <stamp> stamp",
+// or "-" when nothing is known yet.
+func (s SegmentResult) Took(precision time.Duration) string {
+	switch {
+	case s.Bound:
+		return "<= " + s.Duration.Round(precision).String()
+	case s.Measured:
+		return s.Duration.Round(precision).String()
+	case s.StampOrder:
+		return "negative (stamp order)"
+	case s.Skew:
+		return "negative (clock skew suspected)"
+	case s.MissingStamp != "":
+		return "no " + s.MissingStamp + " stamp"
+	}
+	return "-"
+}
+
 // Report is one canary's segment breakdown, for the status page and the
 // check command. Segments is keyed by segment name (every segment of the
 // pipeline, insert_to_commit included); Pipeline.Segments gives the order.

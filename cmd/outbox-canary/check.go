@@ -170,19 +170,7 @@ func printCheck(w io.Writer, p *config.Pipeline, r checkResult) bool {
 		if !found {
 			continue
 		}
-		took, budget, verdict := "-", "-", "not budgeted"
-		switch {
-		case s.Bound:
-			took = "<= " + s.Duration.Round(time.Microsecond).String()
-		case s.Measured:
-			took = s.Duration.Round(time.Microsecond).String()
-		case s.StampOrder:
-			took = "negative (stamp order)"
-		case s.Skew:
-			took = "negative (clock skew suspected)"
-		case s.MissingStamp != "":
-			took = "no " + s.MissingStamp + " stamp"
-		}
+		took, budget, verdict := s.Took(time.Microsecond), "-", "not budgeted"
 		stampOrder = stampOrder || s.StampOrder
 		if s.Budgeted {
 			budget = s.Budget.String()

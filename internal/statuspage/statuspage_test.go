@@ -350,6 +350,32 @@ func TestOutcomesThisPageDoesNotKnowAreNeutral(t *testing.T) {
 	}
 }
 
+func TestACellSaysWhatKindOfFigureItHolds(t *testing.T) {
+	cases := []struct {
+		name string
+		seg  prober.SegmentResult
+		want string
+	}{
+		{"A measured segment shows its duration.", prober.SegmentResult{Measured: true, Duration: 412 * time.Millisecond, Outcome: "good"}, "412ms"},
+		{"A published_at marked after consumption bounds the segment: shown as an upper bound.",
+			prober.SegmentResult{Measured: true, Bound: true, Duration: 40 * time.Millisecond}, "&le; 40ms"},
+		{"A segment whose clocks disagree is no latency, and says so.", prober.SegmentResult{Skew: true}, "negative (clock skew?)"},
+		{"A stamp taken after its event is stamp order, not skew.", prober.SegmentResult{StampOrder: true}, "negative (stamp order)"},
+		{"A stamp the relay never wrote is named.", prober.SegmentResult{MissingStamp: "publish"}, "no publish stamp"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			if err := statusPage.ExecuteTemplate(&b, "cell", tc.seg); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), ">"+tc.want+"<") {
+				t.Errorf("cell = %s, want %q in it", b.String(), tc.want)
+			}
+		})
+	}
+}
+
 func get(t *testing.T, url string) string {
 	t.Helper()
 	resp, err := http.Get(url)
