@@ -8,6 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/prober"
 )
 
 func TestHelpGoesToStdoutAndExplainsEachCommandWithAnExample(t *testing.T) {
@@ -165,5 +169,28 @@ pipelines:
 				}
 			}
 		})
+	}
+}
+
+func TestTheDemoLineMarksBoundsAndSkewSoItsSummarySkipsThem(t *testing.T) {
+	cfg, err := config.Load([]byte(`signing_key: {value: k}
+pipelines:
+  - name: orders
+    database: {dsn: {value: "postgres://u@127.0.0.1/db"}}
+    kafka: {brokers: ["127.0.0.1:9092"]}
+    budgets: {end_to_end: 2s, commit_to_publish: 1s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := formatCanaryLine(cfg, prober.Report{Pipeline: "orders", ID: "c1", State: prober.StateArrived, Segments: map[string]prober.SegmentResult{
+		"commit_to_publish":  {Measured: true, Bound: true, Duration: 40 * time.Millisecond, Budgeted: true, Budget: time.Second},
+		"publish_to_consume": {Skew: true},
+		"end_to_end":         {Measured: true, Duration: 52 * time.Millisecond, Budgeted: true, Budget: 2 * time.Second},
+	}})
+	for _, want := range []string{"commit_to_publish=<=40ms/1s", "publish_to_consume=skew?", "end_to_end=52ms/2s"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the line lacks %q: %s", want, line)
+		}
 	}
 }

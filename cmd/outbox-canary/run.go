@@ -299,16 +299,22 @@ func formatCanaryLine(cfg *config.Config, r prober.Report) string {
 	segments := append([]string{config.SegmentInsertToCommit}, p.Segments()...)
 	for _, name := range segments {
 		s, ok := r.Segments[name]
-		if !ok || !s.Measured {
+		switch {
+		case ok && s.Measured:
+			// An upper bound is marked, so the demo's summary leaves it out.
+			bound := ""
+			if s.Bound {
+				bound = "<="
+			}
+			fmt.Fprintf(&b, "  %s=%s%s", name, bound, s.Duration.Round(100*time.Microsecond))
+		case ok && s.Skew:
+			fmt.Fprintf(&b, "  %s=skew?", name)
+		default:
 			fmt.Fprintf(&b, "  %s=-", name)
 			continue
 		}
-		fmt.Fprintf(&b, "  %s=%s", name, s.Duration.Round(100*time.Microsecond))
 		if s.Budgeted {
 			fmt.Fprintf(&b, "/%s", s.Budget)
-		}
-		if s.Skew {
-			b.WriteString("(skew?)")
 		}
 	}
 	return b.String()

@@ -116,7 +116,8 @@ summarize() {
 			split($i, kv, "=")
 			if (kv[2] == "-") continue
 			split(kv[2], vb, "/")
-			v = vb[1]; sub(/\(skew\?\)$/, "", v)
+			v = vb[1]
+			if (v ~ /^</) continue  # an upper bound (<=), not a latency
 			s = secs(v); if (s < 0 && v !~ /^-/) continue
 			key = $3 " " kv[1]
 			n[key]++; val[key, n[key]] = s
