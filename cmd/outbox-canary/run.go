@@ -219,10 +219,12 @@ func reportPrivileges(ctx context.Context, p *config.Pipeline, logger *slog.Logg
 		defer pool.Close()
 		var f lint.Finding
 		if f, err = lint.ProberPrivileges(ctx, pool, p); err == nil {
-			switch f.Level {
-			case lint.Fail:
+			switch {
+			case f.Check != lint.CheckPrivileges: // the table is missing: no role is to blame
+				log.Error(f.Message, "fix", f.Fix)
+			case f.Level == lint.Fail:
 				log.Error("the database role cannot do what the prober needs: "+f.Message, "fix", f.Fix)
-			case lint.Warn:
+			case f.Level == lint.Warn:
 				log.Warn(f.Message, "fix", f.Fix)
 			default:
 				log.Debug(f.Message)

@@ -54,6 +54,21 @@ func (s Status) FailedTasks() int {
 	return n
 }
 
+// TraceLines are the shortened traces of the connector and of each task
+// that has one, one line each: "connector trace: …", "task 0 trace: …".
+func (s Status) TraceLines() []string {
+	var lines []string
+	if s.Connector.Trace != "" {
+		lines = append(lines, "connector trace: "+TraceSummary(s.Connector.Trace))
+	}
+	for _, t := range s.Tasks {
+		if t.Trace != "" {
+			lines = append(lines, fmt.Sprintf("task %d trace: %s", t.ID, TraceSummary(t.Trace)))
+		}
+	}
+	return lines
+}
+
 // Summary is a one-line description for logs and diagnose.
 func (s Status) Summary() string {
 	states := make([]string, 0, len(s.Tasks))

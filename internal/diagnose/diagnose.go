@@ -8,13 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/connect"
+	"github.com/outbox-canary/outbox-canary/internal/explain"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/lint"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
@@ -194,14 +194,11 @@ func With(ctx context.Context, p *config.Pipeline, probes Probes, o Options) Dia
 // unreachable is a stage that could not be checked: unhealthy, with the
 // error as evidence.
 func unreachable(what string, err error, next string) StageResult {
-	return StageResult{Status: StatusUnhealthy, Evidence: []string{what + ": " + oneLine(err.Error())}, NextStep: next}
+	return StageResult{Status: StatusUnhealthy, Evidence: []string{what + ": " + explain.OneLine(err.Error())}, NextStep: next}
 }
 
 // oneLine flattens a multi-line error (pgx lists every address it tried on
 // a line of its own) so that each evidence entry stays one line.
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
-}
 
 func (pr Probes) dbError() error {
 	if pr.DBError != nil {
@@ -269,15 +266,7 @@ func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) S
 		if err != nil {
 			return unreachable("Kafka Connect", err, nextConnect)
 		}
-		r := StageResult{Healthy: st.Running(), Evidence: []string{st.Summary(), fmt.Sprintf("%d failed tasks", st.FailedTasks())}}
-		if st.Connector.Trace != "" {
-			r.Evidence = append(r.Evidence, "connector trace: "+connect.TraceSummary(st.Connector.Trace))
-		}
-		for _, task := range st.Tasks {
-			if task.Trace != "" {
-				r.Evidence = append(r.Evidence, fmt.Sprintf("task %d trace: %s", task.ID, connect.TraceSummary(task.Trace)))
-			}
-		}
+		r := StageResult{Healthy: st.Running(), Evidence: append([]string{st.Summary(), fmt.Sprintf("%d failed tasks", st.FailedTasks())}, st.TraceLines()...)}
 		if !r.Healthy {
 			r.NextStep = fmt.Sprintf(nextRelayCDC, w.ConnectURL, w.Connector)
 			if lintEvidence := connectorLint(ctx, p, pr); len(lintEvidence) > 0 {

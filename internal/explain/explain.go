@@ -3,7 +3,10 @@
 // to fix, and the cause stays reachable through errors.Is and errors.As.
 package explain
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Error is an error rewritten for the operator.
 type Error struct {
@@ -19,3 +22,9 @@ func Done(err error) bool { return errors.As(err, new(*Error)) }
 
 func (e *Error) Error() string { return e.msg }
 func (e *Error) Unwrap() error { return e.err }
+
+// OneLine folds a multi-line message (a server's error, a Java trace) into
+// one line for a log attribute or a checklist row.
+func OneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/connect"
+	"github.com/outbox-canary/outbox-canary/internal/explain"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
@@ -137,7 +138,7 @@ func Connector(ctx context.Context, p *config.Pipeline, src ConnectorSources) []
 	if err != nil {
 		fix := "check that Kafka Connect answers at watch.connect_url and that watch.connector names the connector (GET " +
 			strings.TrimRight(p.Watch.ConnectURL, "/") + "/connectors lists them)"
-		return []Finding{{Check: CheckConnector, Level: Fail, Message: oneLine(err.Error()), Fix: fix}}
+		return []Finding{{Check: CheckConnector, Level: Fail, Message: explain.OneLine(err.Error()), Fix: fix}}
 	}
 	return ConnectorChecks(p, info)
 }
@@ -323,7 +324,7 @@ func ConnectorChecks(p *config.Pipeline, info ConnectorInfo) []Finding {
 func connectorState(p *config.Pipeline, info ConnectorInfo) Finding {
 	f := Finding{Check: CheckConnector}
 	if info.Status == nil {
-		f.Level, f.Message = Warn, "status not read: "+oneLine(fmt.Sprint(info.StatusError))
+		f.Level, f.Message = Warn, "status not read: "+explain.OneLine(fmt.Sprint(info.StatusError))
 		f.Fix = "check that Kafka Connect answers at watch.connect_url"
 		return f
 	}
@@ -333,15 +334,7 @@ func connectorState(p *config.Pipeline, info ConnectorInfo) Finding {
 		return f
 	}
 	f.Level = Fail
-	parts := []string{st.Summary()}
-	if st.Connector.Trace != "" {
-		parts = append(parts, "connector trace: "+connect.TraceSummary(st.Connector.Trace))
-	}
-	for _, t := range st.Tasks {
-		if t.Trace != "" {
-			parts = append(parts, fmt.Sprintf("task %d trace: %s", t.ID, connect.TraceSummary(t.Trace)))
-		}
-	}
+	parts := append([]string{st.Summary()}, st.TraceLines()...)
 	f.Message = strings.Join(parts, "; ") + ": nothing publishes the canaries"
 	f.Fix = fmt.Sprintf("remove the cause the trace names, then restart the failed tasks: POST %s/connectors/%s/restart?includeTasks=true&onlyFailed=true",
 		strings.TrimRight(p.Watch.ConnectURL, "/"), info.Name)
@@ -890,6 +883,3 @@ func splitList(list string) []string {
 }
 
 // oneLine flattens a multi-line error so a finding stays one line.
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
-}

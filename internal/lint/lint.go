@@ -6,6 +6,7 @@ package lint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -254,26 +255,23 @@ func ProberPrivileges(ctx context.Context, q postgres.Querier, p *config.Pipelin
 func inspectPrivileges(ctx context.Context, q postgres.Querier, p *config.Pipeline, oid uint32, cols map[string]ColumnInfo) (RolePrivileges, error) {
 	table := p.Outbox.Table
 	var pv RolePrivileges
+	// pg_has_role holds for a superuser too (has_privs_of_role).
 	if err := q.QueryRow(ctx, `
 		SELECT current_user::text, has_table_privilege($1::oid, 'INSERT'), has_table_privilege($1::oid, 'SELECT'),
-		       has_table_privilege($1::oid, 'DELETE'),
-		       pg_has_role('pg_read_all_stats', 'USAGE') OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)`, oid).
+		       has_table_privilege($1::oid, 'DELETE'), pg_has_role('pg_read_all_stats', 'USAGE')`, oid).
 		Scan(&pv.Role, &pv.Insert, &pv.Select, &pv.Delete, &pv.ReadAllStats); err != nil {
 		return pv, fmt.Errorf("privileges on %s: %w", table, err)
 	}
+	// Only an id the database draws needs the sequence.
 	id, ok := cols[p.Outbox.Columns.ID]
-	if !ok || id.Identity || !strings.Contains(id.Default, "nextval(") {
+	if p.Outbox.IDGeneration != config.IDFromDatabase || !ok || id.Identity || !strings.Contains(id.Default, "nextval(") {
 		return pv, nil
 	}
-	var seq *string
-	if err := q.QueryRow(ctx, `SELECT pg_get_serial_sequence($1, $2)`, postgres.QuoteTable(table), p.Outbox.Columns.ID).Scan(&seq); err != nil {
+	err := q.QueryRow(ctx, `
+		SELECT s, has_sequence_privilege(s, 'USAGE') FROM pg_get_serial_sequence($1, $2) AS s WHERE s IS NOT NULL`,
+		postgres.QuoteTable(table), p.Outbox.Columns.ID).Scan(&pv.IDSequence, &pv.SequenceUsage)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return pv, fmt.Errorf("sequence of %s.%s: %w", table, p.Outbox.Columns.ID, err)
-	}
-	if seq != nil {
-		pv.IDSequence = *seq
-		if err := q.QueryRow(ctx, `SELECT has_sequence_privilege($1, 'USAGE')`, *seq).Scan(&pv.SequenceUsage); err != nil {
-			return pv, fmt.Errorf("privileges on sequence %s: %w", *seq, err)
-		}
 	}
 	return pv, nil
 }
@@ -343,7 +341,7 @@ func Privileges(p *config.Pipeline, info TableInfo) Finding {
 	if len(tableGrants) > 0 {
 		grants = append(grants, fmt.Sprintf("GRANT %s ON %s TO %s", strings.Join(tableGrants, ", "), table, role))
 	}
-	if pv.IDSequence != "" && !pv.SequenceUsage && p.Outbox.IDGeneration == config.IDFromDatabase {
+	if pv.IDSequence != "" && !pv.SequenceUsage {
 		lacks = append(lacks, "USAGE on the id's sequence "+pv.IDSequence+" (the canary insert cannot draw an id)")
 		grants = append(grants, fmt.Sprintf("GRANT USAGE ON SEQUENCE %s TO %s", pv.IDSequence, role))
 	}
