@@ -395,8 +395,10 @@ func TestDisruptiveBlamePostgresStoppedDuringALookup(t *testing.T) {
 				rep = await(t, tr, c.ID)
 			} else {
 				rep = await(t, tr, c.ID)
-				if time.Now().Before(stopped) {
-					t.Fatal("final before the database stopped")
+				// The publish-side verdict is the one the stopped database
+				// decides: it must come after the stop, never before.
+				if at := rep.Segments["commit_to_publish"].JudgedAt; !at.After(stopped) {
+					t.Fatalf("commit_to_publish judged at %s, not after the database stopped at %s", at.Format(time.StampMicro), stopped.Format(time.StampMicro))
 				}
 				s.Script(t, "start-postgres")
 				back = time.Now()
