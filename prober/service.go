@@ -84,7 +84,7 @@ type pipelineRunner struct {
 	lookup func(ctx context.Context, c Canary) (LookupResult, error)
 
 	// publishedSQL reads a row's published_at back by primary key; built
-	// once, as it runs on every arrival of a published_at pipeline.
+	// once, as it runs on every lookup of a published_at pipeline.
 	publishedSQL string
 
 	mu       sync.Mutex

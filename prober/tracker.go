@@ -427,6 +427,7 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 				t.mu.Unlock()
 			}
 		case judge.EffectFinal:
+			t.forgetPace(e.Canary) // however it ended, no lookup of it is paced any more
 			if r, ok := reports[e.Canary]; ok {
 				if e2e := r.Segments[config.SegmentEndToEnd]; e2e.Outcome == judge.Good {
 					m.LastSuccess.WithLabelValues(name).Set(unixSeconds(r.Consumed))
@@ -638,17 +639,6 @@ func (t *Tracker) Flush() error {
 		return nil
 	}
 	return t.store.save(t.j, t.now())
-}
-
-// RowID returns the outbox row id Sent recorded for a canary, if tracked.
-func (t *Tracker) RowID(canaryID string) (string, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	c := t.j.Canary(canaryID)
-	if c == nil || c.RowID == "" {
-		return "", false
-	}
-	return c.RowID, true
 }
 
 // InFlight is the number of canaries sent that have neither arrived nor

@@ -192,9 +192,6 @@ func (j *Judge) Canaries() []*Canary {
 	return out
 }
 
-// Config is the judge's configuration.
-func (j *Judge) Config() Config { return j.cfg }
-
 func (j *Judge) take() []Effect {
 	fx := j.fx
 	j.fx = nil
@@ -646,8 +643,7 @@ func (j *Judge) measure(c *Canary, s Segment) measurement {
 		if _, ok := j.point(c, st); ok {
 			continue
 		}
-		if r, bad := c.Invalid[st]; bad {
-			_ = r
+		if _, bad := c.Invalid[st]; bad {
 			return measurement{status: mUnjudged, reason: ReasonInvalidStamp}
 		}
 		if j.cfg.Plan.Lookup[st] && !c.Final {
@@ -1050,13 +1046,13 @@ func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 	consume := p.segmentTo(len(p.Stamps) - 1)
 	// Charged by the consumption rule at end_to_end's deadline: that is
 	// its deadline, the publish moment being unknown.
-	lagDeadline := deadlineOf(c, p.EndToEnd, c.Committed)
+	lagDeadline := deadlineOf(p.EndToEnd, c.Committed)
 	for _, s := range p.Chain {
 		if v, ok := c.Verdicts[s.Name]; ok && v.Outcome == Bad {
 			if s.Name == consume.Name {
 				return s.Name, lagDeadline
 			}
-			return s.Name, deadlineOf(c, s, j.startOf(c, s.From))
+			return s.Name, deadlineOf(s, j.startOf(c, s.From))
 		}
 	}
 	if j.behind() {
@@ -1075,12 +1071,12 @@ func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 	if last == pub {
 		if j.pos.caughtUpAsOf.After(lastAt) {
 			s := p.segmentTo(pub) // a claim the topic contradicts
-			return s.Name, deadlineOf(c, s, lastAt)
+			return s.Name, deadlineOf(s, lastAt)
 		}
 		return consume.Name, lagDeadline
 	}
 	s := p.Chain[last]
-	return s.Name, deadlineOf(c, s, lastAt)
+	return s.Name, deadlineOf(s, lastAt)
 }
 
 // startOf is the latest a canary can have passed stamp, as the blame
@@ -1100,7 +1096,7 @@ func (j *Judge) startOf(c *Canary, stamp string) time.Time {
 	return at
 }
 
-func deadlineOf(_ *Canary, s Segment, from time.Time) time.Time {
+func deadlineOf(s Segment, from time.Time) time.Time {
 	if !s.Budgeted {
 		return time.Time{}
 	}
