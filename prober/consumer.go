@@ -476,6 +476,12 @@ func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 		Stamps:    c.stamps(msg),
 	}
 	out := c.tracker.Arrived(token, a)
+	if out.Kind == KindUnknown {
+		// Counted by the tracker; logged like every other skip, so a
+		// topic full of canaries a lost state forgot is one warning.
+		c.skips.logSkip(c.log, consumed, msg, ReasonUnknownCanary, "canary "+a.CanaryID)
+		return
+	}
 	c.log.Debug("canary arrived", "canary", a.CanaryID, "partition", a.Partition, "offset", a.Offset, "kind", out.Kind)
 }
 

@@ -2,6 +2,8 @@ package prober
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,7 +110,9 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 	}
 	signer, _ := NewSigner([]byte("unit-key"))
 	forger, _ := NewSigner([]byte("other-key"))
-	c, err := NewConsumer(ConsumerOptions{Pipeline: p, Instance: "unit", Signer: signer, Tracker: tr, Metrics: m, Dialer: &kafka.Dialer{}, Now: clock})
+	var logs stacktest.SyncBuffer
+	c, err := NewConsumer(ConsumerOptions{Pipeline: p, Instance: "unit", Signer: signer, Tracker: tr, Metrics: m, Dialer: &kafka.Dialer{}, Now: clock,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +155,10 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 			if tc.reason != "" {
 				if got := testutil.ToFloat64(m.MessagesSkipped.WithLabelValues("orders", tc.reason)); got != skippedBefore+1 {
 					t.Errorf("skipped %s = %v, want %v", tc.reason, got, skippedBefore+1)
+				}
+				// Every reason, an unknown canary too, gets the skip warning with its fix.
+				if want := "message on the canary topic skipped (" + tc.reason + ")"; !strings.Contains(logs.String(), want) {
+					t.Errorf("no warning %q in the log:\n%s", want, logs.String())
 				}
 				return
 			}

@@ -415,8 +415,7 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 		case judge.EffectOutOfOrder:
 			m.CanariesOutOfOrder.WithLabelValues(name).Inc()
 		case judge.EffectUnknownCanary:
-			m.MessagesSkipped.WithLabelValues(name, ReasonUnknownCanary).Inc()
-			t.log.Warn("canary of this instance not in the tracker's state; skipped", "canary", e.Canary)
+			m.MessagesSkipped.WithLabelValues(name, ReasonUnknownCanary).Inc() // logged by the consumer, as its other skips
 		case judge.EffectLookup:
 			select {
 			case t.lookups <- e.Canary:
