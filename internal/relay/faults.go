@@ -13,8 +13,11 @@ import (
 type Faults struct {
 	log *slog.Logger
 
-	mu        sync.Mutex
-	paused    bool
+	mu     sync.Mutex
+	paused bool
+	// polling is held for reading through each poll, so Pause can wait out
+	// a poll that began before it.
+	polling   sync.RWMutex
 	delay     time.Duration
 	markDelay time.Duration
 	drop      int
@@ -50,9 +53,21 @@ func (f *Faults) Pause() {
 	was := f.paused
 	f.paused = true
 	f.mu.Unlock()
+	// A poll that checked the flag just before may still claim rows,
+	// even rows committed after this call: wait it out, so that once
+	// Pause returns nothing is claimed until Resume.
+	f.polling.Lock()
+	f.polling.Unlock() //nolint:staticcheck // an empty critical section: a barrier
 	if !was {
 		f.log.Info("relay paused by fault injection: rows stay unpublished until resumed")
 	}
+}
+
+// beginPoll starts a poll: whether the relay is paused, and the func that
+// ends the poll.
+func (f *Faults) beginPoll() (paused bool, end func()) {
+	f.polling.RLock()
+	return f.State().Paused, f.polling.RUnlock
 }
 
 // Resume undoes Pause.

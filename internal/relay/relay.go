@@ -280,7 +280,9 @@ type row struct {
 // poll runs one claim-send-mark transaction and returns the number of rows
 // it claimed; on failure, the stage that failed.
 func (r *Relay) poll(ctx context.Context) (int, string, error) {
-	if r.faults.State().Paused {
+	paused, endPoll := r.faults.beginPoll()
+	defer endPoll()
+	if paused {
 		r.metrics.faultsInjected.WithLabelValues(faultPause).Inc()
 		r.log.Debug("poll skipped: relay paused")
 		return 0, "", nil
