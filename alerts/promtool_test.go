@@ -289,10 +289,21 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertErrorBudgetBurn {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*sum\(increase\(.*\n`).ReplaceAllString(r.Expr, "")
+				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*sum\(.*\n`).ReplaceAllString(r.Expr, "")
 				return true
 			}),
-			mustFail: []string{"k-fresh-prometheus"},
+			mustFail: []string{"k-fresh-prometheus", "o-fresh-prometheus-15s"},
+		},
+		{
+			name: "Burn alerts whose minimum count is a tenth of the full window's page a fresh Prometheus on two late canaries, and page before the stall alert.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertErrorBudgetBurn {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`(?m)^(\s*sum\(.*\) > .*)$`).ReplaceAllString(r.Expr, "$1 / 10")
+				return true
+			}),
+			mustFail: []string{"o-fresh-prometheus-15s"},
 		},
 		{
 			name: "A period burn rate blind to how much of the window the data covers reads minutes as the whole window.",
@@ -306,12 +317,23 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 			mustFail: []string{"k-fresh-prometheus", "l-label-change"},
 		},
 		{
-			name: "A WAL growth ticket without its floor goes pending on a healthy slot's few kilobytes.",
+			name: "A WAL growth ticket without its floor and warm-up goes pending on a healthy slot's few kilobytes.",
 			rules: rewriteRules(func(r *alerts.Rule) bool {
 				if r.Alert != alerts.AlertSlotRetainedWALGrowth {
 					return false
 				}
 				r.Expr = regexp.MustCompile(`(?s)\nand\n.*`).ReplaceAllString(r.Expr, "\n")
+				return true
+			}),
+			mustFail: []string{"n-healthy-slot-is-quiet"},
+		},
+		{
+			name: "A WAL growth ticket without its warm-up takes its slope from a new busy slot's first minutes and fires.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertSlotRetainedWALGrowth {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`\nand\n[^\n]* offset [^\n]*\n`).ReplaceAllString(r.Expr, "\n")
 				return true
 			}),
 			mustFail: []string{"n-healthy-slot-is-quiet"},
