@@ -336,7 +336,43 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				r.Expr = regexp.MustCompile(`\nand\n[^\n]* offset [^\n]*\n`).ReplaceAllString(r.Expr, "\n")
 				return true
 			}),
-			mustFail: []string{"n-healthy-slot-is-quiet"},
+			mustFail: []string{"s-new-busy-slot-is-quiet"},
+		},
+		{
+			name: "A stall alert that wants the last canary sent stall_intervals intervals after the last delivery needs one more missed canary than configured.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertStalled || r.Labels["pipeline"] != "orders" {
+					return false
+				}
+				// 22s (the threshold less one interval) becomes 30s
+				// (3 intervals of 10s), what issue 15 found.
+				r.Expr = regexp.MustCompile(`(last_sent_timestamp_seconds\{[^}]*\} - outbox_canary_last_received_timestamp_seconds\{[^}]*\} > )22\n`).ReplaceAllString(r.Expr, "${1}30\n")
+				return true
+			}),
+			mustFail: []string{"p-stall-at-exactly-n-missed"},
+		},
+		{
+			name: "A stall alert without its name for the stall makes a second stall the first one's alert, kept firing, never paged again.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if _, ok := r.Labels[alerts.LabelStalledSince]; !ok {
+					return false
+				}
+				delete(r.Labels, alerts.LabelStalledSince)
+				return true
+			}),
+			mustFail: []string{"r-second-stall"},
+		},
+		{
+			name: "A skew ticket without its for: tickets on one canary, and one with the pipeline's default owner misses the segment's.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertClockSkewSuspected {
+					return false
+				}
+				r.For = ""
+				r.Labels["owner"] = "team-orders"
+				return true
+			}),
+			mustFail: []string{"q-clock-skew"},
 		},
 		{
 			name: "Alerts without keep_firing_for resolve when the prober or a watcher stops seeing.",
