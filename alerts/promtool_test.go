@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -478,5 +479,56 @@ func TestSlotScenarioNeedsTheSlotSelector(t *testing.T) {
 	}
 	if !strings.Contains(out, "FAILED") {
 		t.Errorf("the slot scenario did not fail on an expectation (%v):\n%s", err, out)
+	}
+}
+
+// TestOneBadCanaryCountsAsOne runs testdata/scenarios-40s on rules
+// generated for canaries every 40s, where the 1h page needs more than
+// 1.296 bad canaries: one bad canary between a fresh Prometheus's first
+// two scrapes must not page. Counted with increase(), which extrapolates
+// it to 1.5, it does, and the test says so.
+func TestOneBadCanaryCountsAsOne(t *testing.T) {
+	bin := promtool(t)
+	scenario := filepath.Join("testdata", "scenarios-40s", "one-bad-canary-counts-as-one.yml")
+	for _, tc := range []struct {
+		name        string
+		extrapolate bool
+	}{
+		{"Counted as Prometheus saw it, one bad canary is one and does not page.", false},
+		{"Counted with increase(), one bad canary is 1.5 and pages: the scenario fails.", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, m := loadModel(t, testConfig)
+			for i := range m.Pipelines {
+				m.Pipelines[i].CanaryInterval = 40 * time.Second
+			}
+			rf, err := alerts.Generate(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.extrapolate {
+				n := rewriteRules(func(r *alerts.Rule) bool {
+					if r.Alert != alerts.AlertErrorBudgetBurn {
+						return false
+					}
+					r.Expr = regexp.MustCompile(`sum\((outbox_canary_sli_events_total\{[^}]*\}) - min_over_time\(outbox_canary_sli_events_total\{[^}]*\}(\[\w+\])\)\)`).
+						ReplaceAllString(r.Expr, "sum(increase(${1}${2}))")
+					return true
+				})(rf)
+				if n == 0 {
+					t.Fatal("the mutation changed no rule: the test no longer tests what it says")
+				}
+			}
+			dir := t.TempDir()
+			writeRuleFile(t, dir, cfg, rf)
+			out, err := runScenario(t, bin, dir, scenario)
+			t.Logf("promtool test rules:\n%s", out)
+			switch {
+			case !tc.extrapolate && err != nil:
+				t.Errorf("one bad canary pages a fresh Prometheus: %v", err)
+			case tc.extrapolate && (err == nil || !strings.Contains(out, "FAILED")):
+				t.Errorf("with increase() the scenario passed (%v): it cannot tell one bad canary from 1.5", err)
+			}
+		})
 	}
 }
