@@ -9,6 +9,7 @@ package alerts_test
 
 import (
 	"bytes"
+	"maps"
 	"math/big"
 	"os"
 	"os/exec"
@@ -358,6 +359,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if _, ok := r.Labels[alerts.LabelStalledSince]; !ok {
 					return false
 				}
+				r.Labels = maps.Clone(r.Labels) // rewriteRules compares with the rule before
 				delete(r.Labels, alerts.LabelStalledSince)
 				return true
 			}),
@@ -370,6 +372,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 					return false
 				}
 				r.For = ""
+				r.Labels = maps.Clone(r.Labels)
 				r.Labels["owner"] = "team-orders"
 				return true
 			}),
