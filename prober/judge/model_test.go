@@ -342,7 +342,7 @@ type shellSim struct {
 	applied     []Effect // effects applied, over every process
 	lostFx      []Effect // effects durable but lost in a crash before being applied
 	pending     []Effect // effects of changes not yet durable (group commit)
-	dirty       bool          // a change is not yet written, since dirtyAt
+	dirty       bool     // a change is not yet written, since dirtyAt
 	dirtyAt     time.Duration
 	groupCommit time.Duration
 	lookups     map[string]time.Duration
