@@ -26,15 +26,20 @@ import (
 // outside its lock, and applies the judge's effects to the metrics and the
 // callbacks once the lock is released.
 //
-// Restarts: the state is written atomically on every change, before the
-// corresponding metrics are incremented. After kill -9 at any instant a
-// canary is neither lost nor counted twice: a message processed before the
-// crash is below the stored next offset and ignored as a replay, and a
-// verdict in the state is never emitted again. The span from the last write
-// to the restart is the prober's downtime, which no pipeline segment is
-// charged for. What remains unknown is a crash between a canary's COMMIT and
-// Sent persisting it: the canary then arrives as unknown_canary (skipped),
-// never as an SLI event.
+// Restarts: a change is written (state.go: a journal line, now and then a
+// snapshot) before the effects it produced are applied to the metrics and
+// callbacks, and Sent returns only once its canary is written. Other
+// changes are written in batches (group commit): an arrival, a verdict at a
+// deadline or a lookup's answer waits at most CommitDelay, until the next
+// Sent or sweep, and its effects wait with it. After kill -9 at any instant
+// a canary is neither lost nor counted twice: a message processed before
+// the last write is below the stored next offset and ignored as a replay;
+// one processed after it is read again and judged then, its first judgement
+// never having been applied; a verdict in the state is never emitted again.
+// The span from the last write to the restart is the prober's downtime,
+// which no pipeline segment is charged for. What remains unknown is a crash
+// between a canary's COMMIT and Sent persisting it: the canary then arrives
+// as unknown_canary (skipped), never as an SLI event.
 
 // ErrUnknownCanary is returned by Await for a canary id the tracker does not
 // know (never sent through it, or forgotten long after it resolved).
@@ -170,7 +175,19 @@ type TrackerOptions struct {
 	// stamp is not there (yet), and any other error when it could not
 	// look (the prober's own database down), which is retried.
 	LookupStamps func(ctx context.Context, c Canary) (LookupResult, error)
+	// CommitDelay is how long a change other than Sent may wait to be
+	// written with others in one batch (group commit), its effects on the
+	// metrics and callbacks waiting with it: one fsync per batch instead of
+	// one per change. Zero: DefaultCommitDelay; negative: every change is
+	// written at once. Only with a StatePath.
+	CommitDelay time.Duration
 }
+
+// DefaultCommitDelay bounds how long an arrival's SLI events wait for the
+// batch that writes them: well under any scrape interval, and long enough
+// that at one canary a second a batch holds a canary's arrival, its
+// verdicts and the next canary's Sent.
+const DefaultCommitDelay = time.Second
 
 // Lookup pacing: the first lookup is made when the judge asks, retries of
 // one canary back off (with jitter) from lookupBackoffMin, and each is
@@ -204,6 +221,11 @@ type Tracker struct {
 	mu      sync.Mutex
 	j       *judge.Judge
 	waiters map[string][]chan Report
+	// Group commit: the effects of changes not yet written, and since when
+	// the oldest unwritten change waits (zero: none).
+	commitDelay time.Duration
+	pending     []judge.Effect
+	dirtySince  time.Time
 
 	backoffMu sync.Mutex
 	backoffs  map[string]*lookupPace
@@ -238,6 +260,7 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 		lookup: opts.LookupStamps, onDone: opts.OnDone, forget: 2 * time.Duration(p.Canary.LostAfter),
 		lookups: make(chan string, 1024), fence: map[uint64]time.Time{},
 		waiters: map[string][]chan Report{}, backoffs: map[string]*lookupPace{},
+		commitDelay: cmp.Or(opts.CommitDelay, DefaultCommitDelay),
 	}
 	t.store = &stateStore{path: opts.StatePath, pipeline: p.Name, instance: opts.Instance, log: opts.Logger, m: opts.Metrics}
 	st := t.store.load(opts.Now())
@@ -322,13 +345,41 @@ func (t *Tracker) fencedNow() time.Time {
 	return now
 }
 
-// commit persists a changed state, then (outside the lock) applies the
-// effects. It must be called with t.mu held; it releases it.
-func (t *Tracker) commitAndUnlock(fx []judge.Effect) error {
+// How commitAndUnlock writes.
+type commitMode int
+
+const (
+	commitBatched  commitMode = iota // once the oldest unwritten change waited commitDelay
+	commitNow                        // now (Sent: durable before it returns)
+	commitSnapshot                   // now, as a whole snapshot (shutdown)
+)
+
+// commitAndUnlock writes the changed state (now or with a later batch, as
+// mode says), then, outside the lock, applies the effects of every change
+// written. Effects of changes not yet written wait for their batch. It
+// must be called with t.mu held; it releases it.
+func (t *Tracker) commitAndUnlock(fx []judge.Effect, mode commitMode) error {
+	t.pending = append(t.pending, fx...)
 	var err error
-	if t.j.Dirty() {
-		err = t.store.save(t.j, t.now())
+	if t.j.Dirty() || mode == commitSnapshot {
+		now := t.now()
+		if t.dirtySince.IsZero() {
+			t.dirtySince = now
+		}
+		if mode == commitBatched && t.path != "" && t.commitDelay > 0 && now.Sub(t.dirtySince) < t.commitDelay {
+			t.mu.Unlock()
+			return nil
+		}
+		if mode == commitSnapshot {
+			err = t.store.snapshot(t.j, now)
+		} else {
+			err = t.store.save(t.j, now)
+		}
+		// A failed write is counted and retried with the next batch; the
+		// effects are applied anyway, rather than freeze the metrics.
+		t.dirtySince = time.Time{}
 	}
+	fx, t.pending = t.pending, nil
 	reports := t.reportsFor(fx)
 	inFlight := t.inFlightLocked()
 	waiters := t.takeWaiters(reports)
@@ -451,7 +502,7 @@ func (t *Tracker) Sent(c Canary) error {
 	t.mu.Lock()
 	fx := t.j.Sent(judge.Sent{ID: c.ID, Key: c.Key, RowID: c.RowID, Seq: c.Seq,
 		InsertStarted: c.InsertStarted, CommitSent: cmp.Or(c.CommitSent, c.Committed), Committed: c.Committed})
-	if err := t.commitAndUnlock(fx); err != nil {
+	if err := t.commitAndUnlock(fx, commitNow); err != nil {
 		return fmt.Errorf("canary %s is tracked in memory only: %w", c.ID, err)
 	}
 	return nil
@@ -472,7 +523,7 @@ func (t *Tracker) Expect(canaryID string) {
 func (t *Tracker) Abandon(canaryID string) {
 	t.mu.Lock()
 	fx := t.j.Abandon(canaryID)
-	_ = t.commitAndUnlock(fx)
+	_ = t.commitAndUnlock(fx, commitBatched)
 }
 
 // Arrived hands a consumed canary of this instance to the judge and lowers
@@ -482,7 +533,7 @@ func (t *Tracker) Arrived(token uint64, a Arrival) Outcome {
 	kind, fx := t.j.Arrived(judge.Arrival{CanaryID: a.CanaryID, Key: a.Key, Seq: a.Seq,
 		Partition: a.Partition, Offset: a.Offset, Consumed: a.Consumed, Stamps: a.Stamps})
 	t.EndArrival(token)
-	if err := t.commitAndUnlock(fx); err != nil {
+	if err := t.commitAndUnlock(fx, commitBatched); err != nil {
 		t.log.Error("persisting tracker state failed; a restart may recount this canary", "canary", a.CanaryID, "err", err)
 	}
 	return Outcome{Kind: kind, CanaryID: a.CanaryID}
@@ -534,7 +585,7 @@ func (t *Tracker) Sweep() {
 	now := t.fencedNow()
 	t.mu.Lock()
 	fx := t.j.Tick(now)
-	if err := t.commitAndUnlock(fx); err != nil {
+	if err := t.commitAndUnlock(fx, commitBatched); err != nil {
 		t.log.Error("persisting tracker state failed", "err", err)
 	}
 }
@@ -597,7 +648,7 @@ func (t *Tracker) lookupOne(ctx context.Context, id string) {
 		t.log.Debug("looking up canary stamps failed; retried", "canary", id, "err", err)
 		fx = t.j.StampUnavailable(id, at)
 	}
-	if err := t.commitAndUnlock(fx); err != nil {
+	if err := t.commitAndUnlock(fx, commitBatched); err != nil {
 		t.log.Error("persisting tracker state failed", "err", err)
 	}
 }
@@ -629,15 +680,12 @@ func (t *Tracker) forgetPace(id string) {
 	t.backoffMu.Unlock()
 }
 
-// Flush writes the state if something changed since the last write; the
-// service calls it on shutdown.
+// Flush writes the whole state as a snapshot (emptying the journal) and
+// applies the effects that waited for it; the service calls it on
+// shutdown, so that a stopped prober leaves one complete file.
 func (t *Tracker) Flush() error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.j.Dirty() {
-		return nil
-	}
-	return t.store.save(t.j, t.now())
+	return t.commitAndUnlock(nil, commitSnapshot)
 }
 
 // InFlight is the number of canaries sent that have neither arrived nor

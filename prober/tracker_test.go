@@ -55,11 +55,14 @@ type harness struct {
 	offset  int64
 	logs    *stacktest.SyncBuffer
 	onDone  func(Report)
+	// commitDelay is the trackers' CommitDelay: newHarness writes every
+	// change at once, as most tests assume; group commit has its own.
+	commitDelay time.Duration
 }
 
 func newHarness(t *testing.T, p config.Pipeline, persist bool) *harness {
 	t.Helper()
-	h := &harness{t: t, p: p, now: t0, logs: &stacktest.SyncBuffer{}}
+	h := &harness{t: t, p: p, now: t0, logs: &stacktest.SyncBuffer{}, commitDelay: -1}
 	if persist {
 		h.path = filepath.Join(t.TempDir(), p.Name+".json")
 	}
@@ -83,7 +86,7 @@ func (h *harness) restart() {
 	}
 	tr, err := NewTracker(TrackerOptions{
 		Pipeline: &h.p, Instance: "test-1", Metrics: m, Now: h.clock, Logger: h.logs.Logger(),
-		StatePath: h.path, OnDone: func(r Report) {
+		StatePath: h.path, CommitDelay: h.commitDelay, OnDone: func(r Report) {
 			if h.onDone != nil {
 				h.onDone(r)
 			}
@@ -231,7 +234,7 @@ func TestAStateFileThisReleaseCannotUseIsMovedAsideAndCounted(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			h := &harness{t: t, p: plainPipeline(), now: t0, path: path, logs: &stacktest.SyncBuffer{}}
+			h := &harness{t: t, p: plainPipeline(), now: t0, path: path, logs: &stacktest.SyncBuffer{}, commitDelay: -1}
 			h.restart() // must not fail: the service never bricks on its own file
 			if got := testutil.ToFloat64(h.m().StateResets.WithLabelValues("payments", tc.reason)); got != 1 {
 				t.Errorf("state resets{reason=%s} = %v, want 1", tc.reason, got)
