@@ -20,7 +20,10 @@ import (
 // generation of the snapshot it continues (16 hex digits), and the CRC-32C
 // of "<generation> <record>" (8 hex digits). A line without its newline or
 // whose CRC does not match was torn by a crash while it was written.
-// Text, so that `cut -d' ' -f3- orders.json.journal | jq` shows it.
+// Empty lines are padding to the end of a page that would not hold
+// another record, so that the next record starts a page and its fsync
+// writes one page, not two. Text, so that `grep . orders.json.journal | cut -d' ' -f3- | jq`
+// shows it.
 
 // journalRecord is one write: the canaries changed since the previous
 // write, those forgotten, and the rest of the state as it then stood.
@@ -59,18 +62,25 @@ func openJournal(path string) (*journal, error) {
 // append writes one record and fsyncs it. It returns the bytes written
 // and how many 4 KiB pages they dirtied.
 func (jl *journal) append(gen string, rec *journalRecord) (n, pages int, err error) {
-	b := jl.buf[:0]
-	b = append(b, "00000000 "...)
-	b = append(b, gen...)
-	b = append(b, ' ')
 	payload, err := json.Marshal(rec)
 	if err != nil {
 		return 0, 0, fmt.Errorf("encode journal record: %w", err)
 	}
+	b := jl.buf[:0]
+	b = append(b, "00000000 "...)
+	b = append(b, gen...)
+	b = append(b, ' ')
 	b = append(b, payload...)
 	sum := crc32.Checksum(b[9:], crc32c)
 	hex.Encode(b[:8], []byte{byte(sum >> 24), byte(sum >> 16), byte(sum >> 8), byte(sum)})
 	b = append(b, '\n')
+	// The page this write ends in is written whole by the fsync anyway:
+	// if a record like this one would not fit in what is left of it, pad
+	// it out, so that the next record starts a page rather than dirtying
+	// this one again.
+	if used := int((jl.size + int64(len(b))) % pageSize); used > 0 && pageSize-used < len(b) {
+		b = append(b, bytes.Repeat([]byte{'\n'}, pageSize-used)...)
+	}
 	jl.buf = b
 	n, err = jl.f.Write(b)
 	pages = pagesSpanned(jl.size, n)
@@ -86,8 +96,13 @@ func (jl *journal) append(gen string, rec *journalRecord) (n, pages int, err err
 
 func (jl *journal) close() { _ = jl.f.Close() }
 
-// readJournalLine decodes the first line of data and returns the rest.
+// readJournalLine decodes the first record of data (after any padding)
+// and returns the rest; gen is "" when only padding was left.
 func readJournalLine(data []byte) (rec journalRecord, gen string, rest []byte, err error) {
+	data = bytes.TrimLeft(data, "\n")
+	if len(data) == 0 {
+		return rec, "", nil, nil
+	}
 	i := bytes.IndexByte(data, '\n')
 	if i < 0 {
 		return rec, "", nil, fmt.Errorf("%w: %d bytes without a newline", errTornRecord, len(data))

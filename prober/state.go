@@ -211,6 +211,9 @@ func (s *stateStore) replay(st *judge.State, gen string) {
 			break
 		}
 		data = rest
+		if recGen == "" {
+			break // padding to the end
+		}
 		if recGen != gen {
 			stale++ // written before a compaction that crashed before emptying the journal
 			continue

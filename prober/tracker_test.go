@@ -7,7 +7,6 @@ package prober
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -398,23 +397,5 @@ func TestIntegerStampsAreReadInTheUnitTheirSizeImplies(t *testing.T) {
 	}
 	if got, _ := parseStampValue("9999999999999"); got.Year() != 2286 {
 		t.Errorf("9999999999999 read as %v, want milliseconds (year 2286, then invalid by max_clock_skew)", got)
-	}
-}
-
-// BenchmarkTrackerPersist is one state write with 120 canaries remembered:
-// what every Sent and arrival costs, almost all of it the two fsyncs.
-func BenchmarkTrackerPersist(b *testing.B) {
-	t := &testing.T{}
-	h := &harness{t: t, p: plainPipeline(), now: t0, path: filepath.Join(b.TempDir(), "payments.json"), logs: &stacktest.SyncBuffer{}}
-	h.restart()
-	for i := range 120 {
-		c := h.send(fmt.Sprint("c", i), uint64(i+1))
-		h.arrive(c, map[string]time.Duration{config.StampPublish: 50 * time.Millisecond})
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := h.tr.store.save(h.tr.j, t0); err != nil {
-			b.Fatal(err)
-		}
 	}
 }
