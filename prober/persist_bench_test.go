@@ -196,8 +196,6 @@ func BenchmarkTrackerPersist(b *testing.B) {
 		{"rewrite", func(dir string) persister { return &rewriteStore{path: filepath.Join(dir, "payments.json")} }, 0},
 		{"journal", func(dir string) persister { return newBenchStore(dir) }, 0},
 		{"journal+group", func(dir string) persister { return newBenchStore(dir) }, DefaultCommitDelay},
-		{"bbolt", func(dir string) persister { return newBoltStore(dir) }, 0},
-		{"bbolt+group", func(dir string) persister { return newBoltStore(dir) }, DefaultCommitDelay},
 	}
 	for _, w := range workloads {
 		for _, pol := range policies {
