@@ -543,8 +543,8 @@ func (t *Tracker) Arrived(token uint64, a Arrival) Outcome {
 // (not one of our canaries), so a restart does not read and count it
 // again, and lowers its fence. It reports whether the offset was already
 // processed before a restart; if so the caller must not count the skip.
-// The offset is written with the next state write: losing it re-counts one
-// skip.
+// The offset is written with the next batch (within CommitDelay): a crash
+// before it re-counts the skips since the last write.
 func (t *Tracker) Skipped(token uint64, partition int, offset int64) (replay bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
