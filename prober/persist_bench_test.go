@@ -196,6 +196,7 @@ func BenchmarkTrackerPersist(b *testing.B) {
 		{"rewrite", func(dir string) persister { return &rewriteStore{path: filepath.Join(dir, "payments.json")} }, 0},
 		{"journal", func(dir string) persister { return newBenchStore(dir) }, 0},
 		{"journal+group", func(dir string) persister { return newBenchStore(dir) }, DefaultCommitDelay},
+		{"journal+group250ms", func(dir string) persister { return newBenchStore(dir) }, 250 * time.Millisecond},
 	}
 	for _, w := range workloads {
 		for _, pol := range policies {

@@ -112,6 +112,31 @@ type stateStore struct {
 	stats        persistStats
 	// minCompact overrides compactMin (tests).
 	minCompact int64
+	// offsetsOnDisk: the partitions whose next offset is written. A reader
+	// of a partition without one starts near the service's start, so the
+	// first offset of a partition is written at once (see Tracker.commitAndUnlock).
+	offsetsOnDisk map[int]bool
+}
+
+// unwrittenPartition reports whether a partition in next has no offset on
+// disk yet.
+func (s *stateStore) unwrittenPartition(next map[int]int64) bool {
+	for p := range next {
+		if !s.offsetsOnDisk[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// wrote records the partitions whose offsets a successful write holds.
+func (s *stateStore) wrote(next map[int]int64) {
+	if s.offsetsOnDisk == nil {
+		s.offsetsOnDisk = map[int]bool{}
+	}
+	for p := range next {
+		s.offsetsOnDisk[p] = true
+	}
 }
 
 func (s *stateStore) journalPath() string { return s.path + journalSuffix }
@@ -165,6 +190,7 @@ func (s *stateStore) load(now time.Time) *judge.State {
 			"file", s.path, "state_instance", f.Instance, "instance", s.instance)
 		st.Canaries = nil
 	}
+	s.wrote(st.Next)
 	s.log.Info("tracker state loaded", "file", s.path, "canaries", len(st.Canaries))
 	return st
 }
@@ -229,11 +255,16 @@ func (s *stateStore) replay(st *judge.State, gen string) {
 // no journal to append to yet or the journal outgrew the snapshot. A
 // failure is counted and returned; the state stays in memory, and the next
 // write is a whole snapshot.
-func (s *stateStore) save(j *judge.Judge, now time.Time) error {
+func (s *stateStore) save(j *judge.Judge, now time.Time) (err error) {
 	if s.path == "" {
 		j.MarkPersisted(now)
 		return nil
 	}
+	defer func() {
+		if err == nil {
+			s.wrote(j.State().Next)
+		}
+	}()
 	if s.jrnl == nil || s.jrnl.size > max(cmp.Or(s.minCompact, compactMin), compactRatio*s.snapshotSize) {
 		return s.snapshot(j, now)
 	}
@@ -287,6 +318,7 @@ func (s *stateStore) snapshot(j *judge.Judge, now time.Time) error {
 		return fmt.Errorf("write state %s: %w", s.path, err)
 	}
 	s.gen, s.snapshotSize = gen, int64(len(data))
+	s.wrote(st.Next)
 	j.MarkPersisted(now)
 	return nil
 }

@@ -290,6 +290,12 @@ func TestGroupCommit(t *testing.T) {
 		h := newHarness(t, plainPipeline(), true)
 		h.commitDelay = time.Second
 		h.restart()
+		// A foreign message first, so that the partition has an offset on
+		// disk after the first Sent (a partition's first offset is written
+		// at once, see below).
+		token, _ := h.tr.BeginArrival()
+		h.tr.Skipped(token, 0, 0)
+		h.offset = 1
 		return h
 	}
 	t.Run("An arrival's SLI events wait for the batch that writes it.", func(t *testing.T) {
@@ -339,7 +345,7 @@ func TestGroupCommit(t *testing.T) {
 		h.at(500 * time.Millisecond)
 		h.restart() // kill -9 with the arrival unwritten
 		h.at(600 * time.Millisecond)
-		h.offset = 0 // the readers start again from the stored offset
+		h.offset = 1 // the readers start again from the stored offset
 		if out := h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond}); out.Kind != KindFirst {
 			t.Fatalf("a read again is %v, want its first arrival", out.Kind)
 		}
@@ -355,6 +361,21 @@ func TestGroupCommit(t *testing.T) {
 		}
 		if verdicts != 1 {
 			t.Errorf("a's end_to_end was decided %v times over both processes, want once", verdicts)
+		}
+	})
+	t.Run("The first offset of a partition is written at once.", func(t *testing.T) {
+		h := newHarness(t, plainPipeline(), true)
+		h.commitDelay = time.Second
+		h.restart()
+		a := h.send("a", 1)
+		h.at(300 * time.Millisecond)
+		h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+		if got := h.sli(config.SegmentEndToEnd); got != [2]float64{1, 0} {
+			t.Errorf("end_to_end events %v, want a's good at once: a reader restarted without the partition's offset would start past it", got)
+		}
+		h.restart()
+		if next, ok := h.tr.StartOffsets()[0]; !ok || next != 1 {
+			t.Errorf("stored next offset %d (%t), want 1", next, ok)
 		}
 	})
 	t.Run("Flush writes the waiting batch as a snapshot and applies its effects.", func(t *testing.T) {

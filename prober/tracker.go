@@ -360,6 +360,12 @@ const (
 // must be called with t.mu held; it releases it.
 func (t *Tracker) commitAndUnlock(fx []judge.Effect, mode commitMode) error {
 	t.pending = append(t.pending, fx...)
+	if mode == commitBatched && t.store.unwrittenPartition(t.j.State().Next) {
+		// The first offset of a partition is written at once: a reader
+		// restarted without one starts near the restart, past what an
+		// unwritten batch had read.
+		mode = commitNow
+	}
 	var err error
 	if t.j.Dirty() || mode == commitSnapshot {
 		now := t.now()
