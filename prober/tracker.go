@@ -354,11 +354,16 @@ const (
 	commitSnapshot                   // now, as a whole snapshot (shutdown)
 )
 
-// commitAndUnlock writes the changed state (now or with a later batch, as
-// mode says), then, outside the lock, applies the effects of every change
+// commitAndUnlock writes the changed state with the next batch (group
+// commit), then, outside the lock, applies the effects of every change
 // written. Effects of changes not yet written wait for their batch. It
 // must be called with t.mu held; it releases it.
-func (t *Tracker) commitAndUnlock(fx []judge.Effect, mode commitMode) error {
+func (t *Tracker) commitAndUnlock(fx []judge.Effect) error {
+	return t.commitModeAndUnlock(fx, commitBatched)
+}
+
+// commitModeAndUnlock is commitAndUnlock, writing as mode says.
+func (t *Tracker) commitModeAndUnlock(fx []judge.Effect, mode commitMode) error {
 	t.pending = append(t.pending, fx...)
 	if mode == commitBatched && t.store.unwrittenPartition(t.j.State().Next) {
 		// The first offset of a partition is written at once: a reader
@@ -508,7 +513,7 @@ func (t *Tracker) Sent(c Canary) error {
 	t.mu.Lock()
 	fx := t.j.Sent(judge.Sent{ID: c.ID, Key: c.Key, RowID: c.RowID, Seq: c.Seq,
 		InsertStarted: c.InsertStarted, CommitSent: cmp.Or(c.CommitSent, c.Committed), Committed: c.Committed})
-	if err := t.commitAndUnlock(fx, commitNow); err != nil {
+	if err := t.commitModeAndUnlock(fx, commitNow); err != nil {
 		return fmt.Errorf("canary %s is tracked in memory only: %w", c.ID, err)
 	}
 	return nil
@@ -529,7 +534,7 @@ func (t *Tracker) Expect(canaryID string) {
 func (t *Tracker) Abandon(canaryID string) {
 	t.mu.Lock()
 	fx := t.j.Abandon(canaryID)
-	_ = t.commitAndUnlock(fx, commitBatched)
+	_ = t.commitAndUnlock(fx)
 }
 
 // Arrived hands a consumed canary of this instance to the judge and lowers
@@ -539,7 +544,7 @@ func (t *Tracker) Arrived(token uint64, a Arrival) Outcome {
 	kind, fx := t.j.Arrived(judge.Arrival{CanaryID: a.CanaryID, Key: a.Key, Seq: a.Seq,
 		Partition: a.Partition, Offset: a.Offset, Consumed: a.Consumed, Stamps: a.Stamps})
 	t.EndArrival(token)
-	if err := t.commitAndUnlock(fx, commitBatched); err != nil {
+	if err := t.commitAndUnlock(fx); err != nil {
 		t.log.Error("persisting tracker state failed; a restart may recount this canary", "canary", a.CanaryID, "err", err)
 	}
 	return Outcome{Kind: kind, CanaryID: a.CanaryID}
@@ -591,7 +596,7 @@ func (t *Tracker) Sweep() {
 	now := t.fencedNow()
 	t.mu.Lock()
 	fx := t.j.Tick(now)
-	if err := t.commitAndUnlock(fx, commitBatched); err != nil {
+	if err := t.commitAndUnlock(fx); err != nil {
 		t.log.Error("persisting tracker state failed", "err", err)
 	}
 }
@@ -654,7 +659,7 @@ func (t *Tracker) lookupOne(ctx context.Context, id string) {
 		t.log.Debug("looking up canary stamps failed; retried", "canary", id, "err", err)
 		fx = t.j.StampUnavailable(id, at)
 	}
-	if err := t.commitAndUnlock(fx, commitBatched); err != nil {
+	if err := t.commitAndUnlock(fx); err != nil {
 		t.log.Error("persisting tracker state failed", "err", err)
 	}
 }
@@ -691,7 +696,7 @@ func (t *Tracker) forgetPace(id string) {
 // shutdown, so that a stopped prober leaves one complete file.
 func (t *Tracker) Flush() error {
 	t.mu.Lock()
-	return t.commitAndUnlock(nil, commitSnapshot)
+	return t.commitModeAndUnlock(nil, commitSnapshot)
 }
 
 // InFlight is the number of canaries sent that have neither arrived nor
