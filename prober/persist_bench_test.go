@@ -24,7 +24,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -88,7 +87,9 @@ type persistRun struct {
 	arrivals []judge.Arrival // due in order
 	offset   int64
 	sweepAt  time.Time
-	dirtyAt  time.Time
+	// effects waiting for a write, since waitingAt
+	waiting   int
+	waitingAt time.Time
 }
 
 const (
@@ -96,20 +97,30 @@ const (
 	benchLatency = 50 * time.Millisecond
 )
 
-func (r *persistRun) commit(force bool) {
+// commit writes as the tracker does: at once when forced (Sent) or
+// without group commit; else once the oldest effect waiting is r.delay
+// old, a change no effect waits on riding with the next write.
+func (r *persistRun) commit(force bool, fx []judge.Effect) {
+	r.waiting += len(fx)
 	if !r.j.Dirty() {
+		r.waiting = 0
 		return
 	}
-	if r.dirtyAt.IsZero() {
-		r.dirtyAt = r.now
-	}
-	if !force && r.delay > 0 && r.now.Sub(r.dirtyAt) < r.delay {
-		return
+	if !force && r.delay > 0 {
+		if r.waiting == 0 {
+			return
+		}
+		if r.waitingAt.IsZero() {
+			r.waitingAt = r.now
+		}
+		if r.now.Sub(r.waitingAt) < r.delay {
+			return
+		}
 	}
 	if err := r.p.save(r.j, r.now); err != nil {
 		panic(err)
 	}
-	r.dirtyAt = time.Time{}
+	r.waiting, r.waitingAt = 0, time.Time{}
 }
 
 // until runs the arrivals and sweeps due up to t.
@@ -125,15 +136,16 @@ func (r *persistRun) until(t time.Time) {
 			return
 		}
 		r.now = next
+		var fx []judge.Effect
 		if arrival {
 			a := r.arrivals[0]
 			r.arrivals = r.arrivals[1:]
-			r.j.Arrived(a)
+			_, fx = r.j.Arrived(a)
 		} else {
-			r.j.Tick(r.now)
+			fx = r.j.Tick(r.now)
 			r.sweepAt = r.sweepAt.Add(benchSweep)
 		}
-		r.commit(false)
+		r.commit(false, fx)
 	}
 }
 
@@ -142,9 +154,9 @@ func (r *persistRun) until(t time.Time) {
 func (r *persistRun) canary() {
 	r.seq++
 	id := "c" + strconv.FormatUint(r.seq, 10)
-	r.j.Sent(judge.Sent{ID: id, Key: "k", RowID: id, Seq: r.seq,
+	fx := r.j.Sent(judge.Sent{ID: id, Key: "k", RowID: id, Seq: r.seq,
 		InsertStarted: r.now.Add(-2 * time.Millisecond), CommitSent: r.now.Add(-time.Millisecond), Committed: r.now})
-	r.commit(true)
+	r.commit(true, fx)
 	r.arrivals = append(r.arrivals, judge.Arrival{CanaryID: id, Key: "k", Seq: r.seq, Offset: r.offset,
 		Consumed: r.now.Add(benchLatency), Stamps: map[string]time.Time{config.StampPublish: r.now.Add(benchLatency / 2)}})
 	r.offset++
@@ -184,9 +196,14 @@ func cpuTime(b *testing.B) time.Duration {
 
 func BenchmarkTrackerPersist(b *testing.B) {
 	workloads := []struct {
-		lostAfter time.Duration
-		rate      int // canaries per second
-	}{{time.Minute, 1}, {10 * time.Minute, 1}, {time.Minute, 100}}
+		name                string
+		lostAfter, interval time.Duration
+	}{
+		{"lost_after=1m/rate=1", time.Minute, time.Second},
+		{"lost_after=10m/rate=1", 10 * time.Minute, time.Second},
+		{"lost_after=1m/rate=100", time.Minute, 10 * time.Millisecond},
+		{"lost_after=5m/every=10s", 5 * time.Minute, 10 * time.Second}, // the defaults
+	}
 	policies := []struct {
 		name  string
 		store func(dir string) persister
@@ -200,8 +217,8 @@ func BenchmarkTrackerPersist(b *testing.B) {
 	}
 	for _, w := range workloads {
 		for _, pol := range policies {
-			b.Run(fmt.Sprintf("lost_after=%s/rate=%d/%s", w.lostAfter, w.rate, pol.name), func(b *testing.B) {
-				benchPersist(b, w.lostAfter, time.Second/time.Duration(w.rate), pol.store(b.TempDir()), pol.delay)
+			b.Run(w.name+"/"+pol.name, func(b *testing.B) {
+				benchPersist(b, w.lostAfter, w.interval, pol.store(b.TempDir()), pol.delay)
 			})
 		}
 	}

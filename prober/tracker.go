@@ -222,10 +222,10 @@ type Tracker struct {
 	j       *judge.Judge
 	waiters map[string][]chan Report
 	// Group commit: the effects of changes not yet written, and since when
-	// the oldest unwritten change waits (zero: none).
-	commitDelay time.Duration
-	pending     []judge.Effect
-	dirtySince  time.Time
+	// the oldest of them waits (zero: none).
+	commitDelay  time.Duration
+	pending      []judge.Effect
+	pendingSince time.Time
 
 	backoffMu sync.Mutex
 	backoffs  map[string]*lookupPace
@@ -374,12 +374,21 @@ func (t *Tracker) commitModeAndUnlock(fx []judge.Effect, mode commitMode) error 
 	var err error
 	if t.j.Dirty() || mode == commitSnapshot {
 		now := t.now()
-		if t.dirtySince.IsZero() {
-			t.dirtySince = now
-		}
-		if mode == commitBatched && t.path != "" && t.commitDelay > 0 && now.Sub(t.dirtySince) < t.commitDelay {
-			t.mu.Unlock()
-			return nil
+		if mode == commitBatched && t.path != "" && t.commitDelay > 0 {
+			// A change no effect waits on (a canary forgotten, a foreign
+			// message's offset, a lookup that found nothing) rides with the
+			// next write: lost in a crash, it is made again.
+			if len(t.pending) == 0 {
+				t.mu.Unlock()
+				return nil
+			}
+			if t.pendingSince.IsZero() {
+				t.pendingSince = now
+			}
+			if now.Sub(t.pendingSince) < t.commitDelay {
+				t.mu.Unlock()
+				return nil
+			}
 		}
 		if mode == commitSnapshot {
 			err = t.store.snapshot(t.j, now)
@@ -388,7 +397,7 @@ func (t *Tracker) commitModeAndUnlock(fx []judge.Effect, mode commitMode) error 
 		}
 		// A failed write is counted and retried with the next batch; the
 		// effects are applied anyway, rather than freeze the metrics.
-		t.dirtySince = time.Time{}
+		t.pendingSince = time.Time{}
 	}
 	fx, t.pending = t.pending, nil
 	reports := t.reportsFor(fx)

@@ -406,16 +406,21 @@ func (s *shellSim) crash() {
 
 // apply applies effects once the change that made them is durable. Without
 // group commit every change is written at once; with it, a change waits
-// until Sent (flush) or until the oldest unwritten change is groupCommit
-// old, and effects wait with it.
+// until Sent (flush) or until the oldest effect waiting is groupCommit old,
+// and a change no effect waits on rides with the next write.
 func (s *shellSim) apply(fx []Effect, flush bool) {
 	s.pending = append(s.pending, fx...)
 	if s.j.Dirty() {
-		if !s.dirty {
-			s.dirty, s.dirtyAt = true, s.now
-		}
-		if s.groupCommit > 0 && !flush && s.now-s.dirtyAt < s.groupCommit {
-			return
+		if s.groupCommit > 0 && !flush {
+			if len(s.pending) == 0 {
+				return // no effect waits on it: it rides with the next write
+			}
+			if !s.dirty {
+				s.dirty, s.dirtyAt = true, s.now
+			}
+			if s.now-s.dirtyAt < s.groupCommit {
+				return
+			}
 		}
 		s.persist()
 	}
