@@ -323,15 +323,6 @@ func (s *stateStore) snapshot(j *judge.Judge, now time.Time) error {
 	return nil
 }
 
-// close releases the journal's file; the store writes a snapshot first if
-// used again.
-func (s *stateStore) close() {
-	if s.jrnl != nil {
-		s.jrnl.close()
-		s.jrnl = nil
-	}
-}
-
 // writeFileAtomic replaces path with data so that a crash at any instant
 // leaves either the old or the new content: write a temporary file in the
 // same directory, fsync it, rename it over path, then fsync the directory
