@@ -89,7 +89,13 @@ func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
 			}
 			t.Logf("first process at its end: %+v", last)
 
-			quietSchedule(t, path)
+			// Gaps between the second process's canaries longer than the
+			// state's group commit: an arrival's effects wait up to
+			// prober.DefaultCommitDelay (plus a sweep) for the batch that
+			// writes them, and a Sent writes the batch waiting, so at one
+			// canary a second the previous one is still in flight when
+			// the next is sent, and nothing in flight never comes.
+			rewriteSchedule(t, path, "@every 1s", "@every 5s")
 			second := startBinary(t, bin, path)
 			second.waitFor(t, "the second process to serve", func(counts) bool { return true })
 			faults.Resume()
@@ -149,28 +155,6 @@ func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
 				t.Logf("first process stderr:\n%s\nsecond process stderr:\n%s", first.stderr.String(), second.stderr.String())
 			}
 		})
-	}
-}
-
-// quietSchedule slows the pipeline's canaries from one a second to one
-// every 5s, for the second process of a restart test: its wait for nothing
-// in flight needs gaps between canaries longer than the state's group
-// commit. An arrival's effects wait up to prober.DefaultCommitDelay (plus
-// a sweep) for the batch that writes it, a published_at lookup's verdicts
-// as long again, and a Sent writes the batch waiting: at one canary a
-// second the previous canary is still in flight when the next is sent.
-func quietSchedule(t *testing.T, configPath string) {
-	t.Helper()
-	b, err := os.ReadFile(configPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slow := strings.Replace(string(b), `schedule: "@every 1s"`, `schedule: "@every 5s"`, 1)
-	if slow == string(b) {
-		t.Fatalf("no @every 1s schedule to slow down in %s", configPath)
-	}
-	if err := os.WriteFile(configPath, []byte(slow), 0o600); err != nil {
-		t.Fatal(err)
 	}
 }
 
