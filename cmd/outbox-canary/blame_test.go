@@ -177,8 +177,7 @@ func TestProberKilledAcrossADeadlineChargesNoSegmentOfKafkas(t *testing.T) {
 		if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox").Scan(&rows); err != nil {
 			return false
 		}
-		if c.inFlight != 0 || float64(rows) != last.sent+c.sent || crossedTheKill(second.addr, pipeline, killed, restarted) < int(last.inFlight) ||
-			!everySegmentCounted(second.addr, pipeline, c, firstVerdicts, rows) {
+		if c.inFlight != 0 || float64(rows) != last.sent+c.sent || crossedTheKill(second.addr, pipeline, killed, restarted) < int(last.inFlight) {
 			quiet = nil
 			return false
 		}
@@ -187,6 +186,11 @@ func TestProberKilledAcrossADeadlineChargesNoSegmentOfKafkas(t *testing.T) {
 		stable := quiet != nil && quiet.String() == c.String()
 		quiet = &c
 		return stable
+	})
+	// A verdict final on /api/status reaches /metrics with the batch that
+	// writes it: group commit, up to prober.DefaultCommitDelay later.
+	second.waitFor(t, "every segment of every canary to be counted on /metrics", func(c counts) bool {
+		return everySegmentCounted(second.addr, pipeline, c, firstVerdicts, rows)
 	})
 	secondVerdicts, err := scrapeVerdicts(second.addr, pipeline)
 	if err != nil {
@@ -256,23 +260,6 @@ func rewriteSchedule(t *testing.T, path, from, to string) {
 	if err := os.WriteFile(path, []byte(strings.Replace(string(data), from, to, 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// everySegmentCounted reports whether /metrics holds an outcome for every
-// budgeted segment of rows canaries, over both processes: a canary final on
-// /api/status has its verdicts counted only once the batch that holds them
-// is written (group commit: up to prober.DefaultCommitDelay later).
-func everySegmentCounted(addr, pipeline string, c counts, first verdicts, rows int) bool {
-	second, err := scrapeVerdicts(addr, pipeline)
-	if err != nil || len(c.budgeted) == 0 {
-		return false
-	}
-	for _, seg := range c.budgeted {
-		if first.total(seg)+second.total(seg) < float64(rows) {
-			return false
-		}
-	}
-	return true
 }
 
 // crossedTheKill counts the final canaries on /api/status committed before
@@ -462,4 +449,19 @@ func TestOneCanarysVerdictsAreTheSameOnMetricsStatusAndCheck(t *testing.T) {
 	if code := exitCode(err); code != 0 || !strings.Contains(stdout.String(), "WARN  publish stamp") {
 		t.Errorf("lint (exit %d) does not warn about the publish stamp:\n%s", code, stdout.String())
 	}
+}
+
+// everySegmentCounted reports whether /metrics holds an outcome for every
+// budgeted segment of rows canaries, over both processes.
+func everySegmentCounted(addr, pipeline string, c counts, first verdicts, rows int) bool {
+	second, err := scrapeVerdicts(addr, pipeline)
+	if err != nil || len(c.budgeted) == 0 {
+		return false
+	}
+	for _, seg := range c.budgeted {
+		if first.total(seg)+second.total(seg) < float64(rows) {
+			return false
+		}
+	}
+	return true
 }
