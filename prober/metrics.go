@@ -93,6 +93,8 @@ type Metrics struct {
 	// The tracker's state file.
 	StateResets        *prometheus.CounterVec // pipeline, reason
 	StateWriteFailures *prometheus.CounterVec // pipeline
+	// Torn journal tails ignored on load.
+	StateTornRecords *prometheus.CounterVec // pipeline
 
 	// Clocks, label pipeline.
 	DBClockOffset      *prometheus.GaugeVec
@@ -143,6 +145,7 @@ var catalogue = []metricsdoc.Family{
 
 	{Name: slo.MetricStateResets, Type: metricsdoc.Counter, Help: "State files moved aside with a timestamp because this release cannot use them (corrupt, another version, another pipeline's); the pipeline started afresh.", Labels: []string{slo.LabelPipeline, slo.LabelReason}},
 	{Name: slo.MetricStateWriteFailures, Type: metricsdoc.Counter, Help: "Writes of the state file that failed; the state stays in memory and a restart may recount what it held.", Labels: lp},
+	{Name: slo.MetricStateTornRecords, Type: metricsdoc.Counter, Help: "Incomplete or damaged records at the end of a state journal, ignored when it was read: a crash while one was written. Nothing they held had been counted; the messages they recorded are read again.", Labels: lp},
 	{Name: slo.MetricDependencyUp, Type: metricsdoc.Gauge, Help: "1 while the prober reaches its dependency (its database pool, its Kafka readers), else 0. Not readiness: a downstream outage must not make the prober's pod unready.", Labels: []string{slo.LabelPipeline, labelDependency}},
 	{Name: slo.MetricDependencyErrors, Type: metricsdoc.Counter, Help: "Failed checks of a dependency of the prober (database pings and clock samples, Kafka metadata requests).", Labels: []string{slo.LabelPipeline, labelDependency}},
 }
@@ -190,6 +193,7 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 		StampsInvalid:        counterVec(slo.MetricStampsInvalid),
 		StateResets:          counterVec(slo.MetricStateResets),
 		StateWriteFailures:   counterVec(slo.MetricStateWriteFailures),
+		StateTornRecords:     counterVec(slo.MetricStateTornRecords),
 		DBClockOffset:        gaugeVec(slo.MetricDBClockOffset),
 		DBClockOffsetError:   gaugeVec(slo.MetricDBClockOffsetError),
 		DependencyUp:         gaugeVec(slo.MetricDependencyUp),
@@ -201,7 +205,7 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 		m.BuildInfo, m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived, m.CanariesLate, m.CanariesLost, m.OffsetResets,
 		m.CanariesDuplicate, m.CanariesOutOfOrder, m.MessagesSkipped, m.InFlight, m.LastSent,
 		m.LastReceived, m.LastSuccess, m.SLIEvents, m.ClockSkew, m.SegmentBudget, m.StampsMissing,
-		m.CanariesUnjudged, m.StampOrder, m.StampsInvalid, m.StateResets, m.StateWriteFailures,
+		m.CanariesUnjudged, m.StampOrder, m.StampsInvalid, m.StateResets, m.StateWriteFailures, m.StateTornRecords,
 		m.DBClockOffset, m.DBClockOffsetError, m.DependencyUp, m.DependencyErrors,
 	}
 
@@ -264,6 +268,7 @@ func (m *Metrics) initPipeline(p *config.Pipeline) {
 		m.StateResets.WithLabelValues(n, r)
 	}
 	m.StateWriteFailures.WithLabelValues(n)
+	m.StateTornRecords.WithLabelValues(n)
 	for _, s := range p.StampOrder() {
 		if s != config.StampCommit && s != config.StampConsume {
 			m.StampsMissing.WithLabelValues(n, s)

@@ -1,11 +1,13 @@
 package prober
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,19 +15,45 @@ import (
 	"github.com/outbox-canary/outbox-canary/prober/judge"
 )
 
-// stateVersion is bumped when the file layout changes incompatibly. A file
-// of another version is moved aside, never misread and never fatal.
-const stateVersion = 2
+// The state of a pipeline is kept in two files side by side, so that a
+// write costs what changed, not what is remembered:
+//
+//   - the snapshot, <pipeline>.json: the judge's whole state (every canary
+//     remembered for 2 x lost_after, the last sequence per key, the next
+//     offset per partition, the prober's downtimes), written atomically
+//     (temporary file, fsync, rename, directory fsync) with a random
+//     generation;
+//   - the journal, <pipeline>.journal: one line per write since that
+//     snapshot, each holding the canaries changed or forgotten and the
+//     rest of the state (a few hundred bytes), appended and fsynced
+//     (journal.go).
+//
+// Loading reads the snapshot and replays the journal lines of its
+// generation. When the journal outgrows compactRatio times the snapshot it
+// is compacted: a new snapshot under a new generation, then an empty
+// journal. A crash between the two leaves lines of the old generation,
+// which the next load skips. A crash while a line is appended leaves an
+// incomplete last line (a torn tail), which is ignored and counted: what
+// it held was not yet durable, so none of its effects had been applied.
 
-// stateFile is what a Tracker persists, one file per pipeline: the judge's
-// state (every canary remembered with its verdicts, the last sequence per
-// key, the next offset per partition, the prober's downtimes) under the
-// pipeline and instance it belongs to.
+// stateVersion is bumped when the layout changes incompatibly. A file of
+// another version is moved aside, never misread and never fatal, except
+// version 2 (the whole state in one file, rewritten on every change),
+// which is read once and carried over: it is a snapshot without journal.
+const (
+	stateVersion       = 3
+	stateVersionNoJrnl = 2
+)
+
+// stateFile is the snapshot of one pipeline.
 type stateFile struct {
-	Version  int          `json:"version"`
-	Pipeline string       `json:"pipeline"`
-	Instance string       `json:"instance"`
-	Judge    *judge.State `json:"judge"`
+	Version  int    `json:"version"`
+	Pipeline string `json:"pipeline"`
+	Instance string `json:"instance"`
+	// Generation names this snapshot; journal lines of another generation
+	// belong to an older snapshot and are skipped.
+	Generation string       `json:"generation,omitempty"`
+	Judge      *judge.State `json:"judge"`
 }
 
 // Reasons a state file is moved aside, the values of the reason label of
@@ -41,25 +69,88 @@ func StateResetReasons() []string {
 	return []string{StateResetCorrupt, StateResetVersion, StateResetPipeline}
 }
 
-// stateStore reads and writes one pipeline's state file. A file it cannot
-// use is moved aside with a timestamp, counted and logged, and the
-// pipeline starts afresh: a damaged file or a release that changes the
+// Compaction: the journal is folded into a new snapshot once it is larger
+// than compactRatio times the last snapshot (and than compactMin, so that
+// a tiny state is not snapshotted every few writes). Bytes written per
+// canary are then at most (1 + 1/compactRatio) times its journal lines,
+// whatever lost_after and the canary rate; the two files together stay
+// below (1 + compactRatio) times the state.
+const (
+	compactRatio = 4
+	compactMin   = 64 << 10
+)
+
+// journalSuffix names a pipeline's journal beside its snapshot.
+const journalSuffix = ".journal"
+
+// persistStats counts what the store wrote, for benchmarks and tests.
+type persistStats struct {
+	bytes     int64 // handed to write(2)
+	pages     int64 // 4 KiB pages dirtied: what the disk is written, each fsync writing whole pages
+	syncs     int64 // fsyncs of files and directories
+	snapshots int64
+	records   int64
+}
+
+// stateStore reads and writes one pipeline's snapshot and journal. A file
+// it cannot use is moved aside with a timestamp, counted and logged, and
+// the pipeline starts afresh: a damaged file or a release that changes the
 // layout never stops the service.
 type stateStore struct {
-	path     string // "": in memory only
+	path     string // the snapshot; "": in memory only
 	pipeline string
 	instance string
 	log      *slog.Logger
 	m        *Metrics
+
+	// gen is the generation of the snapshot on disk that jrnl continues;
+	// jrnl is nil until this process wrote its first snapshot, and after
+	// a failed write, so that the next write is a snapshot.
+	gen          string
+	jrnl         *journal
+	snapshotSize int64
+	stats        persistStats
+	// minCompact overrides compactMin (tests).
+	minCompact int64
+	// offsetsOnDisk: the partitions whose next offset is written. A reader
+	// of a partition without one starts near the service's start, so the
+	// first offset of a partition is written at once (see Tracker.commitAndUnlock).
+	offsetsOnDisk map[int]bool
 }
 
-// load returns the judge's state from the file, or nil to start afresh.
+// unwrittenPartition reports whether a partition in next has no offset on
+// disk yet.
+func (s *stateStore) unwrittenPartition(next map[int]int64) bool {
+	for p := range next {
+		if !s.offsetsOnDisk[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// wrote records the partitions whose offsets a successful write holds.
+func (s *stateStore) wrote(next map[int]int64) {
+	if s.offsetsOnDisk == nil {
+		s.offsetsOnDisk = map[int]bool{}
+	}
+	for p := range next {
+		s.offsetsOnDisk[p] = true
+	}
+}
+
+func (s *stateStore) journalPath() string { return s.path + journalSuffix }
+
+// load returns the judge's state from the files, or nil to start afresh.
 func (s *stateStore) load(now time.Time) *judge.State {
 	if s.path == "" {
 		return nil
 	}
 	data, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(s.journalPath()); err == nil {
+			s.log.Warn("a state journal without its snapshot is ignored; the pipeline starts afresh", "file", s.journalPath())
+		}
 		return nil
 	}
 	if err != nil {
@@ -71,23 +162,25 @@ func (s *stateStore) load(now time.Time) *judge.State {
 	switch err := json.Unmarshal(data, &f); {
 	case err != nil:
 		reason, detail = StateResetCorrupt, err.Error()
-	case f.Version != stateVersion:
-		reason, detail = StateResetVersion, fmt.Sprintf("version %d, this release reads %d", f.Version, stateVersion)
+	case f.Version != stateVersion && f.Version != stateVersionNoJrnl:
+		reason, detail = StateResetVersion, fmt.Sprintf("version %d, this release reads %d (and %d)", f.Version, stateVersion, stateVersionNoJrnl)
 	case f.Pipeline != s.pipeline:
 		reason, detail = StateResetPipeline, fmt.Sprintf("it belongs to pipeline %q", f.Pipeline)
 	case f.Judge == nil:
 		reason, detail = StateResetCorrupt, "no state in it"
+	case f.Version == stateVersion && f.Generation == "":
+		reason, detail = StateResetCorrupt, "no generation in it"
 	}
 	if reason != "" {
-		aside := fmt.Sprintf("%s.%s-%s", s.path, reason, now.UTC().Format("20060102T150405Z"))
-		if err := os.Rename(s.path, aside); err != nil {
-			s.log.Error("a state file this release cannot use could not be moved aside; starting afresh anyway", "file", s.path, "problem", detail, "err", err)
-		} else {
-			s.log.Warn("state file moved aside; the pipeline starts afresh (in-flight canaries of the previous run are forgotten)",
-				"file", s.path, "moved_to", aside, "problem", detail)
-		}
-		s.m.StateResets.WithLabelValues(s.pipeline, reason).Inc()
+		s.moveAside(reason, detail, now)
 		return nil
+	}
+	st := f.Judge
+	if f.Version == stateVersion {
+		s.replay(st, f.Generation)
+	} else {
+		s.log.Info("state file of the previous layout (one file rewritten on every change) carried over; the next write replaces it with a snapshot and a journal",
+			"file", s.path, "version", f.Version)
 	}
 	if f.Instance != s.instance {
 		// A renamed instance: its canaries now look foreign on the topic,
@@ -95,31 +188,137 @@ func (s *stateStore) load(now time.Time) *judge.State {
 		// the last times are the pipeline's, whoever wrote them.
 		s.log.Warn("state file written by another instance id; forgetting its canaries",
 			"file", s.path, "state_instance", f.Instance, "instance", s.instance)
-		f.Judge.Canaries = nil
+		st.Canaries = nil
 	}
-	s.log.Info("tracker state loaded", "file", s.path, "canaries", len(f.Judge.Canaries))
-	return f.Judge
+	s.wrote(st.Next)
+	s.log.Info("tracker state loaded", "file", s.path, "canaries", len(st.Canaries))
+	return st
 }
 
-// save writes the judge's state atomically and marks it persisted; a
-// failure is counted and returned (the state stays in memory).
-func (s *stateStore) save(j *judge.Judge, now time.Time) error {
+// moveAside renames the snapshot (and its journal, if any) out of the way,
+// counts and logs it.
+func (s *stateStore) moveAside(reason, detail string, now time.Time) {
+	suffix := fmt.Sprintf(".%s-%s", reason, now.UTC().Format("20060102T150405Z"))
+	aside := s.path + suffix
+	if err := os.Rename(s.path, aside); err != nil {
+		s.log.Error("a state file this release cannot use could not be moved aside; starting afresh anyway", "file", s.path, "problem", detail, "err", err)
+	} else {
+		s.log.Warn("state file moved aside; the pipeline starts afresh (in-flight canaries of the previous run are forgotten)",
+			"file", s.path, "moved_to", aside, "problem", detail)
+	}
+	// The journal continues that snapshot and nothing else: keep it with it.
+	if err := os.Rename(s.journalPath(), s.journalPath()+suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Error("the state journal could not be moved aside with its snapshot", "file", s.journalPath(), "err", err)
+	}
+	s.m.StateResets.WithLabelValues(s.pipeline, reason).Inc()
+}
+
+// replay applies the journal lines of generation gen to st, in order. It
+// stops at the first line that is incomplete or damaged (a crash while it
+// was appended), which is counted and logged: nothing it held had been
+// applied to the metrics, and the messages it recorded are read again.
+func (s *stateStore) replay(st *judge.State, gen string) {
+	data, err := os.ReadFile(s.journalPath())
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		s.log.Error("reading the state journal failed; resuming from the snapshot alone (what the journal held since may be counted again)",
+			"file", s.journalPath(), "err", err)
+		return
+	}
+	applied, stale, total := 0, 0, len(data)
+	for len(data) > 0 {
+		rec, recGen, rest, err := readJournalLine(data)
+		if err != nil {
+			s.log.Warn("state journal ends with an incomplete or damaged record, ignored (a crash while it was written; what it held was not yet counted)",
+				"file", s.journalPath(), "offset", total-len(data), "dropped_bytes", len(data), "err", err)
+			s.m.StateTornRecords.WithLabelValues(s.pipeline).Inc()
+			break
+		}
+		data = rest
+		if recGen == "" {
+			break // padding to the end
+		}
+		if recGen != gen {
+			stale++ // written before a compaction that crashed before emptying the journal
+			continue
+		}
+		st.Apply(rec.Canaries, rec.Forgotten, &rec.Meta)
+		applied++
+	}
+	s.log.Debug("state journal replayed", "file", s.journalPath(), "records", applied, "stale_records", stale)
+}
+
+// save persists what changed in the judge's state since its last write and
+// marks it persisted: one journal line, or a new snapshot when there is
+// no journal to append to yet or the journal outgrew the snapshot. A
+// failure is counted and returned; the state stays in memory, and the next
+// write is a whole snapshot.
+func (s *stateStore) save(j *judge.Judge, now time.Time) (err error) {
 	if s.path == "" {
 		j.MarkPersisted(now)
 		return nil
 	}
-	st := j.State()
-	prev := st.AliveAt
+	defer func() {
+		if err == nil {
+			s.wrote(j.State().Next)
+		}
+	}()
+	if s.jrnl == nil || s.jrnl.size > max(cmp.Or(s.minCompact, compactMin), compactRatio*s.snapshotSize) {
+		return s.snapshot(j, now)
+	}
+	d := j.Delta()
+	meta := j.State().Meta()
+	meta.AliveAt = now
+	n, pages, err := s.jrnl.append(s.gen, &journalRecord{Canaries: d.Canaries, Forgotten: d.Forgotten, Meta: meta})
+	s.stats.bytes += int64(n)
+	s.stats.pages += int64(pages)
+	s.stats.syncs++
+	s.stats.records++
+	if err != nil {
+		// A line may be half written: never append after it.
+		s.jrnl.close()
+		s.jrnl = nil
+		s.m.StateWriteFailures.WithLabelValues(s.pipeline).Inc()
+		return fmt.Errorf("append to state journal %s: %w", s.journalPath(), err)
+	}
+	j.MarkPersisted(now)
+	return nil
+}
+
+// snapshot writes the whole state under a new generation, then empties the
+// journal (a crash in between leaves lines of the old generation, which
+// load skips), and marks the state persisted.
+func (s *stateStore) snapshot(j *judge.Judge, now time.Time) error {
+	if s.path == "" {
+		j.MarkPersisted(now)
+		return nil
+	}
+	st := *j.State()
 	st.AliveAt = now
-	data, err := json.Marshal(&stateFile{Version: stateVersion, Pipeline: s.pipeline, Instance: s.instance, Judge: st})
+	gen := fmt.Sprintf("%016x", rand.Uint64())
+	data, err := json.Marshal(&stateFile{Version: stateVersion, Pipeline: s.pipeline, Instance: s.instance, Generation: gen, Judge: &st})
 	if err == nil {
 		err = writeFileAtomic(s.path, data)
+		s.stats.bytes += int64(len(data))
+		s.stats.pages += int64(pagesSpanned(0, len(data)))
+		s.stats.syncs += 2
+		s.stats.snapshots++
+	}
+	if err == nil {
+		if s.jrnl != nil {
+			s.jrnl.close()
+			s.jrnl = nil
+		}
+		s.jrnl, err = openJournal(s.journalPath())
 	}
 	if err != nil {
-		st.AliveAt = prev
 		s.m.StateWriteFailures.WithLabelValues(s.pipeline).Inc()
 		return fmt.Errorf("write state %s: %w", s.path, err)
 	}
+	s.gen, s.snapshotSize = gen, int64(len(data))
+	s.wrote(st.Next)
 	j.MarkPersisted(now)
 	return nil
 }

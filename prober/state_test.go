@@ -1,10 +1,24 @@
 package prober
 
+// Tests of persistence: the snapshot and its journal (state.go,
+// journal.go), and the tracker's group commit. The restart tests that do
+// not depend on how the state is written are in tracker_test.go.
+
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/prober/judge"
 )
 
 func TestStateWriteIsAtomicAndLeavesNoTemporaryFiles(t *testing.T) {
@@ -33,4 +47,354 @@ func TestStateWriteFailsWithItsCause(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "create temporary state file") {
 		t.Fatalf("err = %v, want the failing step named", err)
 	}
+}
+
+// journalLine encodes one record as the journal does.
+func journalLine(t *testing.T, gen string, rec *journalRecord) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "j")
+	jl, err := openJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := jl.append(gen, rec); err != nil {
+		t.Fatal(err)
+	}
+	jl.close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestAJournalLineIsReadBackOrRecognisedAsTorn(t *testing.T) {
+	gen := "00000000000000aa"
+	rec := &journalRecord{Canaries: []*judge.Canary{{ID: "a", Seq: 1, Key: "k"}}, Forgotten: []string{"z"},
+		Meta: judge.State{Next: map[int]int64{0: 7}}}
+	good := journalLine(t, gen, rec)
+	flipped := bytes.Clone(good)
+	flipped[len(flipped)/2] ^= 0x01
+	cases := []struct {
+		name string
+		data []byte
+		torn bool
+	}{
+		{"A complete line is read back.", good, false},
+		{"A line cut before its newline is torn.", good[:len(good)-1], true},
+		{"A line cut in its record is torn.", good[:len(good)/2], true},
+		{"A line with one bit flipped fails its checksum.", flipped, true},
+		{"A line of zeros (a file extended but never written) is torn.", append(make([]byte, 40), '\n'), true},
+		{"A line too short for its header is torn.", []byte("0000\n"), true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, g, rest, err := readJournalLine(tc.data)
+			if tc.torn {
+				if !errors.Is(err, errTornRecord) {
+					t.Fatalf("err = %v, want a torn record", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g != gen || len(rest) != 0 || len(got.Canaries) != 1 || got.Canaries[0].ID != "a" ||
+				got.Forgotten[0] != "z" || got.Meta.Next[0] != 7 {
+				t.Errorf("read back gen %q, rest %q, record %+v", g, rest, got)
+			}
+		})
+	}
+}
+
+func TestPagesSpannedCountsEveryPageAWriteTouches(t *testing.T) {
+	for _, tc := range []struct {
+		off  int64
+		n    int
+		want int
+	}{{0, 0, 0}, {0, 1, 1}, {0, 4096, 1}, {0, 4097, 2}, {4095, 2, 2}, {4096, 100, 1}, {100, 3*4096 + 1, 4}} {
+		if got := pagesSpanned(tc.off, tc.n); got != tc.want {
+			t.Errorf("pagesSpanned(%d, %d) = %d, want %d", tc.off, tc.n, got, tc.want)
+		}
+	}
+}
+
+// stateOf is the tracker's state as a snapshot would hold it, without the
+// time of the last write.
+func stateOf(t *testing.T, tr *Tracker) string {
+	t.Helper()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	st := *tr.j.State()
+	st.AliveAt = time.Time{}
+	st.Downtimes = nil
+	b, err := json.Marshal(&st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestTheJournalRebuildsTheStateAndIsCompactedIntoASnapshot(t *testing.T) {
+	h := newHarness(t, plainPipeline(), true)
+	h.tr.store.minCompact = 8 << 10
+	for i := range 200 {
+		h.at(time.Duration(i) * time.Second)
+		c := h.send(fmt.Sprint("c", i), uint64(i+1))
+		h.at(time.Duration(i)*time.Second + 300*time.Millisecond)
+		if i%10 != 3 { // some are lost
+			h.arrive(c, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+		}
+		h.sweep(time.Duration(i)*time.Second + 900*time.Millisecond)
+	}
+	st := h.tr.store.stats
+	if st.snapshots < 3 {
+		t.Errorf("%d snapshots after %d journal records, want the journal compacted now and then", st.snapshots, st.records)
+	}
+	if st.records < 400 {
+		t.Errorf("%d journal records, want most writes appended", st.records)
+	}
+	want, snapshot := stateOf(t, h.tr), h.tr.store.snapshotSize
+	h.restart() // kill -9
+	if got := stateOf(t, h.tr); got != want {
+		t.Errorf("state after the restart differs:\n got %.400s\nwant %.400s", got, want)
+	}
+	if got := testutil.ToFloat64(h.m().StateTornRecords.WithLabelValues(h.p.Name)); got != 0 {
+		t.Errorf("torn records = %v, want 0", got)
+	}
+	if info, err := os.Stat(h.path + journalSuffix); err != nil || info.Size() > compactRatio*snapshot+8<<10 {
+		t.Errorf("journal %v, %v: want it bounded by the compaction", info, err)
+	}
+}
+
+func TestATornJournalTailIsIgnoredAndCounted(t *testing.T) {
+	cases := []struct {
+		name string
+		tear func(journal []byte) []byte
+	}{
+		{"A last record cut short by a crash is ignored.", func(b []byte) []byte { return b[:len(b)-20] }},
+		{"A last record without its newline is ignored.", func(b []byte) []byte { return b[:len(b)-1] }},
+		{"Garbage after the last record is ignored.", func(b []byte) []byte { return append(b, "\x00\x00\x00garbage"...) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, plainPipeline(), true)
+			a := h.send("a", 1)
+			h.send("b", 2)
+			before := stateOf(t, h.tr)
+			h.at(300 * time.Millisecond)
+			h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+			jpath := h.path + journalSuffix
+			data, err := os.ReadFile(jpath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			torn := tc.tear(data)
+			if err := os.WriteFile(jpath, torn, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			h.restart()
+			if got := testutil.ToFloat64(h.m().StateTornRecords.WithLabelValues(h.p.Name)); got != 1 {
+				t.Errorf("torn records = %v, want 1", got)
+			}
+			if !strings.Contains(h.logs.String(), "incomplete or damaged record") {
+				t.Errorf("not logged:\n%s", h.logs.String())
+			}
+			if bytes.HasPrefix(torn, data) { // garbage after a complete record: a's arrival stands
+				if out := h.tr.Arrived(0, Arrival{CanaryID: "a", Seq: 1, Key: "k", Offset: 0, Consumed: h.clock()}); out.Kind != KindReplay {
+					t.Errorf("a's arrival after the restart is %v, want a replay: its record was complete", out.Kind)
+				}
+				return
+			}
+			// The arrival's record was torn: the state is as before it, and
+			// the message, read again, is judged by the new process. (The
+			// first one had applied its effects, which a real tear, a crash
+			// before the write returned, rules out.)
+			if got := stateOf(t, h.tr); got != before {
+				t.Errorf("state after the restart:\n got %.300s\nwant %.300s", got, before)
+			}
+			if out := h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond}); out.Kind != KindFirst {
+				t.Errorf("a read again is %v, want its first arrival", out.Kind)
+			}
+			if got := testutil.ToFloat64(h.m().SLIEvents.WithLabelValues(h.p.Name, config.SegmentEndToEnd, "good")); got != 1 {
+				t.Errorf("end_to_end good in the new process %v, want 1", got)
+			}
+			h.send("c", 3) // and the journal goes on after the tear
+			want := stateOf(t, h.tr)
+			h.restart()
+			if got := stateOf(t, h.tr); got != want {
+				t.Errorf("state after a second restart:\n got %.300s\nwant %.300s", got, want)
+			}
+		})
+	}
+}
+
+func TestJournalLinesOfAnOlderSnapshotAreSkipped(t *testing.T) {
+	// A compaction wrote its snapshot and crashed before emptying the
+	// journal: the lines left, replayed, would take the state back.
+	h := newHarness(t, plainPipeline(), true)
+	a := h.send("a", 1) // the first write: a snapshot
+	h.send("b", 2)      // a journal line, with no offset read yet
+	jpath := h.path + journalSuffix
+	old, err := os.ReadFile(jpath)
+	if err != nil || len(old) == 0 {
+		t.Fatalf("journal %q, %v", old, err)
+	}
+	h.at(300 * time.Millisecond)
+	h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+	if err := h.tr.Flush(); err != nil { // a snapshot, the journal emptied
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(jpath, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	if out := h.tr.Arrived(0, Arrival{CanaryID: "a", Seq: 1, Key: "k", Offset: 0, Consumed: h.clock()}); out.Kind != KindReplay {
+		t.Errorf("a's arrival after the restart is %v, want a replay: the old line must not roll the offsets back", out.Kind)
+	}
+	if got := h.sli(config.SegmentEndToEnd); got != [2]float64{1, 0} {
+		t.Errorf("end_to_end events %v, want a's one good", got)
+	}
+}
+
+func TestAVersion2StateFileIsCarriedOver(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "payments.json")
+	v2 := `{"version":2,"pipeline":"payments","instance":"test-1","judge":{"canaries":{"a":{"id":"a","seq":1,"key":"k",` +
+		`"insert_started":"2025-03-01T11:59:59.95Z","commit_sent":"2025-03-01T11:59:59.999Z","committed":"2025-03-01T12:00:00Z"}},` +
+		`"next_offset_by_partition":{"0":5},"alive_at":"2025-03-01T12:00:00Z"}}`
+	if err := os.WriteFile(path, []byte(v2), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, p: plainPipeline(), now: t0.Add(time.Second), path: path, logs: newHarness(t, plainPipeline(), false).logs, commitDelay: -1}
+	h.restart()
+	if n := h.tr.InFlight(); n != 1 {
+		t.Errorf("%d canaries in flight, want the v2 file's one", n)
+	}
+	if next := h.tr.StartOffsets()[0]; next != 5 {
+		t.Errorf("next offset %d, want 5 from the v2 file", next)
+	}
+	if got := testutil.ToFloat64(h.m().StateResets.WithLabelValues("payments", StateResetVersion)); got != 0 {
+		t.Errorf("state resets{reason=version} = %v, want 0", got)
+	}
+	h.send("b", 2)
+	var f stateFile
+	data, _ := os.ReadFile(path)
+	if err := json.Unmarshal(data, &f); err != nil || f.Version != stateVersion || f.Generation == "" || len(f.Judge.Canaries) != 2 {
+		t.Errorf("state file after the first write: %v %.300s; want a version %d snapshot with both canaries", err, data, stateVersion)
+	}
+}
+
+func TestGroupCommit(t *testing.T) {
+	newGroup := func(t *testing.T) *harness {
+		h := newHarness(t, plainPipeline(), true)
+		h.commitDelay = time.Second
+		h.restart()
+		// A foreign message first, so that the partition has an offset on
+		// disk after the first Sent (a partition's first offset is written
+		// at once, see below).
+		token, _ := h.tr.BeginArrival()
+		h.tr.Skipped(token, 0, 0)
+		h.offset = 1
+		return h
+	}
+	t.Run("An arrival's SLI events wait for the batch that writes it.", func(t *testing.T) {
+		h := newGroup(t)
+		a := h.send("a", 1)
+		records := h.tr.store.stats.records
+		h.at(300 * time.Millisecond)
+		h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+		h.sweep(900 * time.Millisecond)
+		if got := h.sli(config.SegmentEndToEnd); got != [2]float64{0, 0} {
+			t.Errorf("end_to_end events %v before the batch was written, want none", got)
+		}
+		if got := h.tr.store.stats.records; got != records {
+			t.Errorf("%d journal records written before the delay passed, want none", got-records)
+		}
+		h.sweep(1300 * time.Millisecond)
+		if got := h.sli(config.SegmentEndToEnd); got != [2]float64{1, 0} {
+			t.Errorf("end_to_end events %v once the batch was written, want one good", got)
+		}
+		if got := h.tr.store.stats.records; got != records+1 {
+			t.Errorf("%d journal records for the batch, want one", got-records)
+		}
+	})
+	t.Run("Sent writes the waiting batch with its canary before it returns.", func(t *testing.T) {
+		h := newGroup(t)
+		a := h.send("a", 1)
+		h.at(300 * time.Millisecond)
+		h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+		h.at(500 * time.Millisecond)
+		h.send("b", 2)
+		if got := h.sli(config.SegmentEndToEnd); got != [2]float64{1, 0} {
+			t.Errorf("end_to_end events %v after b's Sent, want a's good", got)
+		}
+		h.restart() // kill -9: both canaries and a's verdicts are on disk
+		if out := h.tr.Arrived(0, Arrival{CanaryID: "a", Seq: 1, Key: "k", Offset: 0, Consumed: h.clock()}); out.Kind != KindReplay {
+			t.Errorf("a's arrival after the restart is %v, want a replay", out.Kind)
+		}
+		if n := h.tr.InFlight(); n != 1 {
+			t.Errorf("%d canaries in flight after the restart, want b", n)
+		}
+	})
+	t.Run("A crash before the batch is written loses nothing and counts the arrival once.", func(t *testing.T) {
+		h := newGroup(t)
+		a := h.send("a", 1)
+		h.at(300 * time.Millisecond)
+		h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+		h.at(500 * time.Millisecond)
+		h.restart() // kill -9 with the arrival unwritten
+		h.at(600 * time.Millisecond)
+		h.offset = 1 // the readers start again from the stored offset
+		if out := h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond}); out.Kind != KindFirst {
+			t.Fatalf("a read again is %v, want its first arrival", out.Kind)
+		}
+		h.sweep(2 * time.Second)
+		var verdicts float64
+		for _, m := range h.metrics {
+			for _, o := range []string{"good", "bad"} {
+				verdicts += testutil.ToFloat64(m.SLIEvents.WithLabelValues(h.p.Name, config.SegmentEndToEnd, o))
+			}
+			for _, r := range judge.Reasons() {
+				verdicts += testutil.ToFloat64(m.CanariesUnjudged.WithLabelValues(h.p.Name, config.SegmentEndToEnd, r))
+			}
+		}
+		if verdicts != 1 {
+			t.Errorf("a's end_to_end was decided %v times over both processes, want once", verdicts)
+		}
+	})
+	t.Run("The first offset of a partition is written at once.", func(t *testing.T) {
+		h := newHarness(t, plainPipeline(), true)
+		h.commitDelay = time.Second
+		h.restart()
+		a := h.send("a", 1)
+		h.at(300 * time.Millisecond)
+		h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+		if got := h.sli(config.SegmentEndToEnd); got != [2]float64{1, 0} {
+			t.Errorf("end_to_end events %v, want a's good at once: a reader restarted without the partition's offset would start past it", got)
+		}
+		h.restart()
+		if next, ok := h.tr.StartOffsets()[0]; !ok || next != 1 {
+			t.Errorf("stored next offset %d (%t), want 1", next, ok)
+		}
+	})
+	t.Run("Flush writes the waiting batch as a snapshot and applies its effects.", func(t *testing.T) {
+		h := newGroup(t)
+		a := h.send("a", 1)
+		h.at(300 * time.Millisecond)
+		h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+		snapshots := h.tr.store.stats.snapshots
+		if err := h.tr.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.sli(config.SegmentEndToEnd); got != [2]float64{1, 0} {
+			t.Errorf("end_to_end events %v after Flush, want a's good", got)
+		}
+		if h.tr.store.stats.snapshots != snapshots+1 {
+			t.Errorf("Flush wrote %d snapshots, want one", h.tr.store.stats.snapshots-snapshots)
+		}
+		if info, err := os.Stat(h.path + journalSuffix); err != nil || info.Size() != 0 {
+			t.Errorf("journal after Flush: %v, %v; want it empty", info, err)
+		}
+	})
 }

@@ -26,15 +26,20 @@ import (
 // outside its lock, and applies the judge's effects to the metrics and the
 // callbacks once the lock is released.
 //
-// Restarts: the state is written atomically on every change, before the
-// corresponding metrics are incremented. After kill -9 at any instant a
-// canary is neither lost nor counted twice: a message processed before the
-// crash is below the stored next offset and ignored as a replay, and a
-// verdict in the state is never emitted again. The span from the last write
-// to the restart is the prober's downtime, which no pipeline segment is
-// charged for. What remains unknown is a crash between a canary's COMMIT and
-// Sent persisting it: the canary then arrives as unknown_canary (skipped),
-// never as an SLI event.
+// Restarts: a change is written (state.go: a journal line, now and then a
+// snapshot) before the effects it produced are applied to the metrics and
+// callbacks, and Sent returns only once its canary is written. Other
+// changes are written in batches (group commit): an arrival, a verdict at a
+// deadline or a lookup's answer waits at most CommitDelay, until the next
+// Sent or sweep, and its effects wait with it. After kill -9 at any instant
+// a canary is neither lost nor counted twice: a message processed before
+// the last write is below the stored next offset and ignored as a replay;
+// one processed after it is read again and judged then, its first judgement
+// never having been applied; a verdict in the state is never emitted again.
+// The span from the last write to the restart is the prober's downtime,
+// which no pipeline segment is charged for. What remains unknown is a crash
+// between a canary's COMMIT and Sent persisting it: the canary then arrives
+// as unknown_canary (skipped), never as an SLI event.
 
 // ErrUnknownCanary is returned by Await for a canary id the tracker does not
 // know (never sent through it, or forgotten long after it resolved).
@@ -170,7 +175,19 @@ type TrackerOptions struct {
 	// stamp is not there (yet), and any other error when it could not
 	// look (the prober's own database down), which is retried.
 	LookupStamps func(ctx context.Context, c Canary) (LookupResult, error)
+	// CommitDelay is how long a change other than Sent may wait to be
+	// written with others in one batch (group commit), its effects on the
+	// metrics and callbacks waiting with it: one fsync per batch instead of
+	// one per change. Zero: DefaultCommitDelay; negative: every change is
+	// written at once. Only with a StatePath.
+	CommitDelay time.Duration
 }
+
+// DefaultCommitDelay bounds how long an arrival's SLI events wait for the
+// batch that writes them: well under any scrape interval, and long enough
+// that at one canary a second a batch holds a canary's arrival, its
+// verdicts and the next canary's Sent.
+const DefaultCommitDelay = time.Second
 
 // Lookup pacing: the first lookup is made when the judge asks, retries of
 // one canary back off (with jitter) from lookupBackoffMin, and each is
@@ -204,6 +221,11 @@ type Tracker struct {
 	mu      sync.Mutex
 	j       *judge.Judge
 	waiters map[string][]chan Report
+	// Group commit: the effects of changes not yet written, and since when
+	// the oldest of them waits (zero: none).
+	commitDelay  time.Duration
+	pending      []judge.Effect
+	pendingSince time.Time
 
 	backoffMu sync.Mutex
 	backoffs  map[string]*lookupPace
@@ -238,6 +260,7 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 		lookup: opts.LookupStamps, onDone: opts.OnDone, forget: 2 * time.Duration(p.Canary.LostAfter),
 		lookups: make(chan string, 1024), fence: map[uint64]time.Time{},
 		waiters: map[string][]chan Report{}, backoffs: map[string]*lookupPace{},
+		commitDelay: cmp.Or(opts.CommitDelay, DefaultCommitDelay),
 	}
 	t.store = &stateStore{path: opts.StatePath, pipeline: p.Name, instance: opts.Instance, log: opts.Logger, m: opts.Metrics}
 	st := t.store.load(opts.Now())
@@ -322,13 +345,61 @@ func (t *Tracker) fencedNow() time.Time {
 	return now
 }
 
-// commit persists a changed state, then (outside the lock) applies the
-// effects. It must be called with t.mu held; it releases it.
+// How commitAndUnlock writes.
+type commitMode int
+
+const (
+	commitBatched  commitMode = iota // once the oldest unwritten change waited commitDelay
+	commitNow                        // now (Sent: durable before it returns)
+	commitSnapshot                   // now, as a whole snapshot (shutdown)
+)
+
+// commitAndUnlock writes the changed state with the next batch (group
+// commit), then, outside the lock, applies the effects of every change
+// written. Effects of changes not yet written wait for their batch. It
+// must be called with t.mu held; it releases it.
 func (t *Tracker) commitAndUnlock(fx []judge.Effect) error {
-	var err error
-	if t.j.Dirty() {
-		err = t.store.save(t.j, t.now())
+	return t.commitModeAndUnlock(fx, commitBatched)
+}
+
+// commitModeAndUnlock is commitAndUnlock, writing as mode says.
+func (t *Tracker) commitModeAndUnlock(fx []judge.Effect, mode commitMode) error {
+	t.pending = append(t.pending, fx...)
+	if mode == commitBatched && t.store.unwrittenPartition(t.j.State().Next) {
+		// The first offset of a partition is written at once: a reader
+		// restarted without one starts near the restart, past what an
+		// unwritten batch had read.
+		mode = commitNow
 	}
+	var err error
+	if t.j.Dirty() || mode == commitSnapshot {
+		now := t.now()
+		if mode == commitBatched && t.path != "" && t.commitDelay > 0 {
+			// A change no effect waits on (a canary forgotten, a foreign
+			// message's offset, a lookup that found nothing) rides with the
+			// next write: lost in a crash, it is made again.
+			if len(t.pending) == 0 {
+				t.mu.Unlock()
+				return nil
+			}
+			if t.pendingSince.IsZero() {
+				t.pendingSince = now
+			}
+			if now.Sub(t.pendingSince) < t.commitDelay {
+				t.mu.Unlock()
+				return nil
+			}
+		}
+		if mode == commitSnapshot {
+			err = t.store.snapshot(t.j, now)
+		} else {
+			err = t.store.save(t.j, now)
+		}
+		// A failed write is counted and retried with the next batch; the
+		// effects are applied anyway, rather than freeze the metrics.
+		t.pendingSince = time.Time{}
+	}
+	fx, t.pending = t.pending, nil
 	reports := t.reportsFor(fx)
 	inFlight := t.inFlightLocked()
 	waiters := t.takeWaiters(reports)
@@ -451,7 +522,7 @@ func (t *Tracker) Sent(c Canary) error {
 	t.mu.Lock()
 	fx := t.j.Sent(judge.Sent{ID: c.ID, Key: c.Key, RowID: c.RowID, Seq: c.Seq,
 		InsertStarted: c.InsertStarted, CommitSent: cmp.Or(c.CommitSent, c.Committed), Committed: c.Committed})
-	if err := t.commitAndUnlock(fx); err != nil {
+	if err := t.commitModeAndUnlock(fx, commitNow); err != nil {
 		return fmt.Errorf("canary %s is tracked in memory only: %w", c.ID, err)
 	}
 	return nil
@@ -492,8 +563,8 @@ func (t *Tracker) Arrived(token uint64, a Arrival) Outcome {
 // (not one of our canaries), so a restart does not read and count it
 // again, and lowers its fence. It reports whether the offset was already
 // processed before a restart; if so the caller must not count the skip.
-// The offset is written with the next state write: losing it re-counts one
-// skip.
+// The offset is written with the next batch (within CommitDelay): a crash
+// before it re-counts the skips since the last write.
 func (t *Tracker) Skipped(token uint64, partition int, offset int64) (replay bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -629,15 +700,12 @@ func (t *Tracker) forgetPace(id string) {
 	t.backoffMu.Unlock()
 }
 
-// Flush writes the state if something changed since the last write; the
-// service calls it on shutdown.
+// Flush writes the whole state as a snapshot (emptying the journal) and
+// applies the effects that waited for it; the service calls it on
+// shutdown, so that a stopped prober leaves one complete file.
 func (t *Tracker) Flush() error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.j.Dirty() {
-		return nil
-	}
-	return t.store.save(t.j, t.now())
+	return t.commitModeAndUnlock(nil, commitSnapshot)
 }
 
 // InFlight is the number of canaries sent that have neither arrived nor
@@ -650,7 +718,7 @@ func (t *Tracker) InFlight() int {
 
 func (t *Tracker) inFlightLocked() int {
 	n := 0
-	for _, c := range t.j.Canaries() {
+	for _, c := range t.j.State().Canaries { // every commit: no sorted copy
 		if !c.Arrived && !c.Lost {
 			n++
 		}

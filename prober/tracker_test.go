@@ -7,7 +7,6 @@ package prober
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,11 +54,14 @@ type harness struct {
 	offset  int64
 	logs    *stacktest.SyncBuffer
 	onDone  func(Report)
+	// commitDelay is the trackers' CommitDelay: newHarness writes every
+	// change at once, as most tests assume; group commit has its own.
+	commitDelay time.Duration
 }
 
 func newHarness(t *testing.T, p config.Pipeline, persist bool) *harness {
 	t.Helper()
-	h := &harness{t: t, p: p, now: t0, logs: &stacktest.SyncBuffer{}}
+	h := &harness{t: t, p: p, now: t0, logs: &stacktest.SyncBuffer{}, commitDelay: -1}
 	if persist {
 		h.path = filepath.Join(t.TempDir(), p.Name+".json")
 	}
@@ -83,7 +85,7 @@ func (h *harness) restart() {
 	}
 	tr, err := NewTracker(TrackerOptions{
 		Pipeline: &h.p, Instance: "test-1", Metrics: m, Now: h.clock, Logger: h.logs.Logger(),
-		StatePath: h.path, OnDone: func(r Report) {
+		StatePath: h.path, CommitDelay: h.commitDelay, OnDone: func(r Report) {
 			if h.onDone != nil {
 				h.onDone(r)
 			}
@@ -231,7 +233,7 @@ func TestAStateFileThisReleaseCannotUseIsMovedAsideAndCounted(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			h := &harness{t: t, p: plainPipeline(), now: t0, path: path, logs: &stacktest.SyncBuffer{}}
+			h := &harness{t: t, p: plainPipeline(), now: t0, path: path, logs: &stacktest.SyncBuffer{}, commitDelay: -1}
 			h.restart() // must not fail: the service never bricks on its own file
 			if got := testutil.ToFloat64(h.m().StateResets.WithLabelValues("payments", tc.reason)); got != 1 {
 				t.Errorf("state resets{reason=%s} = %v, want 1", tc.reason, got)
@@ -395,23 +397,5 @@ func TestIntegerStampsAreReadInTheUnitTheirSizeImplies(t *testing.T) {
 	}
 	if got, _ := parseStampValue("9999999999999"); got.Year() != 2286 {
 		t.Errorf("9999999999999 read as %v, want milliseconds (year 2286, then invalid by max_clock_skew)", got)
-	}
-}
-
-// BenchmarkTrackerPersist is one state write with 120 canaries remembered:
-// what every Sent and arrival costs, almost all of it the two fsyncs.
-func BenchmarkTrackerPersist(b *testing.B) {
-	t := &testing.T{}
-	h := &harness{t: t, p: plainPipeline(), now: t0, path: filepath.Join(b.TempDir(), "payments.json"), logs: &stacktest.SyncBuffer{}}
-	h.restart()
-	for i := range 120 {
-		c := h.send(fmt.Sprint("c", i), uint64(i+1))
-		h.arrive(c, map[string]time.Duration{config.StampPublish: 50 * time.Millisecond})
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := h.tr.store.save(h.tr.j, t0); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

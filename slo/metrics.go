@@ -68,6 +68,7 @@ const (
 	MetricStampsInvalid      = "outbox_canary_stamps_invalid_total"                   // labels stamp, reason: stamps far outside [commit, consume]
 	MetricStateResets        = "outbox_canary_state_resets_total"                     // label reason: state files moved aside (corrupt, other version)
 	MetricStateWriteFailures = "outbox_canary_state_write_failures_total"             // state writes that failed (the state stays in memory)
+	MetricStateTornRecords   = "outbox_canary_state_torn_records_total"               // journal records torn by a crash, ignored on load
 )
 
 // Watchers, the values of the watcher label.

@@ -187,6 +187,11 @@ func TestProberKilledAcrossADeadlineChargesNoSegmentOfKafkas(t *testing.T) {
 		quiet = &c
 		return stable
 	})
+	// A verdict final on /api/status reaches /metrics with the batch that
+	// writes it: group commit, up to prober.DefaultCommitDelay later.
+	second.waitFor(t, "every segment of every canary to be counted on /metrics", func(c counts) bool {
+		return everySegmentCounted(second.addr, pipeline, c, firstVerdicts, rows)
+	})
 	secondVerdicts, err := scrapeVerdicts(second.addr, pipeline)
 	if err != nil {
 		t.Fatal(err)
@@ -444,4 +449,19 @@ func TestOneCanarysVerdictsAreTheSameOnMetricsStatusAndCheck(t *testing.T) {
 	if code := exitCode(err); code != 0 || !strings.Contains(stdout.String(), "WARN  publish stamp") {
 		t.Errorf("lint (exit %d) does not warn about the publish stamp:\n%s", code, stdout.String())
 	}
+}
+
+// everySegmentCounted reports whether /metrics holds an outcome for every
+// budgeted segment of rows canaries, over both processes.
+func everySegmentCounted(addr, pipeline string, c counts, first verdicts, rows int) bool {
+	second, err := scrapeVerdicts(addr, pipeline)
+	if err != nil || len(c.budgeted) == 0 {
+		return false
+	}
+	for _, seg := range c.budgeted {
+		if first.total(seg)+second.total(seg) < float64(rows) {
+			return false
+		}
+	}
+	return true
 }

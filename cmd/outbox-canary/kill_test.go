@@ -89,6 +89,13 @@ func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
 			}
 			t.Logf("first process at its end: %+v", last)
 
+			// Gaps between the second process's canaries longer than the
+			// state's group commit: an arrival's effects wait up to
+			// prober.DefaultCommitDelay (plus a sweep) for the batch that
+			// writes them, and a Sent writes the batch waiting, so at one
+			// canary a second the previous one is still in flight when
+			// the next is sent, and nothing in flight never comes.
+			rewriteSchedule(t, path, "@every 1s", "@every 5s")
 			second := startBinary(t, bin, path)
 			second.waitFor(t, "the second process to serve", func(counts) bool { return true })
 			faults.Resume()

@@ -136,7 +136,11 @@ type Judge struct {
 	inFlight map[string]bool      // lookups asked for and not answered
 	pos      position
 	fx       []Effect
-	dirty    bool
+	// changed holds the canaries changed (or forgotten) since the last
+	// MarkPersisted, metaChanged whether anything else in the state did:
+	// what the shell must persist, in O(change) rather than O(state).
+	changed     map[string]struct{}
+	metaChanged bool
 	// restarted: this process resumed a state after a downtime, so its
 	// readers have a backlog of their own to catch up on.
 	restarted bool
@@ -158,28 +162,24 @@ func New(cfg Config, st *State, now time.Time) *Judge {
 	if st.Next == nil {
 		st.Next = map[int]int64{}
 	}
-	j := &Judge{cfg: cfg, st: st, started: now, expected: map[string][]Arrival{}, inFlight: map[string]bool{}}
+	j := &Judge{cfg: cfg, st: st, started: now, expected: map[string][]Arrival{}, inFlight: map[string]bool{},
+		changed: map[string]struct{}{}}
 	if !st.AliveAt.IsZero() && st.AliveAt.Before(now) {
 		st.Downtimes = append(st.Downtimes, Interval{From: st.AliveAt, To: now})
-		j.dirty, j.restarted = true, true
+		j.metaChanged, j.restarted = true, true
 	}
 	// Keep only the downtimes a remembered canary can span.
 	horizon := now.Add(-cfg.Forget - cfg.LostAfter)
+	kept := len(st.Downtimes)
 	st.Downtimes = slices.DeleteFunc(st.Downtimes, func(iv Interval) bool { return iv.To.Before(horizon) })
+	if len(st.Downtimes) != kept {
+		j.metaChanged = true
+	}
 	return j
 }
 
 // State is the judge's state, for the shell to persist.
 func (j *Judge) State() *State { return j.st }
-
-// Dirty reports whether the state changed since the last MarkPersisted.
-func (j *Judge) Dirty() bool { return j.dirty }
-
-// MarkPersisted records that the state was written at now.
-func (j *Judge) MarkPersisted(now time.Time) {
-	j.st.AliveAt = now
-	j.dirty = false
-}
 
 // Canary returns a canary's record (nil if unknown). Callers must not
 // change it.
@@ -232,7 +232,8 @@ func (j *Judge) Sent(s Sent) []Effect {
 		InsertStarted: s.InsertStarted, CommitSent: s.CommitSent, Committed: s.Committed}
 	j.st.Canaries[s.ID] = c
 	j.st.LastSent = s.Committed
-	j.dirty = true
+	j.touch(c)
+	j.metaChanged = true
 	j.emit(Effect{Kind: EffectSent, Canary: c.ID, At: s.Committed})
 	ins := j.cfg.Plan.Insert
 	d := s.Committed.Sub(s.InsertStarted)
@@ -260,7 +261,6 @@ func (j *Judge) Arrived(a Arrival) (Kind, []Effect) {
 		return KindReplay, nil
 	}
 	j.advance(a.Partition, a.Offset)
-	j.dirty = true
 	c, ok := j.st.Canaries[a.CanaryID]
 	if parked, expected := j.expected[a.CanaryID]; !ok && expected {
 		j.expected[a.CanaryID] = append(parked, a)
@@ -282,7 +282,6 @@ func (j *Judge) Skipped(partition int, offset int64) (replay bool) {
 	}
 	j.advance(partition, offset)
 	j.pos.skips++
-	j.dirty = true
 	return false
 }
 
@@ -290,7 +289,7 @@ func (j *Judge) Skipped(partition int, offset int64) (replay bool) {
 // topic was recreated).
 func (j *Judge) ResetOffset(partition int, next int64) {
 	j.st.Next[partition] = next
-	j.dirty = true
+	j.metaChanged = true
 }
 
 // NextOffsets returns, per partition, the next offset to process.
@@ -304,6 +303,7 @@ func (j *Judge) isReplay(partition int, offset int64) bool {
 func (j *Judge) advance(partition int, offset int64) {
 	if next, ok := j.st.Next[partition]; !ok || offset+1 > next {
 		j.st.Next[partition] = offset + 1
+		j.metaChanged = true
 	}
 }
 
@@ -383,6 +383,8 @@ func (j *Judge) arrived(c *Canary, a Arrival) Kind {
 		j.emit(Effect{Kind: EffectDuplicate, Canary: c.ID})
 		return KindDuplicate
 	}
+	j.touch(c)
+	j.metaChanged = true // the last sequence of the key, the last times
 	c.Arrived, c.Consumed, c.Partition, c.Offset = true, a.Consumed, a.Partition, a.Offset
 	c.Tainted = j.trouble(c, a.Consumed)
 	for name, t := range a.Stamps {
@@ -477,7 +479,7 @@ func (j *Judge) addStamp(c *Canary, name string, t time.Time, errBound time.Dura
 		}
 		c.Invalid[name] = reason
 		j.emit(Effect{Kind: EffectStampInvalid, Canary: c.ID, Stamp: name, Reason: reason})
-		j.dirty = true
+		j.touch(c)
 		return
 	}
 	if c.Stamps == nil {
@@ -490,7 +492,7 @@ func (j *Judge) addStamp(c *Canary, name string, t time.Time, errBound time.Dura
 		}
 		c.StampError[name] = errBound
 	}
-	j.dirty = true
+	j.touch(c)
 }
 
 // lookupWanted reports whether a lookup stamp is still unknown (and not
@@ -529,7 +531,7 @@ func (j *Judge) StampFound(id string, stamps map[string]time.Time, errBound time
 			j.addStamp(c, name, t, errBound, at)
 		}
 	}
-	j.dirty = true
+	j.touch(c)
 	if c.Arrived {
 		j.judgeArrived(c, at)
 		if !j.lookupWanted(c) {
@@ -546,7 +548,7 @@ func (j *Judge) StampAbsent(id string, at time.Time) []Effect {
 	if c, ok := j.st.Canaries[id]; ok && !c.Final {
 		c.Lookup.Attempts++
 		c.Lookup.Absent, c.Lookup.Unavailable = true, false
-		j.dirty = true
+		j.touch(c)
 	}
 	return j.take()
 }
@@ -558,7 +560,7 @@ func (j *Judge) StampUnavailable(id string, at time.Time) []Effect {
 	delete(j.inFlight, id)
 	if c, ok := j.st.Canaries[id]; ok && !c.Final {
 		c.Lookup.Unavailable = true
-		j.dirty = true
+		j.touch(c)
 	}
 	return j.take()
 }
@@ -817,14 +819,14 @@ func (j *Judge) observe(c *Canary, s Segment, d time.Duration) {
 		return
 	}
 	v.Observed = true
-	j.dirty = true
+	j.touch(c)
 	j.emit(Effect{Kind: EffectObserve, Canary: c.ID, Segment: s.Name, Duration: d})
 }
 
 func (j *Judge) markObserved(c *Canary, s Segment) {
 	if v := c.verdict(s.Name); !v.Observed {
 		v.Observed = true
-		j.dirty = true
+		j.touch(c)
 	}
 }
 
@@ -835,7 +837,7 @@ func (j *Judge) decide(c *Canary, segment, outcome, reason string, at time.Time)
 		return
 	}
 	v.Outcome, v.Reason, v.At = outcome, reason, at
-	j.dirty = true
+	j.touch(c)
 	j.emit(Effect{Kind: EffectVerdict, Canary: c.ID, Segment: segment, Outcome: outcome, Reason: reason, At: at})
 }
 
@@ -875,7 +877,7 @@ func (j *Judge) finalize(c *Canary, now time.Time) {
 		}
 	}
 	c.Final, c.FinalAt = true, now
-	j.dirty = true
+	j.touch(c)
 	j.emit(Effect{Kind: EffectFinal, Canary: c.ID, At: now})
 }
 
@@ -912,7 +914,7 @@ func (j *Judge) Tick(now time.Time) []Effect {
 		case c.Final:
 			if now.Sub(c.Committed) > j.cfg.Forget {
 				delete(j.st.Canaries, c.ID)
-				j.dirty = true
+				j.touch(c) // forgotten
 			}
 		case c.Arrived:
 			j.tickArrived(c, now)
@@ -965,7 +967,7 @@ func (j *Judge) tickInFlight(c *Canary, now time.Time) {
 	}
 	if now.Sub(c.Committed) > j.cfg.LostAfter {
 		c.Lost = true
-		j.dirty = true
+		j.touch(c)
 		j.emit(Effect{Kind: EffectLost, Canary: c.ID, At: now})
 		j.finalize(c, now)
 	}

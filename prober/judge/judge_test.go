@@ -398,3 +398,36 @@ func BenchmarkJudgeCanary(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(h.j.st.Canaries)), "canaries_remembered")
 }
+
+func TestDeltaNamesOnlyWhatChangedSinceTheLastWrite(t *testing.T) {
+	h := newJH(t, "cdc")
+	ids := func(d Delta) string {
+		var out []string
+		for _, c := range d.Canaries {
+			out = append(out, c.ID)
+		}
+		return fmt.Sprintf("canaries=%v forgotten=%v meta=%t", out, d.Forgotten, d.Meta)
+	}
+	steps := []struct {
+		name string
+		do   func()
+		want string
+	}{
+		{"A canary sent is written with the last sent time.", func() { h.send("a", 0, ms(2)); h.send("b", ms(100), ms(2)) },
+			"canaries=[a b] forgotten=[] meta=true"},
+		{"An arrival writes its canary and the offsets, not the others.",
+			func() { h.arrive("a", ms(300), map[string]time.Duration{StampPublish: ms(200)}) }, "canaries=[a] forgotten=[] meta=true"},
+		{"A sweep that decides nothing writes nothing.", func() { h.add(h.j.Tick(t0.Add(ms(400)))) }, "canaries=[] forgotten=[] meta=false"},
+		{"A deadline passing writes the canary it judged.", func() { h.add(h.j.Tick(t0.Add(5 * time.Second))) }, "canaries=[b] forgotten=[] meta=false"},
+		{"A loss writes the canary lost.", func() { h.add(h.j.Tick(t0.Add(90 * time.Second))) }, "canaries=[b] forgotten=[] meta=false"},
+		{"Forgetting writes the ids forgotten.", func() { h.add(h.j.Tick(t0.Add(3 * time.Minute))) }, "canaries=[] forgotten=[a b] meta=false"},
+	}
+	for _, s := range steps {
+		s.do()
+		got := ids(h.j.Delta())
+		if got != s.want || h.j.Dirty() != (s.want != "canaries=[] forgotten=[] meta=false") {
+			t.Errorf("%s\n got %s (dirty %t)\nwant %s", s.name, got, h.j.Dirty(), s.want)
+		}
+		h.j.MarkPersisted(t0)
+	}
+}

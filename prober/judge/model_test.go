@@ -328,43 +328,104 @@ func (w *world) simulate() *simulation {
 	return sim
 }
 
-// shellSim plays the shell: it delivers events in time order, persists the
-// judge's state after every event that changed it, answers lookups, and
-// crashes and restarts with the prober.
+// shellSim plays the shell: it delivers events in time order, persists
+// what changed (the judge's Delta, replayed onto the durable copy as a
+// journal would be), applies effects only once the change that made them
+// is durable, answers lookups, and crashes and restarts with the prober.
+// With groupCommit, changes are written in batches, at Sent and at ticks
+// once the oldest waited that long, as the tracker does; without, after
+// every event.
 type shellSim struct {
-	sim       *simulation
-	j         *Judge
-	persisted []byte
-	applied   []Effect // effects applied, over every process
-	lostFx    []Effect // effects computed but lost in a crash
-	lookups   map[string]time.Duration
-	now       time.Duration
-	up        bool
+	sim         *simulation
+	j           *Judge
+	durable     *State   // what the writes so far put on disk
+	applied     []Effect // effects applied, over every process
+	lostFx      []Effect // effects durable but lost in a crash before being applied
+	pending     []Effect // effects of changes not yet durable (group commit)
+	dirty       bool     // a change is not yet written, since dirtyAt
+	dirtyAt     time.Duration
+	groupCommit time.Duration
+	lookups     map[string]time.Duration
+	now         time.Duration
+	up          bool
+	failures    []string // the durable copy disagreed with the judge's state
 }
 
-// persist stands for the shell's durable write after every event that
-// changed the state. The bytes are only needed at a crash, so they are
-// made then (the state is the same: nothing changes between an event's
-// write and the crash).
+// persist writes what changed since the last write, through the same JSON
+// a journal record holds, onto the durable copy.
 func (s *shellSim) persist() {
-	if s.j.Dirty() {
-		s.j.MarkPersisted(at(s.now))
+	if !s.j.Dirty() {
+		return
 	}
-}
-
-// crash keeps what the last write put on disk, through the same JSON a
-// state file holds.
-func (s *shellSim) crash() {
-	s.persist()
-	b, err := json.Marshal(s.j.State())
+	d := s.j.Delta()
+	s.j.MarkPersisted(at(s.now))
+	b, err := json.Marshal(journalRecord{Canaries: d.Canaries, Forgotten: d.Forgotten, Meta: s.j.State().Meta()})
 	if err != nil {
 		panic(err)
 	}
-	s.persisted = b
+	var rec journalRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		panic(err)
+	}
+	if s.durable == nil {
+		s.durable = &State{}
+	}
+	s.durable.Apply(rec.Canaries, rec.Forgotten, &rec.Meta)
 }
 
-func (s *shellSim) apply(fx []Effect) {
-	s.persist()
+// journalRecord is what the shell appends per write.
+type journalRecord struct {
+	Canaries  []*Canary `json:"canaries,omitempty"`
+	Forgotten []string  `json:"forgotten,omitempty"`
+	Meta      State     `json:"meta"`
+}
+
+// checkDurable compares the durable copy with the judge's state: a change
+// the judge did not report in its Delta shows here.
+func (s *shellSim) checkDurable(when string) {
+	if s.j.Dirty() || s.durable == nil {
+		return
+	}
+	want, _ := json.Marshal(s.j.State())
+	got, _ := json.Marshal(s.durable)
+	if string(want) != string(got) {
+		s.failures = append(s.failures, fmt.Sprintf("%s at %s: the state rebuilt from the deltas differs from the judge's:\n  rebuilt %s\n  judge's %s", when, s.now, got, want))
+	}
+}
+
+// crash keeps what the writes put on disk. Without group commit every
+// change was written; with it, the batch not yet written is lost with its
+// effects, which were never applied: the next process decides again.
+func (s *shellSim) crash() {
+	if s.groupCommit == 0 {
+		s.persist()
+		s.checkDurable("crash")
+	}
+	s.pending, s.dirty = nil, false
+}
+
+// apply applies effects once the change that made them is durable. Without
+// group commit every change is written at once; with it, a change waits
+// until Sent (flush) or until the oldest effect waiting is groupCommit old,
+// and a change no effect waits on rides with the next write.
+func (s *shellSim) apply(fx []Effect, flush bool) {
+	s.pending = append(s.pending, fx...)
+	if s.j.Dirty() {
+		if s.groupCommit > 0 && !flush {
+			if len(s.pending) == 0 {
+				return // no effect waits on it: it rides with the next write
+			}
+			if !s.dirty {
+				s.dirty, s.dirtyAt = true, s.now
+			}
+			if s.now-s.dirtyAt < s.groupCommit {
+				return
+			}
+		}
+		s.persist()
+	}
+	s.dirty = false
+	fx, s.pending = s.pending, nil
 	for _, e := range fx {
 		if e.Kind == EffectLookup {
 			if _, ok := s.lookups[e.Canary]; !ok {
@@ -377,9 +438,13 @@ func (s *shellSim) apply(fx []Effect) {
 
 func (s *shellSim) restart() {
 	var st *State
-	if s.persisted != nil {
+	if s.durable != nil {
+		b, err := json.Marshal(s.durable)
+		if err != nil {
+			panic(err)
+		}
 		st = &State{}
-		if err := json.Unmarshal(s.persisted, st); err != nil {
+		if err := json.Unmarshal(b, st); err != nil {
 			panic(err)
 		}
 	}
@@ -403,29 +468,48 @@ func (s *shellSim) run() {
 		evs = append(evs, event{c.commitSent, 0, func() { s.j.Expect(c.id) }})
 		evs = append(evs, event{c.commitReturned, 1, func() {
 			s.apply(s.j.Sent(Sent{ID: c.id, Key: "k", RowID: c.id, Seq: c.seq,
-				InsertStarted: at(c.insert), CommitSent: at(c.commitSent), Committed: at(c.commitReturned)}))
+				InsertStarted: at(c.insert), CommitSent: at(c.commitSent), Committed: at(c.commitReturned)}), true)
 		}})
+	}
+	deliver := func(m *message) {
+		if m.canary < 0 {
+			s.j.Skipped(0, m.offset) // written with the next write
+			return
+		}
+		c := s.sim.truths[m.canary]
+		stamps := map[string]time.Time{}
+		if w.withRead {
+			stamps["read"] = at(m.readHdr)
+		}
+		if w.publishSrc != "published_at" {
+			stamps[StampPublish] = at(m.pubHdr)
+		}
+		_, fx := s.j.Arrived(Arrival{CanaryID: c.id, Key: "k", Seq: c.seq, Partition: 0, Offset: m.offset,
+			Consumed: at(m.fetch), Stamps: stamps})
+		s.apply(fx, false)
 	}
 	for _, m := range s.sim.messages {
 		m := m
-		evs = append(evs, event{m.fetch, 2, func() {
-			if m.canary < 0 {
-				s.j.Skipped(0, m.offset)
-				s.persist()
-				return
+		evs = append(evs, event{m.fetch, 2, func() { deliver(m) }})
+	}
+	// redeliver plays the readers of a restarted process: they start from
+	// the stored next offset, so what the last process read without
+	// writing it (a batch group commit had not written yet) is read again,
+	// now.
+	redeliver := func() {
+		next, ok := s.j.NextOffsets()[0]
+		for _, m := range s.sim.messages {
+			if m.fetch >= s.now || (ok && m.offset < next) {
+				continue
 			}
-			c := s.sim.truths[m.canary]
-			stamps := map[string]time.Time{}
-			if w.withRead {
-				stamps["read"] = at(m.readHdr)
+			if m.canary >= 0 {
+				if c := s.sim.truths[m.canary]; c.fetch == m.fetch {
+					c.fetch = s.now // its first consumption that counts
+				}
 			}
-			if w.publishSrc != "published_at" {
-				stamps[StampPublish] = at(m.pubHdr)
-			}
-			_, fx := s.j.Arrived(Arrival{CanaryID: c.id, Key: "k", Seq: c.seq, Partition: 0, Offset: m.offset,
-				Consumed: at(m.fetch), Stamps: stamps})
-			s.apply(fx)
-		}})
+			m.fetch = s.now
+			deliver(m)
+		}
 	}
 	end := w.horizon + w.cfg.LostAfter + w.cfg.Forget + 10*time.Second
 	for t := time.Duration(0); t < end; t += 100 * time.Millisecond {
@@ -437,9 +521,9 @@ func (s *shellSim) run() {
 					continue
 				}
 				delete(s.lookups, id)
-				s.apply(s.answer(id, due))
+				s.apply(s.answer(id, due), false)
 			}
-			s.apply(s.j.Tick(at(t)))
+			s.apply(s.j.Tick(at(t)), false)
 		}})
 		if t%(500*time.Millisecond) == 0 {
 			evs = append(evs, event{t, 3, func() {
@@ -471,7 +555,7 @@ func (s *shellSim) run() {
 				s.applied = s.applied[:len(s.applied)-n]
 			}
 		}})
-		evs = append(evs, event{d.to, -1, func() { s.up = true; s.restart() }})
+		evs = append(evs, event{d.to, -1, func() { s.up = true; s.restart(); redeliver() }})
 	}
 	sort.SliceStable(evs, func(i, k int) bool {
 		if evs[i].t != evs[k].t {
@@ -485,6 +569,10 @@ func (s *shellSim) run() {
 			continue
 		}
 		e.do()
+	}
+	if s.up {
+		s.apply(nil, true)
+		s.checkDurable("end")
 	}
 }
 
@@ -745,8 +833,13 @@ func runModel(seed uint64, mutate func(*Config)) (fails []string, ambiguous, ver
 	}
 	sim := w.simulate()
 	sh := &shellSim{sim: sim}
+	if seed%2 == 1 {
+		sh.groupCommit = time.Second // as the tracker writes by default
+	}
 	sh.run()
-	fails, ambiguous = modelFailures(sim, sh)
+	fails = append(fails, sh.failures...)
+	f, ambiguous := modelFailures(sim, sh)
+	fails = append(fails, f...)
 	for _, e := range sh.applied {
 		if e.Kind == EffectVerdict {
 			verdicts++

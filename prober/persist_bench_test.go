@@ -1,0 +1,266 @@
+package prober
+
+// BenchmarkTrackerPersist measures what persisting the judge's state costs
+// per canary, in steady state (2 x lost_after of canaries remembered), for
+// each way of writing it:
+//
+//   - memory:  no writes, the baseline of the judge's own work;
+//   - rewrite: the whole state rewritten atomically on every change (the
+//     layout before the journal, version 2);
+//   - journal: a journal line per change, fsynced, compacted into a
+//     snapshot now and then;
+//   - journal+group: the same, with changes other than Sent written in
+//     batches (group commit, DefaultCommitDelay), as the tracker does.
+//
+// Each iteration is one canary: Sent, its arrival 50ms later, and the
+// sweeps every 250ms, on a simulated clock. Besides ns, B and allocs per
+// canary it reports cpu-ns/canary (user and system time of the process,
+// without the wait for fsyncs), fsyncs/canary, write-B/canary (bytes handed to
+// write(2)) and disk-B/canary (bytes the kernel accounts as written for
+// this process, /proc/self/io write_bytes: whole pages, each fsync writing
+// the pages it dirtied again).
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/prober/judge"
+)
+
+// persister is one way of making the judge's changes durable.
+type persister interface {
+	save(j *judge.Judge, now time.Time) error
+	syncs() int64
+}
+
+func (s *stateStore) syncs() int64 { return s.stats.syncs }
+
+// rewriteStore is the previous design: the whole state in one file,
+// rewritten atomically (two fsyncs) on every change.
+type rewriteStore struct {
+	path string
+	n    int64
+}
+
+func (r *rewriteStore) save(j *judge.Judge, now time.Time) error {
+	st := *j.State()
+	st.AliveAt = now
+	data, err := json.Marshal(&stateFile{Version: stateVersionNoJrnl, Pipeline: "payments", Instance: "bench", Judge: &st})
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(r.path, data); err != nil {
+		return err
+	}
+	r.n += 2
+	j.MarkPersisted(now)
+	return nil
+}
+
+func (r *rewriteStore) syncs() int64 { return r.n }
+
+// memoryStore writes nothing.
+type memoryStore struct{}
+
+func (memoryStore) save(j *judge.Judge, now time.Time) error { j.MarkPersisted(now); return nil }
+func (memoryStore) syncs() int64                             { return 0 }
+
+// persistRun drives a judge like the tracker does, writing through p.
+type persistRun struct {
+	j        *judge.Judge
+	p        persister
+	delay    time.Duration // group commit; 0: every change at once
+	interval time.Duration // between canaries
+	now      time.Time
+	seq      uint64
+	arrivals []judge.Arrival // due in order
+	offset   int64
+	sweepAt  time.Time
+	// effects waiting for a write, since waitingAt
+	waiting   int
+	waitingAt time.Time
+}
+
+const (
+	benchSweep   = 250 * time.Millisecond
+	benchLatency = 50 * time.Millisecond
+)
+
+// commit writes as the tracker does: at once when forced (Sent) or
+// without group commit; else once the oldest effect waiting is r.delay
+// old, a change no effect waits on riding with the next write.
+func (r *persistRun) commit(force bool, fx []judge.Effect) {
+	r.waiting += len(fx)
+	if !r.j.Dirty() {
+		r.waiting = 0
+		return
+	}
+	if !force && r.delay > 0 {
+		if r.waiting == 0 {
+			return
+		}
+		if r.waitingAt.IsZero() {
+			r.waitingAt = r.now
+		}
+		if r.now.Sub(r.waitingAt) < r.delay {
+			return
+		}
+	}
+	if err := r.p.save(r.j, r.now); err != nil {
+		panic(err)
+	}
+	r.waiting, r.waitingAt = 0, time.Time{}
+}
+
+// until runs the arrivals and sweeps due up to t.
+func (r *persistRun) until(t time.Time) {
+	for {
+		next := r.sweepAt
+		arrival := len(r.arrivals) > 0 && !r.arrivals[0].Consumed.After(next)
+		if arrival {
+			next = r.arrivals[0].Consumed
+		}
+		if next.After(t) {
+			r.now = t
+			return
+		}
+		r.now = next
+		var fx []judge.Effect
+		if arrival {
+			a := r.arrivals[0]
+			r.arrivals = r.arrivals[1:]
+			_, fx = r.j.Arrived(a)
+		} else {
+			fx = r.j.Tick(r.now)
+			r.sweepAt = r.sweepAt.Add(benchSweep)
+		}
+		r.commit(false, fx)
+	}
+}
+
+// canary sends the next canary and runs everything due before the one
+// after it.
+func (r *persistRun) canary() {
+	r.seq++
+	id := "c" + strconv.FormatUint(r.seq, 10)
+	fx := r.j.Sent(judge.Sent{ID: id, Key: "k", RowID: id, Seq: r.seq,
+		InsertStarted: r.now.Add(-2 * time.Millisecond), CommitSent: r.now.Add(-time.Millisecond), Committed: r.now})
+	r.commit(true, fx)
+	r.arrivals = append(r.arrivals, judge.Arrival{CanaryID: id, Key: "k", Seq: r.seq, Offset: r.offset,
+		Consumed: r.now.Add(benchLatency), Stamps: map[string]time.Time{config.StampPublish: r.now.Add(benchLatency / 2)}})
+	r.offset++
+	r.until(r.now.Add(r.interval))
+}
+
+// procIO reads this process's write counters: bytes handed to write(2)
+// and bytes accounted as written to storage.
+func procIO(b *testing.B) (wchar, writeBytes int64) {
+	data, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		b.Skipf("no /proc/self/io to count the bytes written: %v", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		k, v, _ := bytes.Cut(sc.Bytes(), []byte(": "))
+		n, _ := strconv.ParseInt(string(v), 10, 64)
+		switch string(k) {
+		case "wchar":
+			wchar = n
+		case "write_bytes":
+			writeBytes = n
+		}
+	}
+	return wchar, writeBytes
+}
+
+// cpuTime is the CPU time this process used so far (user and system): a
+// write waiting for its fsync is not CPU.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func BenchmarkTrackerPersist(b *testing.B) {
+	workloads := []struct {
+		name                string
+		lostAfter, interval time.Duration
+	}{
+		{"lost_after=1m/rate=1", time.Minute, time.Second},
+		{"lost_after=10m/rate=1", 10 * time.Minute, time.Second},
+		{"lost_after=1m/rate=100", time.Minute, 10 * time.Millisecond},
+		{"lost_after=5m/every=10s", 5 * time.Minute, 10 * time.Second}, // the defaults
+	}
+	policies := []struct {
+		name  string
+		store func(dir string) persister
+		delay time.Duration
+	}{
+		{"memory", func(string) persister { return memoryStore{} }, 0},
+		{"rewrite", func(dir string) persister { return &rewriteStore{path: filepath.Join(dir, "payments.json")} }, 0},
+		{"journal", func(dir string) persister { return newBenchStore(dir) }, 0},
+		{"journal+group", func(dir string) persister { return newBenchStore(dir) }, DefaultCommitDelay},
+		{"journal+group250ms", func(dir string) persister { return newBenchStore(dir) }, 250 * time.Millisecond},
+	}
+	for _, w := range workloads {
+		for _, pol := range policies {
+			b.Run(w.name+"/"+pol.name, func(b *testing.B) {
+				benchPersist(b, w.lostAfter, w.interval, pol.store(b.TempDir()), pol.delay)
+			})
+		}
+	}
+}
+
+func newBenchStore(dir string) *stateStore {
+	m, err := NewMetrics(prometheus.NewRegistry(), []config.Pipeline{plainPipeline()})
+	if err != nil {
+		panic(err)
+	}
+	return &stateStore{path: filepath.Join(dir, "payments.json"), pipeline: "payments", instance: "bench", log: slog.New(slog.DiscardHandler), m: m}
+}
+
+func benchPersist(b *testing.B, lostAfter, interval time.Duration, p persister, delay time.Duration) {
+	pl := plainPipeline()
+	pl.Canary.LostAfter = config.Duration(lostAfter)
+	plan := planOf(&pl)
+	j := judge.New(judgeConfig(&pl, plan, 2*lostAfter), nil, t0)
+	// Steady state first, without writing: 2 x lost_after of canaries.
+	r := &persistRun{j: j, p: memoryStore{}, interval: interval, now: t0, sweepAt: t0.Add(benchSweep)}
+	for range int(2*lostAfter/interval) + 10 {
+		r.canary()
+	}
+	r.p, r.delay = p, delay
+	if err := p.save(j, r.now); err != nil { // the first write: a snapshot for the journal
+		b.Fatal(err)
+	}
+	syncs := p.syncs()
+	wchar, disk := procIO(b)
+	cpu := cpuTime(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for b.Loop() {
+		r.canary()
+		n++
+	}
+	b.StopTimer()
+	wchar2, disk2 := procIO(b)
+	b.ReportMetric(float64(cpuTime(b)-cpu)/float64(n), "cpu-ns/canary")
+	b.ReportMetric(float64(p.syncs()-syncs)/float64(n), "fsyncs/canary")
+	b.ReportMetric(float64(wchar2-wchar)/float64(n), "write-B/canary")
+	b.ReportMetric(float64(disk2-disk)/float64(n), "disk-B/canary")
+	b.ReportMetric(float64(len(j.State().Canaries)), "canaries-kept")
+}
