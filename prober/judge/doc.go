@@ -16,7 +16,9 @@
 // judge sees them (the shell converts published_at with the measured
 // database clock offset, and passes the offset's error bound).
 //
-//   - commit is an interval: from sending COMMIT to hearing it returned.
+//   - commit is an interval: from sending the statement that commits (the
+//     canary's lone INSERT, which commits before it answers, or COMMIT)
+//     to hearing it returned.
 //     Segments that start at commit are measured from its start, an upper
 //     bound, so that a relay reading the row before our client hears back is
 //     never taken for skew. The interval's width is reported with the canary.
