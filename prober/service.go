@@ -332,11 +332,6 @@ func (pr *pipelineRunner) down() map[string]string {
 	return out
 }
 
-// scheduleParser lets cron parse specs exactly as config validated them.
-type scheduleParser struct{}
-
-func (scheduleParser) Parse(spec string) (cron.Schedule, error) { return config.ParseSchedule(spec) }
-
 // cronLogger sends cron's messages to slog.
 type cronLogger struct{ log *slog.Logger }
 
@@ -413,20 +408,25 @@ func (s *Service) newCron(sendCtx context.Context) (*cron.Cron, error) {
 	var c *cron.Cron
 	if !s.opts.NoSchedule {
 		cl := cronLogger{s.log}
-		c = cron.New(cron.WithParser(scheduleParser{}), cron.WithLogger(cl),
-			cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
+		c = cron.New(cron.WithLogger(cl), cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
 		for _, pr := range s.pipes {
+			// Each pipeline's schedule is shifted by a phase of its own
+			// (from its name), so pipelines on one schedule do not all
+			// insert in the same instant.
+			sched, phase, err := config.PhasedSchedule(pr.p.Canary.Schedule, pr.p.Name)
+			if err != nil {
+				return nil, fmt.Errorf("pipeline %q: canary.schedule: %w", pr.p.Name, err)
+			}
+			pr.log.Debug("canary schedule", "schedule", pr.p.Canary.Schedule, "phase", phase)
 			// A canary that takes longer than its end-to-end budget to
 			// commit is late anyway; the bound keeps a hung database from
 			// piling up jobs.
 			timeout := 30 * time.Second
-			if _, err := c.AddFunc(pr.p.Canary.Schedule, func() {
+			c.Schedule(sched, cron.FuncJob(func() {
 				ictx, cancel := context.WithTimeout(sendCtx, timeout)
 				defer cancel()
 				_, _ = pr.sender.Send(ictx)
-			}); err != nil {
-				return nil, fmt.Errorf("pipeline %q: canary.schedule: %w", pr.p.Name, err)
-			}
+			}))
 		}
 	}
 	return c, nil
