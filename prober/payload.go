@@ -76,8 +76,7 @@ func macWith(key []byte, p Payload) []byte {
 	// "<len>:<field>;" each, built without fmt (every canary and every
 	// message that looks like one is verified).
 	var seq [20]byte
-	var buf [256]byte
-	b := buf[:0]
+	b := make([]byte, 0, len(p.CanaryID)+len(p.Instance)+len(p.Pipeline)+64)
 	for _, f := range [][]byte{[]byte(p.CanaryID), []byte(p.Instance), []byte(p.Pipeline), strconv.AppendUint(seq[:0], p.Seq, 10)} {
 		b = strconv.AppendInt(b, int64(len(f)), 10)
 		b = append(b, ':')

@@ -27,7 +27,10 @@
 //     not been told of yet (a fence): a canary consumed before its deadline
 //     is never bad.
 //   - published_at is written after the broker's ack, often after the
-//     relay's whole batch: a stamp taken after its event. When it lies after
+//     relay's whole batch: a stamp taken after its event. It is read back
+//     from the row (a lookup), first Config.LookupSettle after the canary's
+//     arrival so that the relay has written it, then at backed-off
+//     retries while it reads NULL, until ArrivedLookupWindow. When it lies after
 //     the consume stamp (beyond the offset's error bound and skew tolerance),
 //     that is stamp order, not clock skew: the segments next to it are
 //     judged by what can be proven (good when even the bound that includes
