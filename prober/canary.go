@@ -16,9 +16,12 @@ type Canary struct {
 	Key      string // the message key (aggregate id) the relay will use
 	RowID    string // primary key of the outbox row, as text (for reading published_at back)
 
-	InsertStarted time.Time // before BEGIN
-	CommitSent    time.Time // before COMMIT: the commit happened between it and Committed
-	Committed     time.Time // when COMMIT returned
+	// The insert is one INSERT in a transaction of its own, which commits
+	// before PostgreSQL answers (with delete_after_insert: BEGIN, INSERT,
+	// DELETE, COMMIT).
+	InsertStarted time.Time // before the INSERT (or BEGIN) was sent
+	CommitSent    time.Time // before the statement that commits was sent (the INSERT, or COMMIT): the commit happened between it and Committed
+	Committed     time.Time // when that statement returned
 }
 
 // Arrival is a canary's message as consumed: its identity, where it was

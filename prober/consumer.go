@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
@@ -91,6 +92,9 @@ type Consumer struct {
 	client *kafka.Client
 
 	skips skipLog // warns about the first skip of each reason
+	// skipped holds the pipeline's skip counter of every reason, looked
+	// up once rather than per skipped message.
+	skipped map[string]prometheus.Counter
 
 	mu      sync.Mutex
 	healthy bool
@@ -112,9 +116,13 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	skipped := map[string]prometheus.Counter{}
+	for _, reason := range SkipReasons() {
+		skipped[reason] = o.Metrics.MessagesSkipped.WithLabelValues(o.Pipeline.Name, reason)
+	}
 	return &Consumer{
 		p: o.Pipeline, instance: o.Instance, signer: o.Signer, tracker: o.Tracker, metrics: o.Metrics,
-		dialer: o.Dialer, now: o.Now, log: o.Logger, since: o.Since, client: o.Client,
+		dialer: o.Dialer, now: o.Now, log: o.Logger, since: o.Since, client: o.Client, skipped: skipped,
 		reason: "not connected to Kafka yet", readers: map[int]bool{}, starts: map[int]int64{},
 	}, nil
 }
@@ -437,33 +445,28 @@ func (c *Consumer) readPartition(ctx context.Context, partition int, start int64
 // message on the topic never stops the consumer. The consume stamp is taken
 // first, behind the tracker's fence, and the arrival is registered before
 // any I/O: a canary consumed before its deadline is never judged late.
+//
+// A flood of foreign messages goes through here too, so a message that
+// cannot hold a canary is screened out by a byte search before any
+// decoding, its skip counted on a counter looked up once, and what it was
+// is worked out only when the skip is logged.
 func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 	token, consumed := c.tracker.BeginArrival()
+	if err := screen(msg.Value); err != nil {
+		c.skip(token, consumed, msg, skipReason(err), skipDetail{err: err, value: msg.Value, signer: c.signer})
+		return
+	}
 	payload, err := c.signer.DecodeMessage(msg.Value)
-	reason, detail := "", ""
-	switch {
-	case errors.Is(err, ErrUnsupportedEncoding):
-		reason = ReasonUnsupportedEncoding
-	case errors.Is(err, ErrBadSignature):
-		reason = ReasonBadSignature
-	case err != nil:
-		reason = ReasonMalformed
-	case payload.Instance != c.instance:
-		reason, detail = ReasonForeignInstance, "instance "+payload.Instance
-	case payload.Pipeline != c.p.Name:
-		reason, detail = ReasonUnknownPipeline, "pipeline "+payload.Pipeline
-	}
 	if err != nil {
-		detail = err.Error()
+		c.skip(token, consumed, msg, skipReason(err), skipDetail{err: err})
+		return
 	}
-	if reason != "" {
-		// The tracker stores the offset, so a restart neither reads nor
-		// counts this message again.
-		if replay := c.tracker.Skipped(token, msg.Partition, msg.Offset); replay {
-			return
-		}
-		c.metrics.MessagesSkipped.WithLabelValues(c.p.Name, reason).Inc()
-		c.skips.logSkip(c.log, consumed, msg, reason, detail)
+	switch {
+	case payload.Instance != c.instance:
+		c.skip(token, consumed, msg, ReasonForeignInstance, skipDetail{field: "instance", name: payload.Instance})
+		return
+	case payload.Pipeline != c.p.Name:
+		c.skip(token, consumed, msg, ReasonUnknownPipeline, skipDetail{field: "pipeline", name: payload.Pipeline})
 		return
 	}
 	a := Arrival{
@@ -479,10 +482,61 @@ func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 	if out.Kind == KindUnknown {
 		// Counted by the tracker; logged like every other skip, so a
 		// topic full of canaries a lost state forgot is one warning.
-		c.skips.logSkip(c.log, consumed, msg, ReasonUnknownCanary, "canary "+a.CanaryID)
+		c.skips.logSkip(c.log, consumed, msg, ReasonUnknownCanary, skipDetail{field: "canary", name: a.CanaryID})
 		return
 	}
 	c.log.Debug("canary arrived", "canary", a.CanaryID, "partition", a.Partition, "offset", a.Offset, "kind", out.Kind)
+}
+
+// skipReason is the skip reason of a DecodeMessage or screen error.
+func skipReason(err error) string {
+	switch {
+	case errors.Is(err, ErrUnsupportedEncoding):
+		return ReasonUnsupportedEncoding
+	case errors.Is(err, ErrBadSignature):
+		return ReasonBadSignature
+	}
+	return ReasonMalformed
+}
+
+// skipDetail says what a skipped message was. It is a value, not a
+// closure, so that a message skipped without a log line costs no
+// allocation; String builds the text only for a line that is logged.
+type skipDetail struct {
+	err error // the decoder's or screen's error
+	// value and signer, when err is screen's: DecodeMessage then says
+	// what the value is.
+	value  []byte
+	signer *Signer
+	// field and name identify a canary that is not ours to judge.
+	field, name string
+}
+
+func (d skipDetail) String() string {
+	if d.signer != nil {
+		if _, err := d.signer.DecodeMessage(d.value); err != nil {
+			return err.Error()
+		}
+	}
+	if d.err != nil {
+		return d.err.Error()
+	}
+	return d.field + " " + d.name
+}
+
+// skip counts and logs a message that is not one of this pipeline's
+// canaries. The tracker stores its offset, so a restart neither reads nor
+// counts it again.
+func (c *Consumer) skip(token uint64, consumed time.Time, msg kafka.Message, reason string, detail skipDetail) {
+	if replay := c.tracker.Skipped(token, msg.Partition, msg.Offset); replay {
+		return
+	}
+	if n, ok := c.skipped[reason]; ok {
+		n.Inc()
+	} else {
+		c.metrics.MessagesSkipped.WithLabelValues(c.p.Name, reason).Inc()
+	}
+	c.skips.logSkip(c.log, consumed, msg, reason, detail)
 }
 
 // stamps reads the header and record-timestamp stamps of a message. A

@@ -2,13 +2,21 @@ package prober
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
 // goldenSigned is the golden canary as signed with e2eKey: what every
@@ -216,5 +224,77 @@ func TestEverySkipReasonHasAFix(t *testing.T) {
 		if fix := SkipFix(r); fix == fallback || fix == "" {
 			t.Errorf("skip reason %s has no fix of its own", r)
 		}
+	}
+}
+
+// foreignValues are messages a shared canary topic carries that are not
+// this instance's canaries: what the consumer skips, by the thousand in a
+// flood.
+func foreignValues(t testing.TB) map[string][]byte {
+	t.Helper()
+	signer, err := NewSigner([]byte(e2eKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := signer.Encode(Payload{CanaryID: "0190d6a4-6f1c-7b7e-9a55-5d2c0b8f4e11", Instance: "prober-eu-west-2",
+		Pipeline: "orders", Seq: 1733011200123456789})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{
+		"business-event":  []byte(`{"order_id":184467,"status":"shipped","amount":"19.99","currency":"EUR","customer":"c-7781"}`),
+		"other-instance":  other,
+		"not-json":        []byte("order 184467 shipped to c-7781"),
+		"schema-registry": []byte("\x00\x00\x00\x00\x2a\x02\x0eshipped\x12c-7781"),
+	}
+}
+
+// BenchmarkDecodeForeign is DecodeMessage on messages that are no canary
+// of this instance (it returns their error).
+func BenchmarkDecodeForeign(b *testing.B) {
+	_, signer := goldenSigned(b)
+	for name, value := range foreignValues(b) {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = signer.DecodeMessage(value)
+			}
+		})
+	}
+}
+
+// BenchmarkConsumerSkipsForeign is the consumer's whole path for a
+// message that is not this instance's canary: consume stamp, decode or
+// pre-check, the tracker's offset, the skip counter and the skip log (at
+// info level, as a service runs).
+func BenchmarkConsumerSkipsForeign(b *testing.B) {
+	cfg := stacktest.UnreachableConfig(b, "")
+	p := &cfg.Pipelines[0]
+	m, err := NewMetrics(prometheus.NewRegistry(), cfg.Pipelines)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr, err := NewTracker(TrackerOptions{Pipeline: p, Instance: "unit", Metrics: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, signer := goldenSigned(b)
+	c, err := NewConsumer(ConsumerOptions{Pipeline: p, Instance: "unit", Signer: signer, Tracker: tr, Metrics: m,
+		Dialer: &kafka.Dialer{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	offset := int64(0)
+	for name, value := range foreignValues(b) {
+		b.Run(name, func(b *testing.B) {
+			msg := kafka.Message{Topic: p.Kafka.Topic, Partition: 0, Key: []byte("order-184467"), Value: value}
+			b.ReportAllocs()
+			for b.Loop() {
+				msg.Offset = offset
+				offset++
+				c.Handle(ctx, msg)
+			}
+		})
 	}
 }

@@ -72,10 +72,18 @@ func (s *Signer) verifies(p Payload, sig []byte) bool {
 
 func macWith(key []byte, p Payload) []byte {
 	m := hmac.New(sha256.New, key)
-	// Length-prefixed fields, so no two payloads share a signed string.
-	for _, f := range []string{p.CanaryID, p.Instance, p.Pipeline, strconv.FormatUint(p.Seq, 10)} {
-		fmt.Fprintf(m, "%d:%s;", len(f), f)
+	// Length-prefixed fields, so no two payloads share a signed string:
+	// "<len>:<field>;" each, built without fmt (every canary and every
+	// message that looks like one is verified).
+	var seq [20]byte
+	b := make([]byte, 0, len(p.CanaryID)+len(p.Instance)+len(p.Pipeline)+64)
+	for _, f := range [][]byte{[]byte(p.CanaryID), []byte(p.Instance), []byte(p.Pipeline), strconv.AppendUint(seq[:0], p.Seq, 10)} {
+		b = strconv.AppendInt(b, int64(len(f)), 10)
+		b = append(b, ':')
+		b = append(b, f...)
+		b = append(b, ';')
 	}
+	m.Write(b)
 	return m.Sum(nil)
 }
 

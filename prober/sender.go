@@ -17,9 +17,11 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
-// TxBeginner is what the sender needs of a pgx pool: a transaction of its
-// own for every canary.
-type TxBeginner interface {
+// DB is what the sender needs of a pgx pool: a single INSERT in a
+// transaction of its own (implicit), or, with delete_after_insert, an
+// explicit transaction.
+type DB interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
@@ -29,7 +31,7 @@ type SenderOptions struct {
 	// Instance is written into every payload so that instances sharing a
 	// canary topic skip each other's canaries.
 	Instance string
-	DB       TxBeginner
+	DB       DB
 	Signer   *Signer
 	// Tracker receives every committed canary; nil only in tests that look
 	// at the rows themselves.
@@ -43,7 +45,7 @@ type SenderOptions struct {
 type Sender struct {
 	p        *config.Pipeline
 	instance string
-	db       TxBeginner
+	db       DB
 	signer   *Signer
 	tracker  *Tracker
 	metrics  *Metrics
@@ -180,10 +182,41 @@ func (s *Sender) insert(ctx context.Context) (_ Canary, err error) {
 	}
 	args = append(args, string(payload))
 
+	if s.tracker != nil {
+		// The relay may publish the row, and the consumer read it, before
+		// Send gets to call Sent: the tracker parks such an arrival
+		// instead of skipping it as unknown.
+		s.tracker.Expect(c.ID)
+	}
+	if s.p.Canary.DeleteAfterInsert {
+		if err := s.insertAndDelete(ctx, &c, args); err != nil {
+			return Canary{}, err
+		}
+		return c, nil
+	}
+	// One statement, its own transaction: PostgreSQL commits the INSERT
+	// before it answers, so one round trip holds the insert and the
+	// commit. The commit happened somewhere between sending it and the
+	// answer: CommitSent is when it was sent (the start of segments from
+	// commit, an upper bound on them), Committed when it returned.
+	c.InsertStarted = s.now()
+	c.CommitSent = c.InsertStarted
+	if err := s.db.QueryRow(ctx, s.insertSQL, args...).Scan(&c.RowID); err != nil {
+		return Canary{}, fmt.Errorf("insert into %s: %w", s.p.Outbox.Table, err)
+	}
+	c.Committed = s.now()
+	return c, nil
+}
+
+// insertAndDelete inserts and deletes the canary row in one explicit
+// transaction (delete_after_insert): log capture has the insert in the
+// WAL, Debezium's router ignores the delete, and the table stays empty.
+// CommitSent is taken before COMMIT, Committed when it returned.
+func (s *Sender) insertAndDelete(ctx context.Context, c *Canary, args []any) error {
 	c.InsertStarted = s.now()
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
-		return Canary{}, fmt.Errorf("begin: %w", err)
+		return fmt.Errorf("begin: %w", err)
 	}
 	defer func() {
 		// A no-op after Commit; after a cancelled ctx it still needs a
@@ -193,27 +226,17 @@ func (s *Sender) insert(ctx context.Context) (_ Canary, err error) {
 		_ = tx.Rollback(rctx)
 	}()
 	if err := tx.QueryRow(ctx, s.insertSQL, args...).Scan(&c.RowID); err != nil {
-		return Canary{}, fmt.Errorf("insert into %s: %w", s.p.Outbox.Table, err)
+		return fmt.Errorf("insert into %s: %w", s.p.Outbox.Table, err)
 	}
-	if s.p.Canary.DeleteAfterInsert {
-		// Log capture has already got the insert in the WAL; Debezium's
-		// router ignores the delete, so the table stays empty.
-		if _, err := tx.Exec(ctx, s.deleteSQL, c.RowID); err != nil {
-			return Canary{}, fmt.Errorf("delete canary row %s: %w", c.RowID, err)
-		}
-	}
-	if s.tracker != nil {
-		// The relay may publish the row, and the consumer read it, before
-		// Send gets to call Sent: the tracker parks such an arrival
-		// instead of skipping it as unknown.
-		s.tracker.Expect(c.ID)
+	if _, err := tx.Exec(ctx, s.deleteSQL, c.RowID); err != nil {
+		return fmt.Errorf("delete canary row %s: %w", c.RowID, err)
 	}
 	c.CommitSent = s.now()
 	if err := tx.Commit(ctx); err != nil {
-		return Canary{}, fmt.Errorf("commit: %w", err)
+		return fmt.Errorf("commit: %w", err)
 	}
 	c.Committed = s.now()
-	return c, nil
+	return nil
 }
 
 // logInsert logs a failed insert when inserts start failing and once more

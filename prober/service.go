@@ -81,10 +81,11 @@ type pipelineRunner struct {
 	log        *slog.Logger
 	now        func() time.Time
 	// lookup is lookupStamps; tests replace it to play the database.
-	lookup func(ctx context.Context, c Canary) (LookupResult, error)
+	lookup func(ctx context.Context, cs []Canary) (map[string]LookupResult, error)
 
-	// publishedSQL reads a row's published_at back by primary key; built
-	// once, as it runs on every lookup of a published_at pipeline.
+	// publishedSQL reads the published_at of a batch of rows back by
+	// primary key; built once, as it runs on every lookup of a
+	// published_at pipeline.
 	publishedSQL string
 
 	mu       sync.Mutex
@@ -177,8 +178,7 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 		return nil, err
 	}
 	pr := &pipelineRunner{p: p, pool: pool, log: log, now: s.now, dbReason: "database not reached yet",
-		publishedSQL: fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1",
-			postgres.QuoteIdent(p.Outbox.Columns.PublishedAt), postgres.QuoteTable(p.Outbox.Table), postgres.QuoteIdent(p.Outbox.Columns.ID))}
+		publishedSQL: publishedQuery(p)}
 	pr.clock = NewDBClock(p.Name, pool, s.metrics, s.now, log)
 	pr.lookup = pr.lookupStamps
 
@@ -189,7 +189,7 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 	tr, err := NewTracker(TrackerOptions{
 		Pipeline: p, Instance: s.instance, Metrics: s.metrics, Now: s.now, Logger: log,
 		StatePath: statePath, OnDone: s.opts.OnCanaryDone,
-		LookupStamps: func(ctx context.Context, c Canary) (LookupResult, error) { return pr.lookup(ctx, c) },
+		LookupStamps: func(ctx context.Context, cs []Canary) (map[string]LookupResult, error) { return pr.lookup(ctx, cs) },
 	})
 	if err != nil {
 		pool.Close()
@@ -332,11 +332,6 @@ func (pr *pipelineRunner) down() map[string]string {
 	return out
 }
 
-// scheduleParser lets cron parse specs exactly as config validated them.
-type scheduleParser struct{}
-
-func (scheduleParser) Parse(spec string) (cron.Schedule, error) { return config.ParseSchedule(spec) }
-
 // cronLogger sends cron's messages to slog.
 type cronLogger struct{ log *slog.Logger }
 
@@ -413,20 +408,25 @@ func (s *Service) newCron(sendCtx context.Context) (*cron.Cron, error) {
 	var c *cron.Cron
 	if !s.opts.NoSchedule {
 		cl := cronLogger{s.log}
-		c = cron.New(cron.WithParser(scheduleParser{}), cron.WithLogger(cl),
-			cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
+		c = cron.New(cron.WithLogger(cl), cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
 		for _, pr := range s.pipes {
+			// Each pipeline's schedule is shifted by a phase of its own
+			// (from its name), so pipelines on one schedule do not all
+			// insert in the same instant.
+			sched, phase, err := config.PhasedSchedule(pr.p.Canary.Schedule, pr.p.Name)
+			if err != nil {
+				return nil, fmt.Errorf("pipeline %q: canary.schedule: %w", pr.p.Name, err)
+			}
+			pr.log.Debug("canary schedule", "schedule", pr.p.Canary.Schedule, "phase", phase)
 			// A canary that takes longer than its end-to-end budget to
 			// commit is late anyway; the bound keeps a hung database from
 			// piling up jobs.
 			timeout := 30 * time.Second
-			if _, err := c.AddFunc(pr.p.Canary.Schedule, func() {
+			c.Schedule(sched, cron.FuncJob(func() {
 				ictx, cancel := context.WithTimeout(sendCtx, timeout)
 				defer cancel()
 				_, _ = pr.sender.Send(ictx)
-			}); err != nil {
-				return nil, fmt.Errorf("pipeline %q: canary.schedule: %w", pr.p.Name, err)
-			}
+			}))
 		}
 	}
 	return c, nil
@@ -511,32 +511,60 @@ func (pr *pipelineRunner) setDB(err error) {
 	}
 }
 
+// publishedQuery reads the published_at of a batch of rows by primary
+// key. The ids go as a text array, which PostgreSQL takes as an array of
+// the id column's own type (bigint or uuid), so the primary key index is
+// used; they come back as text, as the sender's RETURNING gave them.
+func publishedQuery(p *config.Pipeline) string {
+	c := p.Outbox.Columns
+	return fmt.Sprintf("SELECT %s::text, %s FROM %s WHERE %s = ANY($1)",
+		postgres.QuoteIdent(c.ID), postgres.QuoteIdent(c.PublishedAt), postgres.QuoteTable(p.Outbox.Table), postgres.QuoteIdent(c.ID))
+}
+
 // lookupStamps is the tracker's LookupStamps: for a pipeline whose publish
-// stamp is the row's published_at, it reads the row back by primary key and
-// converts the database time to the prober's clock, with the offset's error
-// bound. Until the relay's transaction commits, published_at reads NULL:
-// ErrStampAbsent, and the judge asks again. Any other failure (our own
+// stamp is the row's published_at, it reads the rows of a batch of
+// canaries back by primary key in one query and converts the database
+// times to the prober's clock, with the offset's error bound. A row whose
+// published_at is still NULL (the relay's transaction has not committed)
+// or that is gone has no entry: the judge asks again. A failure (our own
 // database unreachable, the offset not measured yet) is retried and never
 // taken for a missing stamp.
-func (pr *pipelineRunner) lookupStamps(ctx context.Context, c Canary) (LookupResult, error) {
-	if pr.p.Relay.PublishedStamp != config.PublishedFromColumn || c.RowID == "" {
-		return LookupResult{}, ErrStampAbsent
+func (pr *pipelineRunner) lookupStamps(ctx context.Context, cs []Canary) (map[string]LookupResult, error) {
+	if pr.p.Relay.PublishedStamp != config.PublishedFromColumn {
+		return nil, nil
+	}
+	byRow := make(map[string]string, len(cs))
+	rowIDs := make([]string, 0, len(cs))
+	for _, c := range cs {
+		if c.RowID != "" {
+			byRow[c.RowID] = c.ID
+			rowIDs = append(rowIDs, c.RowID)
+		}
+	}
+	if len(rowIDs) == 0 {
+		return nil, nil
 	}
 	off, ok := pr.clock.Current()
 	if !ok {
-		return LookupResult{}, errors.New("database clock offset not measured yet")
+		return nil, errors.New("database clock offset not measured yet")
 	}
+	rows, err := pr.pool.Query(ctx, pr.publishedSQL, rowIDs)
+	if err != nil {
+		return nil, fmt.Errorf("read published_at of %d rows: %w", len(rowIDs), err)
+	}
+	found := map[string]LookupResult{}
+	var rowID string
 	var published *time.Time
-	if err := pr.pool.QueryRow(ctx, pr.publishedSQL, c.RowID).Scan(&published); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return LookupResult{}, fmt.Errorf("read published_at of row %s: row not found (deleted by a cleanup?): %w", c.RowID, ErrStampAbsent)
+	_, err = pgx.ForEachRow(rows, []any{&rowID, &published}, func() error {
+		if id, ok := byRow[rowID]; ok && published != nil {
+			found[id] = LookupResult{Stamps: map[string]time.Time{config.StampPublish: off.ToLocal(*published)}, ErrorBound: off.Error}
 		}
-		return LookupResult{}, fmt.Errorf("read published_at of row %s: %w", c.RowID, err)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read published_at of %d rows: %w", len(rowIDs), err)
 	}
-	if published == nil {
-		return LookupResult{}, ErrStampAbsent
-	}
-	return LookupResult{Stamps: map[string]time.Time{config.StampPublish: off.ToLocal(*published)}, ErrorBound: off.Error}, nil
+	return found, nil
 }
 
 // PipelineView is what the status page reads of one pipeline: its

@@ -51,13 +51,16 @@ func TestConsumerStampsQueuedCanariesWithoutWaitingForPublishedAt(t *testing.T) 
 	// The database, played: published_at by row id, absent while NULL.
 	var mu sync.Mutex
 	published := map[string]time.Time{}
-	pr.lookup = func(_ context.Context, c Canary) (LookupResult, error) {
+	pr.lookup = func(_ context.Context, cs []Canary) (map[string]LookupResult, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		if ts, ok := published[c.RowID]; ok {
-			return LookupResult{Stamps: map[string]time.Time{config.StampPublish: ts}}, nil
+		found := map[string]LookupResult{}
+		for _, c := range cs {
+			if ts, ok := published[c.RowID]; ok {
+				found[c.ID] = LookupResult{Stamps: map[string]time.Time{config.StampPublish: ts}}
+			}
 		}
-		return LookupResult{}, ErrStampAbsent
+		return found, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

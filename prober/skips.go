@@ -1,6 +1,7 @@
 package prober
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -53,12 +54,17 @@ func (l *skipLog) warn(reason string, now time.Time) (bool, int) {
 
 // logSkip logs a skipped message: at warn level, with what to do, for the
 // first of its reason and then at most every skipWarnEvery; at debug level
-// otherwise. detail is the decoder's error or what identifies the canary.
-// The consumer's logger already names the pipeline.
-func (l *skipLog) logSkip(log *slog.Logger, now time.Time, msg kafka.Message, reason, detail string) {
+// otherwise. detail (the decoder's error, or what identifies the canary)
+// is put into words only for a line that is logged: a flood of skips at
+// info level costs no formatting. The consumer's logger already names the
+// pipeline.
+func (l *skipLog) logSkip(log *slog.Logger, now time.Time, msg kafka.Message, reason string, detail skipDetail) {
 	warn, suppressed := l.warn(reason, now)
+	if !warn && !log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
 	args := []any{"topic", msg.Topic, "partition", msg.Partition, "offset", msg.Offset,
-		"reason", reason, "detail", detail}
+		"reason", reason, "detail", detail.String()}
 	if !warn {
 		log.Debug("message on the canary topic skipped", args...)
 		return

@@ -10,11 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
-	"github.com/outbox-canary/outbox-canary/internal/retry"
 	"github.com/outbox-canary/outbox-canary/prober/judge"
 )
 
@@ -44,10 +42,6 @@ import (
 // ErrUnknownCanary is returned by Await for a canary id the tracker does not
 // know (never sent through it, or forgotten long after it resolved).
 var ErrUnknownCanary = errors.New("unknown canary")
-
-// ErrStampAbsent is what a lookup returns when the stamp is not there (yet):
-// published_at still NULL, or the row gone.
-var ErrStampAbsent = errors.New("stamp absent")
 
 // Kind classifies an arrival.
 type Kind = judge.Kind
@@ -136,7 +130,8 @@ type Report struct {
 	Consumed   time.Time                `json:"consumed,omitzero"`
 	OutOfOrder bool                     `json:"out_of_order,omitempty"`
 	Segments   map[string]SegmentResult `json:"segments"`
-	// CommitUncertainty is how long COMMIT took to return: the commit
+	// CommitUncertainty is how long the statement that commits (the lone
+	// INSERT, or COMMIT) took to return: the commit
 	// happened somewhere in it, and segments from commit are measured from
 	// its start.
 	CommitUncertainty time.Duration `json:"commit_uncertainty,omitempty"`
@@ -170,11 +165,13 @@ type TrackerOptions struct {
 	// StatePath is the file for the persisted state; "" keeps it in memory
 	// only (tests, and `check`, which must not disturb the service's file).
 	StatePath string
-	// LookupStamps, optional, reads the stamps the message does not carry
-	// (a polling relay's published_at). It returns ErrStampAbsent when the
-	// stamp is not there (yet), and any other error when it could not
-	// look (the prober's own database down), which is retried.
-	LookupStamps func(ctx context.Context, c Canary) (LookupResult, error)
+	// LookupStamps, optional, reads the stamps the messages do not carry
+	// (a polling relay's published_at) for a batch of canaries, in one
+	// query. It returns what it found by canary id; a canary without an
+	// entry has no stamp (yet): published_at still NULL, or the row
+	// gone. An error means it could not look (the prober's own database
+	// down): the whole batch is retried, never taken for missing stamps.
+	LookupStamps func(ctx context.Context, cs []Canary) (map[string]LookupResult, error)
 	// CommitDelay is how long a change other than Sent may wait to be
 	// written with others in one batch (group commit), its effects on the
 	// metrics and callbacks waiting with it: one fsync per batch instead of
@@ -189,29 +186,28 @@ type TrackerOptions struct {
 // verdicts and the next canary's Sent.
 const DefaultCommitDelay = time.Second
 
-// Lookup pacing: the first lookup is made when the judge asks, retries of
-// one canary back off (with jitter) from lookupBackoffMin, and each is
-// bounded by lookupTimeout.
+// Lookups: the judge asks for them at a sweep once due (the settle time
+// after arrival, then backing off; see judge.Config.LookupSettle), the
+// shell reads every canary asked for since its last query in one, of at
+// most lookupBatchMax canaries, bounded by lookupTimeout.
 const (
-	lookupBackoffMin = 250 * time.Millisecond
-	lookupBackoffMax = 10 * time.Second
-	lookupTimeout    = 2 * time.Second
+	lookupTimeout  = 2 * time.Second
+	lookupBatchMax = 1000
 )
 
 // Tracker follows the canaries of one pipeline from Sent to arrival or
 // loss. It is safe for concurrent use.
 type Tracker struct {
-	p       *config.Pipeline
-	plan    judge.Plan
-	m       *Metrics
-	now     func() time.Time
-	log     *slog.Logger
-	path    string
-	store   *stateStore
-	lookup  func(ctx context.Context, c Canary) (LookupResult, error)
-	onDone  func(Report)
-	forget  time.Duration
-	lookups chan string // canary ids the judge asked to look up
+	p      *config.Pipeline
+	plan   judge.Plan
+	m      *Metrics
+	now    func() time.Time
+	log    *slog.Logger
+	path   string
+	store  *stateStore
+	lookup func(ctx context.Context, cs []Canary) (map[string]LookupResult, error)
+	onDone func(Report)
+	forget time.Duration
 
 	// fence: consume stamps taken and not yet handed to the judge.
 	fenceMu sync.Mutex
@@ -227,14 +223,11 @@ type Tracker struct {
 	pending      []judge.Effect
 	pendingSince time.Time
 
-	backoffMu sync.Mutex
-	backoffs  map[string]*lookupPace
-}
-
-// lookupPace spaces the lookups of one canary.
-type lookupPace struct {
-	b    *backoff.ExponentialBackOff
-	next time.Time
+	// The lookup queue: canary ids the judge asked to look up and
+	// RunLookups has not taken yet; lookupReady wakes it.
+	lookupMu    sync.Mutex
+	lookupQueue []string
+	lookupReady chan struct{}
 }
 
 // NewTracker creates the tracker of one pipeline and loads its state file
@@ -258,8 +251,8 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 	t := &Tracker{
 		p: p, plan: planOf(p), m: opts.Metrics, now: opts.Now, log: opts.Logger, path: opts.StatePath,
 		lookup: opts.LookupStamps, onDone: opts.OnDone, forget: 2 * time.Duration(p.Canary.LostAfter),
-		lookups: make(chan string, 1024), fence: map[uint64]time.Time{},
-		waiters: map[string][]chan Report{}, backoffs: map[string]*lookupPace{},
+		lookupReady: make(chan struct{}, 1), fence: map[uint64]time.Time{},
+		waiters:     map[string][]chan Report{},
 		commitDelay: cmp.Or(opts.CommitDelay, DefaultCommitDelay),
 	}
 	t.store = &stateStore{path: opts.StatePath, pipeline: p.Name, instance: opts.Instance, log: opts.Logger, m: opts.Metrics}
@@ -298,6 +291,7 @@ func judgeConfig(p *config.Pipeline, plan judge.Plan, forget time.Duration) judg
 		LostAfter:           time.Duration(p.Canary.LostAfter),
 		Forget:              forget,
 		ArrivedLookupWindow: arrivedLookupWindow,
+		LookupSettle:        lookupSettle,
 		FloodSkips:          floodSkips,
 	}
 }
@@ -306,6 +300,12 @@ func judgeConfig(p *config.Pipeline, plan judge.Plan, forget time.Duration) judg
 // reads NULL is asked for again (the polling relay commits it just after
 // sending) before it is given up as missing.
 const arrivedLookupWindow = 10 * time.Second
+
+// lookupSettle is how long after a canary's arrival its published_at is
+// first read: the polling relay writes it after the broker's ack, and a
+// read at arrival found it NULL more often than not (1.6 reads per
+// canary), a read this much later almost never.
+const lookupSettle = 500 * time.Millisecond
 
 // floodSkips: the readers behind with at least this many messages to go
 // are chewing through a flood that is not our canaries (the prober's own
@@ -488,16 +488,8 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 		case judge.EffectUnknownCanary:
 			m.MessagesSkipped.WithLabelValues(name, ReasonUnknownCanary).Inc() // logged by the consumer, as its other skips
 		case judge.EffectLookup:
-			select {
-			case t.lookups <- e.Canary:
-			default:
-				// A full queue: the judge asks again on a later tick.
-				t.mu.Lock()
-				t.j.LookupDropped(e.Canary)
-				t.mu.Unlock()
-			}
+			t.queueLookup(e.Canary)
 		case judge.EffectFinal:
-			t.forgetPace(e.Canary) // however it ended, no lookup of it is paced any more
 			if r, ok := reports[e.Canary]; ok {
 				if e2e := r.Segments[config.SegmentEndToEnd]; e2e.Outcome == judge.Good {
 					m.LastSuccess.WithLabelValues(name).Set(unixSeconds(r.Consumed))
@@ -610,94 +602,87 @@ func (t *Tracker) Sweep() {
 	}
 }
 
+// queueLookup hands a canary the judge asked to look up to RunLookups.
+func (t *Tracker) queueLookup(id string) {
+	t.lookupMu.Lock()
+	t.lookupQueue = append(t.lookupQueue, id)
+	t.lookupMu.Unlock()
+	select {
+	case t.lookupReady <- struct{}{}:
+	default: // already woken; it takes the whole queue
+	}
+}
+
 // RunLookups performs the lookups the judge asks for until ctx is done:
-// outside the tracker's lock, one at a time, each bounded, each canary's
-// retries spaced by a jittered backoff.
+// outside the tracker's lock, every canary asked for since the last query
+// in one query (the judge asks at sweeps, once a canary is due), each
+// query bounded.
 func (t *Tracker) RunLookups(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case id := <-t.lookups:
-			t.lookupOne(ctx, id)
+		case <-t.lookupReady:
+		}
+		t.lookupMu.Lock()
+		ids := t.lookupQueue
+		t.lookupQueue = nil
+		t.lookupMu.Unlock()
+		for len(ids) > 0 && ctx.Err() == nil {
+			n := min(len(ids), lookupBatchMax)
+			t.lookupBatch(ctx, ids[:n])
+			ids = ids[n:]
 		}
 	}
 }
 
-func (t *Tracker) lookupOne(ctx context.Context, id string) {
-	t.mu.Lock()
-	c := t.j.Canary(id)
-	var canary Canary
-	if c != nil {
-		canary = Canary{ID: c.ID, Seq: c.Seq, Pipeline: t.p.Name, Key: c.Key, RowID: c.RowID,
-			InsertStarted: c.InsertStarted, CommitSent: c.CommitSent, Committed: c.Committed}
+// lookupBatch reads the stamps of a batch of canaries and reports every
+// answer to the judge under one lock.
+func (t *Tracker) lookupBatch(ctx context.Context, ids []string) {
+	if t.lookup == nil {
+		return // nothing to look with: the judge is never answered, and does not ask again
 	}
-	wanted := c != nil && t.j.LookupWanted(id)
-	if !wanted {
-		t.j.LookupDropped(id)
+	t.mu.Lock()
+	canaries := make([]Canary, 0, len(ids))
+	for _, id := range ids {
+		c := t.j.Canary(id)
+		if c == nil || !t.j.LookupWanted(id) {
+			t.j.LookupDropped(id)
+			continue
+		}
+		canaries = append(canaries, Canary{ID: c.ID, Seq: c.Seq, Pipeline: t.p.Name, Key: c.Key, RowID: c.RowID,
+			InsertStarted: c.InsertStarted, CommitSent: c.CommitSent, Committed: c.Committed})
 	}
 	t.mu.Unlock()
-	if !wanted || t.lookup == nil {
+	if len(canaries) == 0 {
 		return
 	}
-	if wait := t.pace(id); wait > 0 {
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		case <-timer.C:
-		}
-	}
 	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
-	res, err := t.lookup(lctx, canary)
+	found, err := t.lookup(lctx, canaries)
 	cancel()
 	if ctx.Err() != nil {
 		return // stopping: no answer; the judge asks again after a restart
 	}
+	if err != nil {
+		t.log.Debug("looking up canary stamps failed; retried", "canaries", len(canaries), "err", err)
+	}
 	at := t.now()
 	t.mu.Lock()
 	var fx []judge.Effect
-	switch {
-	case err == nil && len(res.Stamps) > 0:
-		fx = t.j.StampFound(id, res.Stamps, res.ErrorBound, at)
-		t.forgetPace(id)
-	case err == nil || errors.Is(err, ErrStampAbsent):
-		fx = t.j.StampAbsent(id, at)
-	default:
-		t.log.Debug("looking up canary stamps failed; retried", "canary", id, "err", err)
-		fx = t.j.StampUnavailable(id, at)
+	for _, c := range canaries {
+		res, ok := found[c.ID]
+		switch {
+		case err != nil:
+			fx = append(fx, t.j.StampUnavailable(c.ID, at)...)
+		case ok && len(res.Stamps) > 0:
+			fx = append(fx, t.j.StampFound(c.ID, res.Stamps, res.ErrorBound, at)...)
+		default:
+			fx = append(fx, t.j.StampAbsent(c.ID, at)...)
+		}
 	}
 	if err := t.commitAndUnlock(fx); err != nil {
 		t.log.Error("persisting tracker state failed", "err", err)
 	}
-}
-
-// pace returns how long to wait before looking canary id up again.
-func (t *Tracker) pace(id string) time.Duration {
-	t.backoffMu.Lock()
-	defer t.backoffMu.Unlock()
-	now := t.now()
-	p, ok := t.backoffs[id]
-	if !ok {
-		p = &lookupPace{b: retry.Backoff(lookupBackoffMin, lookupBackoffMax)}
-		t.backoffs[id] = p
-		p.next = now.Add(p.b.NextBackOff())
-		return 0
-	}
-	wait := p.next.Sub(now)
-	from := p.next
-	if from.Before(now) {
-		from = now
-	}
-	p.next = from.Add(p.b.NextBackOff())
-	return max(wait, 0)
-}
-
-func (t *Tracker) forgetPace(id string) {
-	t.backoffMu.Lock()
-	delete(t.backoffs, id)
-	t.backoffMu.Unlock()
 }
 
 // Flush writes the whole state as a snapshot (emptying the journal) and

@@ -40,6 +40,10 @@ func plainPipeline() config.Pipeline {
 	return p
 }
 
+// errStampAbsent is what a harness lookup returns for a stamp that is not
+// there (yet).
+var errStampAbsent = errors.New("stamp absent")
+
 // harness drives trackers of one pipeline with an injected clock, across
 // simulated restarts (each with a fresh registry, as a new process has).
 type harness struct {
@@ -90,11 +94,23 @@ func (h *harness) restart() {
 				h.onDone(r)
 			}
 		},
-		LookupStamps: func(ctx context.Context, c Canary) (LookupResult, error) {
-			if h.lookup == nil {
-				return LookupResult{}, ErrStampAbsent
+		LookupStamps: func(ctx context.Context, cs []Canary) (map[string]LookupResult, error) {
+			// The harness plays the database one canary at a time.
+			found := map[string]LookupResult{}
+			for _, c := range cs {
+				if h.lookup == nil {
+					continue
+				}
+				res, err := h.lookup(ctx, c)
+				switch {
+				case errors.Is(err, errStampAbsent):
+				case err != nil:
+					return nil, err
+				default:
+					found[c.ID] = res
+				}
 			}
-			return h.lookup(ctx, c)
+			return found, nil
 		},
 	})
 	if err != nil {
@@ -286,7 +302,7 @@ func TestLookupsRunOutsideTheLockAndDecideWhenTheStampComes(t *testing.T) {
 		if ts, ok := published[c.ID]; ok {
 			return LookupResult{Stamps: map[string]time.Time{config.StampPublish: ts}}, nil
 		}
-		return LookupResult{}, ErrStampAbsent
+		return LookupResult{}, errStampAbsent
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -294,7 +310,8 @@ func TestLookupsRunOutsideTheLockAndDecideWhenTheStampComes(t *testing.T) {
 	c := h.send("a", 1)
 	h.at(400 * time.Millisecond)
 	h.arrive(c, map[string]time.Duration{"read": 100 * time.Millisecond})
-	<-started // the arrival asked for published_at, which reads NULL
+	h.sweep(400*time.Millisecond + lookupSettle)
+	<-started // the first sweep after the settle time asked for published_at, which reads NULL
 	mu.Lock()
 	published["a"] = t0.Add(300 * time.Millisecond)
 	mu.Unlock()
@@ -339,6 +356,7 @@ func TestAStampOurDatabaseCannotReadIsUnknownNotMissing(t *testing.T) {
 	c := h.send("a", 1)
 	h.at(400 * time.Millisecond)
 	h.arrive(c, map[string]time.Duration{"read": 100 * time.Millisecond})
+	h.sweep(400*time.Millisecond + lookupSettle)
 	<-failed
 	h.sweep(time.Duration(p.Canary.LostAfter) + time.Second)
 	rep, ok := h.tr.Report("a")

@@ -218,6 +218,14 @@ type Canary struct {
 	// (minute hour day-of-month month day-of-week) or six (with seconds
 	// first), or @hourly, @daily, @weekly, @monthly, @yearly. Alerts that
 	// count canary intervals use the longest gap between two firings.
+	// Each pipeline fires at a phase of its own, from the FNV-1a hash of
+	// its name, so that pipelines on one schedule do not all insert at
+	// once: "@every D" fires at Unix epoch + phase + k*D, the phase in
+	// [0, D); a cron spec fires at each of its times plus a phase below
+	// its shortest step between seconds (at most a minute: "@hourly"
+	// fires within the first minute of the hour). The gaps between firings
+	// are the spec's, and every deadline counts from the canary's own
+	// commit, so the phase changes no verdict.
 	Schedule string `yaml:"schedule"`
 	// How long after its commit a canary that has not arrived is given up
 	// as lost. Its end_to_end, and the segment it was stuck in, were

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math/bits"
 	"time"
 
@@ -15,6 +16,109 @@ const scheduleFields = cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom 
 // ParseSchedule parses a canary schedule as validation accepted it.
 func ParseSchedule(spec string) (cron.Schedule, error) {
 	return cron.NewParser(scheduleFields).Parse(spec)
+}
+
+// PhasedSchedule is a pipeline's canary schedule as the prober runs it:
+// the spec shifted by the pipeline's phase (SchedulePhase), so that many
+// pipelines on one schedule do not all insert their canaries in the same
+// instant. The gaps between firings stay those of the spec, and judging
+// is unchanged: every deadline counts from the canary's own commit.
+//
+//   - "@every D" fires on a grid aligned to the Unix epoch and shifted by
+//     the phase: at epoch + phase + k*D, every D apart as before, the
+//     first at most D after the start (instead of exactly D).
+//   - A cron spec fires at each of its times plus the phase.
+func PhasedSchedule(spec, pipeline string) (cron.Schedule, time.Duration, error) {
+	sched, err := ParseSchedule(spec)
+	if err != nil {
+		return nil, 0, err
+	}
+	bound, err := phaseBound(sched)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%q: %w", spec, err)
+	}
+	phase := phaseOf(pipeline, bound)
+	if every, ok := sched.(cron.ConstantDelaySchedule); ok {
+		return gridSchedule{every: every.Delay, phase: phase}, phase, nil
+	}
+	return shiftedSchedule{inner: sched, phase: phase}, phase, nil
+}
+
+// SchedulePhase is how far a pipeline's canary schedule is shifted: the
+// FNV-1a hash of the pipeline's name, to the millisecond, modulo a bound
+// below every gap of the schedule. For "@every D" the bound is D; for a
+// cron spec the shortest step between its seconds, wrapping around the
+// minute (at most a minute), which no gap between two firings is
+// shorter than: each firing moves within the gap after it, and the
+// firings keep their order and spacing.
+func SchedulePhase(spec, pipeline string) (time.Duration, error) {
+	_, phase, err := PhasedSchedule(spec, pipeline)
+	return phase, err
+}
+
+// phaseBound is the exclusive upper bound of a schedule's phase.
+func phaseBound(sched cron.Schedule) (time.Duration, error) {
+	switch s := sched.(type) {
+	case cron.ConstantDelaySchedule:
+		return s.Delay, nil
+	case *cron.SpecSchedule:
+		seconds := setBits(s.Second, 0, 59)
+		if len(seconds) == 0 {
+			return 0, fmt.Errorf("no second to fire at")
+		}
+		// From the last second of a minute to the first of the next
+		// firing minute is at least 60 - last + first seconds.
+		step := 60 - seconds[len(seconds)-1] + seconds[0]
+		for i := 1; i < len(seconds); i++ {
+			step = min(step, seconds[i]-seconds[i-1])
+		}
+		return time.Duration(step) * time.Second, nil
+	}
+	return 0, fmt.Errorf("this kind of schedule is not supported")
+}
+
+// phaseOf is the phase of a pipeline for a bound: stable across restarts
+// and instances, since it depends on the name alone.
+func phaseOf(pipeline string, bound time.Duration) time.Duration {
+	ms := bound.Milliseconds()
+	if ms <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(pipeline))
+	return time.Duration(h.Sum64()%uint64(ms)) * time.Millisecond
+}
+
+// gridSchedule fires every `every`, at epoch + phase + k*every.
+type gridSchedule struct {
+	every, phase time.Duration
+}
+
+// Next is the first grid point after t.
+func (g gridSchedule) Next(t time.Time) time.Time {
+	d, p := int64(g.every), int64(g.phase)
+	n := t.UnixNano() - p
+	k := n / d
+	if n < 0 && n%d != 0 {
+		k-- // floor for times before the epoch
+	}
+	return time.Unix(0, (k+1)*d+p).In(t.Location())
+}
+
+// shiftedSchedule is a cron spec whose every firing comes phase later.
+type shiftedSchedule struct {
+	inner cron.Schedule
+	phase time.Duration
+}
+
+// Next is the first shifted firing after t: the first firing of the spec
+// after t - phase, plus phase.
+func (s shiftedSchedule) Next(t time.Time) time.Time {
+	next := s.inner.Next(t.Add(-s.phase))
+	if next.IsZero() {
+		return next // never fires: cron's "no next"
+	}
+	return next.Add(s.phase)
 }
 
 // ScheduleInterval is the longest time between two consecutive firings of

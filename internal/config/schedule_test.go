@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -159,5 +160,81 @@ func BenchmarkScheduleInterval(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestPhasedSchedulesKeepTheirGapsAndShiftEveryFiringByThePhase(t *testing.T) {
+	cases := []struct {
+		name, spec string
+		maxPhase   time.Duration // exclusive
+	}{
+		{"@every 10s is shifted by less than 10s.", "@every 10s", 10 * time.Second},
+		{"@every 1s is shifted by less than a second.", "@every 1s", time.Second},
+		{"@every 5m is shifted by less than 5m.", "@every 5m", 5 * time.Minute},
+		{"A spec every 15 seconds is shifted by less than 15s.", "*/15 * * * * *", 15 * time.Second},
+		{"Seconds 0 and 50 leave 10s from :50 to the next :00, the bound.", "0,50 * * * * *", 10 * time.Second},
+		{"A spec every minute is shifted by less than a minute.", "* * * * *", time.Minute},
+		{"@hourly is shifted by less than a minute, not an hour.", "@hourly", time.Minute},
+		{"Office hours stay office hours: shifted by less than a minute.", "0 9-17 * * 1-5", time.Minute},
+		{"A time zone prefix is kept.", "CRON_TZ=Europe/Berlin 30 2 * * *", time.Minute},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, pipeline := range []string{"orders", "payments", "shipping-eu", "p-042"} {
+				sched, phase, err := PhasedSchedule(tc.spec, pipeline)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if phase < 0 || phase >= tc.maxPhase {
+					t.Fatalf("%s: phase %s, want in [0, %s)", pipeline, phase, tc.maxPhase)
+				}
+				if again, _ := SchedulePhase(tc.spec, pipeline); again != phase {
+					t.Fatalf("%s: phase %s then %s: want it stable", pipeline, phase, again)
+				}
+				plain, _ := ParseSchedule(tc.spec)
+				// The firings are the spec's (for @every: on a grid from
+				// the epoch) plus the phase, each after the last, gaps
+				// unchanged.
+				at := time.Date(2026, 3, 28, 23, 0, 0, 123e6, time.UTC) // across a DST change in Berlin
+				for i := range 200 {
+					next := sched.Next(at)
+					if !next.After(at) {
+						t.Fatalf("%s: firing %d: Next(%s) = %s, not after it", pipeline, i, at, next)
+					}
+					if every, ok := plain.(cron.ConstantDelaySchedule); ok {
+						onGrid := next.Add(-phase).UnixNano()%int64(every.Delay) == 0
+						if !onGrid || next.Sub(at) > every.Delay || (i > 0 && next.Sub(at) != every.Delay) {
+							t.Fatalf("%s: firing %d: Next(%s) = %s, want the next point of epoch + %s + k*%s", pipeline, i, at, next, phase, every.Delay)
+						}
+					} else if want := plain.Next(at.Add(-phase)).Add(phase); !next.Equal(want) {
+						t.Fatalf("%s: firing %d: Next(%s) = %s, want the spec's next firing plus the phase: %s", pipeline, i, at, next, want)
+					}
+					at = next
+				}
+			}
+		})
+	}
+}
+
+func TestAHundredPipelinesOnOneScheduleDoNotFireInTheSameSecond(t *testing.T) {
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, spec := range []string{"@every 10s", "*/10 * * * * *"} {
+		perSecond := map[time.Time]int{}
+		for i := range 100 {
+			sched, _, err := PhasedSchedule(spec, fmt.Sprintf("pipeline-%03d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			perSecond[sched.Next(from).Truncate(time.Second)]++
+		}
+		busiest := 0
+		for _, n := range perSecond {
+			busiest = max(busiest, n)
+		}
+		// Spread evenly that is 10 a second; unphased all 100 fire at once.
+		if len(perSecond) != 10 || busiest > 20 {
+			t.Errorf("%s: the first firings of 100 pipelines fall in %d distinct seconds, at most %d in one; want all 10 seconds used, at most 20 in one",
+				spec, len(perSecond), busiest)
+		}
 	}
 }

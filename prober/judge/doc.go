@@ -16,7 +16,9 @@
 // judge sees them (the shell converts published_at with the measured
 // database clock offset, and passes the offset's error bound).
 //
-//   - commit is an interval: from sending COMMIT to hearing it returned.
+//   - commit is an interval: from sending the statement that commits (the
+//     canary's lone INSERT, which commits before it answers, or COMMIT)
+//     to hearing it returned.
 //     Segments that start at commit are measured from its start, an upper
 //     bound, so that a relay reading the row before our client hears back is
 //     never taken for skew. The interval's width is reported with the canary.
@@ -25,7 +27,10 @@
 //     not been told of yet (a fence): a canary consumed before its deadline
 //     is never bad.
 //   - published_at is written after the broker's ack, often after the
-//     relay's whole batch: a stamp taken after its event. When it lies after
+//     relay's whole batch: a stamp taken after its event. It is read back
+//     from the row (a lookup), first Config.LookupSettle after the canary's
+//     arrival so that the relay has written it, then at backed-off
+//     retries while it reads NULL, until ArrivedLookupWindow. When it lies after
 //     the consume stamp (beyond the offset's error bound and skew tolerance),
 //     that is stamp order, not clock skew: the segments next to it are
 //     judged by what can be proven (good when even the bound that includes

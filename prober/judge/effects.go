@@ -39,7 +39,10 @@ const (
 	// of (skipped, not an SLI event).
 	EffectUnknownCanary
 	// Lookup: look the canary's lookup stamps up and report back with
-	// StampFound, StampAbsent or StampUnavailable.
+	// StampFound, StampAbsent or StampUnavailable. Asked for by Tick
+	// only, once due (an arrived canary: LookupSettle after its arrival;
+	// a retry: spaced by the answers without a stamp), so the shell can
+	// read the stamps of every canary of one Tick in one query.
 	EffectLookup
 	// Final: nothing more will be decided about the canary.
 	EffectFinal

@@ -24,6 +24,12 @@ type Config struct {
 	// ArrivedLookupWindow: how long after arrival a lookup stamp that
 	// reads absent is asked for again before it is given up as missing.
 	ArrivedLookupWindow time.Duration
+	// LookupSettle: how long after arrival the first lookup of an arrived
+	// canary waits, so that the relay, which writes published_at after
+	// the broker's ack, has written it. It also spaces the retries of an
+	// answer that found no stamp: settle, then twice, four times... that,
+	// up to LookupRetryMax.
+	LookupSettle time.Duration
 	// FloodSkips: readers behind with a backlog of at least this many
 	// messages (or after this many that were not our canaries since they
 	// were last caught up) are the prober's own lag.
@@ -38,9 +44,9 @@ type Config struct {
 type Sent struct {
 	ID, Key, RowID string
 	Seq            uint64
-	InsertStarted  time.Time // before BEGIN
-	CommitSent     time.Time // before COMMIT
-	Committed      time.Time // when COMMIT returned
+	InsertStarted  time.Time // before the insert was sent
+	CommitSent     time.Time // before the statement that commits was sent (a lone INSERT, or COMMIT)
+	Committed      time.Time // when it returned
 }
 
 // Arrival is a canary's message as consumed, with the stamps it carries
@@ -408,8 +414,11 @@ func (j *Judge) arrived(c *Canary, a Arrival) Kind {
 		j.st.LastSuccess = a.Consumed
 	}
 	if j.lookupWanted(c) {
+		// Asked for by a later Tick, once the relay has had time to
+		// write the stamp: the shell reads the stamps of every canary due
+		// at a tick in one query.
 		c.Lookup.Pending = true
-		j.askLookup(c)
+		c.Lookup.Due, c.Lookup.Retries = a.Consumed.Add(j.cfg.LookupSettle), 0
 	} else {
 		j.finalize(c, a.Consumed)
 	}
@@ -508,12 +517,32 @@ func (j *Judge) lookupWanted(c *Canary) bool {
 	return false
 }
 
-func (j *Judge) askLookup(c *Canary) {
-	if j.inFlight[c.ID] {
+// askLookup asks the shell to look the canary's stamps up, unless a
+// lookup is under way or not due yet.
+func (j *Judge) askLookup(c *Canary, now time.Time) {
+	if j.inFlight[c.ID] || now.Before(c.Lookup.Due) {
 		return
 	}
 	j.inFlight[c.ID] = true
 	j.emit(Effect{Kind: EffectLookup, Canary: c.ID})
+}
+
+// LookupRetryMax caps the spacing of a canary's lookups.
+const LookupRetryMax = 10 * time.Second
+
+// lookupRetryUnavailable spaces the lookups of a canary while the
+// prober's own database cannot be read.
+const lookupRetryUnavailable = time.Second
+
+// retryLater spaces the next lookup of a canary whose last answer
+// brought no stamp: LookupSettle, doubling with each such answer, capped.
+func (j *Judge) retryLater(c *Canary, at time.Time) {
+	d := j.cfg.LookupSettle
+	for i := 0; i < c.Lookup.Retries && d < LookupRetryMax; i++ {
+		d *= 2
+	}
+	c.Lookup.Retries++
+	c.Lookup.Due = at.Add(min(d, LookupRetryMax))
 }
 
 // StampFound delivers looked-up stamps (on the prober clock, with the
@@ -548,6 +577,7 @@ func (j *Judge) StampAbsent(id string, at time.Time) []Effect {
 	if c, ok := j.st.Canaries[id]; ok && !c.Final {
 		c.Lookup.Attempts++
 		c.Lookup.Absent, c.Lookup.Unavailable = true, false
+		j.retryLater(c, at)
 		j.touch(c)
 	}
 	return j.take()
@@ -560,6 +590,7 @@ func (j *Judge) StampUnavailable(id string, at time.Time) []Effect {
 	delete(j.inFlight, id)
 	if c, ok := j.st.Canaries[id]; ok && !c.Final {
 		c.Lookup.Unavailable = true
+		c.Lookup.Due = at.Add(min(max(j.cfg.LookupSettle, lookupRetryUnavailable), LookupRetryMax))
 		j.touch(c)
 	}
 	return j.take()
@@ -943,7 +974,7 @@ func (j *Judge) tickArrived(c *Canary, now time.Time) {
 		j.finalize(c, now)
 		return
 	}
-	j.askLookup(c)
+	j.askLookup(c, now)
 }
 
 func (j *Judge) tickInFlight(c *Canary, now time.Time) {
@@ -962,7 +993,7 @@ func (j *Judge) tickInFlight(c *Canary, now time.Time) {
 		// false claim); ask once the first segment's deadline passed.
 		first := p.Chain[0]
 		if !first.Budgeted || now.After(c.Committed.Add(first.Budget)) {
-			j.askLookup(c)
+			j.askLookup(c, now)
 		}
 	}
 	if now.Sub(c.Committed) > j.cfg.LostAfter {

@@ -431,3 +431,28 @@ func TestDeltaNamesOnlyWhatChangedSinceTheLastWrite(t *testing.T) {
 		h.j.MarkPersisted(t0)
 	}
 }
+
+func TestLookupsWaitForTheSettleTimeAndBackOffWhileTheStampIsAbsent(t *testing.T) {
+	h := newJH(t, "schemaB")
+	h.cfg.LookupSettle = ms(500)
+	h.j = New(h.cfg, nil, t0)
+	h.send("a", 0, ms(2))
+	h.arrive("a", ms(300), nil)
+	var asked []time.Duration
+	for at := ms(300); at <= ms(12000); at += ms(100) {
+		before := h.count(EffectLookup, "a")
+		h.tick(at)
+		if h.count(EffectLookup, "a") > before {
+			asked = append(asked, at)
+			h.add(h.j.StampAbsent("a", t0.Add(at)))
+		}
+	}
+	// Arrived at 300ms: first asked at 800ms, then 500ms, 1s, 2s, 4s
+	// after each answer without a stamp, until ArrivedLookupWindow (10s
+	// after arrival) gives it up as missing.
+	want := []time.Duration{ms(800), ms(1300), ms(2300), ms(4300), ms(8300)}
+	if !slices.Equal(asked, want) {
+		t.Errorf("lookups asked at %v, want %v", asked, want)
+	}
+	h.want("a", "commit_to_publish=unjudged(missing_stamp) end_to_end=good insert_to_commit=good publish_to_consume=unjudged(missing_stamp)")
+}

@@ -173,6 +173,9 @@ func newWorld(seed uint64) *world {
 		w.relaySkew = time.Duration(rng.IntN(10)) * time.Millisecond
 	}
 	w.dbErr = time.Duration(rng.IntN(3)) * time.Millisecond
+	// The first lookup of an arrived canary waits this long (0: at the
+	// next tick), retries back off from it.
+	w.cfg.LookupSettle = []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond, time.Second}[rng.IntN(4)]
 	if faults(0.25) {
 		w.brokerDown = randSpans(rng, 1, w.horizon, time.Second, 10*time.Second)
 		w.relayReconnect = time.Duration(rng.IntN(3000)) * time.Millisecond
@@ -349,6 +352,9 @@ type shellSim struct {
 	now         time.Duration
 	up          bool
 	failures    []string // the durable copy disagreed with the judge's state
+	// early: lookups of arrived canaries asked for before the settle
+	// time, which the judge promises never to do.
+	early []string
 }
 
 // persist writes what changed since the last write, through the same JSON
@@ -428,6 +434,10 @@ func (s *shellSim) apply(fx []Effect, flush bool) {
 	fx, s.pending = s.pending, nil
 	for _, e := range fx {
 		if e.Kind == EffectLookup {
+			if c := s.j.Canary(e.Canary); c != nil && c.Arrived && at(s.now).Before(c.Consumed.Add(s.sim.w.cfg.LookupSettle)) {
+				s.early = append(s.early, fmt.Sprintf("%s: looked up at %s, arrived at %s, settle %s",
+					e.Canary, s.now, c.Consumed.Sub(m0), s.sim.w.cfg.LookupSettle))
+			}
 			if _, ok := s.lookups[e.Canary]; !ok {
 				s.lookups[e.Canary] = s.now + 5*time.Millisecond
 			}
@@ -810,7 +820,7 @@ func checkVerdict(e Effect, seg Segment, from, to, v, margin time.Duration, plan
 func (w *world) noPositionEver() bool { return false }
 
 func (w *world) String() string {
-	return fmt.Sprintf("read=%t publish=%s interval=%s poll=%s pauses=%v sendStalls=%v consumeStalls=%v down=%v db=%v floods=%v brokers=%v (relay +%s, readers +%s) drop=%.1f dup=%.1f mark=%s skew=%s budgets=%v",
+	return fmt.Sprintf("settle=%s ", w.cfg.LookupSettle) + fmt.Sprintf("read=%t publish=%s interval=%s poll=%s pauses=%v sendStalls=%v consumeStalls=%v down=%v db=%v floods=%v brokers=%v (relay +%s, readers +%s) drop=%.1f dup=%.1f mark=%s skew=%s budgets=%v",
 		w.withRead, w.publishSrc, w.interval, w.poll, w.relayPauses, w.sendStalls, w.consumeStall, w.proberDown, w.dbOutages,
 		w.floods, w.brokerDown, w.relayReconnect, w.readerReconnect, w.dropP, w.dupP, w.markDelayMax, w.relaySkew, budgetsOf(w.cfg.Plan))
 }
@@ -840,6 +850,7 @@ func runModel(seed uint64, mutate func(*Config)) (fails []string, ambiguous, ver
 	fails = append(fails, sh.failures...)
 	f, ambiguous := modelFailures(sim, sh)
 	fails = append(fails, f...)
+	fails = append(fails, sh.early...)
 	for _, e := range sh.applied {
 		if e.Kind == EffectVerdict {
 			verdicts++

@@ -63,7 +63,10 @@ type Verdict struct {
 type Lookup struct {
 	// Pending: a lookup stamp is still wanted.
 	Pending bool      `json:"pending,omitempty"`
-	Due     time.Time `json:"due,omitzero"` // not before
+	Due     time.Time `json:"due,omitzero"` // not asked for before
+	// Retries: answers without the stamp since the canary arrived (or
+	// since it was sent), which space the next lookup further.
+	Retries int `json:"retries,omitempty"`
 	// Attempts that got an answer, and whether the last one could not be
 	// made because the prober's own dependency was down.
 	Attempts    int  `json:"attempts,omitempty"`
