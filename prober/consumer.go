@@ -47,7 +47,7 @@ type ConsumerOptions struct {
 	// Cluster is the pipeline's Kafka cluster, whose connections the
 	// consumer shares with every other pipeline on it: partitions and
 	// offsets are asked on its transport, the partitions read through its
-	// Fetcher, the high watermarks sampled by its Watermarks.
+	// Fetcher, whose fetches carry the high watermarks of the position samples.
 	Cluster *kafkaclient.Cluster
 	Now     func() time.Time
 	Logger  *slog.Logger
@@ -93,9 +93,11 @@ type Consumer struct {
 	mu      sync.Mutex
 	healthy bool
 	reason  string
-	// markErr is why the last high-watermark sample failed, nil when it
-	// worked: the brokers' metadata comes from the transport's cache, so
-	// the sample is the request that finds a broker gone.
+	// marks is the latest fetch's word on each partition read.
+	marks map[int]kafkaclient.Mark
+	// markErr is why the latest fetch of some partition failed, nil when
+	// every one worked: the brokers' metadata comes from the transport's
+	// cache, so the fetches are the requests that find a broker gone.
 	markErr error
 	readers map[int]bool
 	// starts is where each running reader began: what precedes it was
@@ -118,7 +120,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 		p: o.Pipeline, instance: o.Instance, signer: o.Signer, tracker: o.Tracker, metrics: o.Metrics,
 		cluster: o.Cluster, client: o.Cluster.Client(o.Pipeline.Kafka, kafkaRequestTimeout),
 		now: o.Now, log: o.Logger, since: o.Since,
-		reason: "not connected to Kafka yet", readers: map[int]bool{}, starts: map[int]int64{},
+		reason: "not connected to Kafka yet", readers: map[int]bool{}, starts: map[int]int64{}, marks: map[int]kafkaclient.Mark{},
 	}, nil
 }
 
@@ -157,46 +159,80 @@ func (c *Consumer) setHealth(ok bool, reason string) {
 	}
 }
 
-// positionInterval is how often the readers' position is sampled: how
+// positionInterval is how often the readers' position is reported: how
 // soon after a deadline the judge can tell which side of publish a missing
-// canary is on. The cluster's Watermarks samples every pipeline's topic at
-// once.
-const positionInterval = kafkaclient.WatermarkInterval
+// canary is on. It comes from the high watermarks every fetch carries
+// (kafkaclient.Mark), so it costs no request; an idle fetch returns every
+// kafkaclient.FetchMaxWait.
+const positionInterval = kafkaclient.FetchMaxWait
 
-// samplePositions reports the readers' position to the tracker after
-// every high-watermark sample of the cluster until ctx is done.
+// samplePositions reports the readers' position to the tracker every
+// positionInterval until ctx is done.
 func (c *Consumer) samplePositions(ctx context.Context) {
-	cancel := c.cluster.Watermarks().Subscribe(c.p.Kafka.Topic, c.now, func(at time.Time, hwm map[int]int64, err error) {
-		if ctx.Err() != nil {
+	t := time.NewTicker(positionInterval)
+	defer t.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
 			return
+		case <-t.C:
+			last = c.samplePosition(last)
 		}
-		c.samplePosition(at, hwm, kafkaclient.Explain(err, c.p.Kafka))
-	})
-	<-ctx.Done()
-	cancel()
+	}
 }
 
-// samplePosition compares the high watermarks, sampled at at, with what
-// the tracker has processed: caught up when every partition was processed
-// up to its high watermark, so every message acknowledged before the
-// sample began has been handed to the tracker.
-func (c *Consumer) samplePosition(at time.Time, hwm map[int]int64, err error) {
+// mark records what a fetch said of a partition's end.
+func (c *Consumer) mark(partition int, m kafkaclient.Mark) {
 	c.mu.Lock()
-	c.markErr = err
-	starts := maps.Clone(c.starts)
+	c.marks[partition] = m
 	c.mu.Unlock()
-	if err != nil {
-		c.log.Debug("sampling the readers' position failed", "err", err)
+}
+
+// samplePosition compares the latest high watermark of every partition
+// read with what the tracker has processed: caught up when every partition
+// was processed up to its high watermark, so every message acknowledged
+// before the position's time (the oldest of the fetches it comes from) has
+// been handed to the tracker. A position no newer than last is not
+// reported again; the time of the one reported is returned.
+func (c *Consumer) samplePosition(last time.Time) time.Time {
+	c.mu.Lock()
+	starts := maps.Clone(c.starts)
+	var at time.Time
+	var failed error
+	hwm := make(map[int]int64, len(starts))
+	complete := len(starts) > 0
+	for p := range starts {
+		m, ok := c.marks[p]
+		if !ok {
+			complete = false
+			break
+		}
+		if at.IsZero() || m.At.Before(at) {
+			at = m.At
+		}
+		if m.Err != nil {
+			failed = m.Err
+		}
+		hwm[p] = m.HighWatermark
+	}
+	c.markErr = kafkaclient.Explain(failed, c.p.Kafka)
+	c.mu.Unlock()
+	if !complete || !at.After(last) {
+		return last
+	}
+	if failed != nil {
+		c.log.Debug("the readers' position is unknown: a fetch failed", "err", failed)
 		// No evidence of where the readers were, but evidence that the
 		// relay's producer may not reach the brokers either.
 		c.tracker.Position(judge.Position{At: at, Failed: true})
-		return
+		return at
 	}
 	next := c.tracker.StartOffsets()
 	caught, lag := true, int64(0)
 	for p, h := range hwm {
 		done, ok := next[p]
-		if s, started := starts[p]; started && (!ok || s > done) {
+		if s := starts[p]; !ok || s > done {
 			done, ok = s, true
 		}
 		switch {
@@ -207,6 +243,7 @@ func (c *Consumer) samplePosition(at time.Time, hwm map[int]int64, err error) {
 		}
 	}
 	c.tracker.Position(judge.Position{At: at, CaughtUp: caught, Lag: lag})
+	return at
 }
 
 // Run consumes until ctx is done. Broker failures are logged, counted and
@@ -408,11 +445,14 @@ func (c *Consumer) readPartition(ctx context.Context, partition int, start int64
 		OnRetry: func(err error) {
 			c.log.Debug("kafka fetch failed; retrying", "partition", partition, "err", kafkaclient.Explain(err, c.p.Kafka))
 		},
+		OnMark: func(m kafkaclient.Mark) { c.mark(partition, m) },
+		Now:    c.now,
 	})
 	if ctx.Err() == nil {
 		c.log.Warn("kafka reader stopped", "partition", partition, "err", err)
 		c.mu.Lock()
 		delete(c.readers, partition)
+		delete(c.marks, partition)
 		c.mu.Unlock()
 	}
 }

@@ -19,8 +19,11 @@ import (
 // Transport sends one request at a time on a connection and opens another
 // for a concurrent one, so this bounds the connections each broker holds:
 // one control connection (metadata, to a bootstrap broker), up to
-// ClusterRequests for requests (watermarks, offsets, consumer lag), and one
-// for the canary fetches (Fetcher sends one fetch per broker at a time).
+// ClusterRequests for requests (start offsets, consumer lag), and one for
+// the canary fetches (Fetcher sends one fetch per broker at a time). One
+// exception: kafka-go splits a ListOffsets request into one request per
+// partition, sent at once, so a consumer-lag query of a topic with many
+// partitions opens more for a moment (they close after clusterIdleTimeout).
 const ClusterRequests = 1
 
 // clusterIdleTimeout closes a connection unused for this long; the
@@ -102,15 +105,14 @@ func clusterKey(k config.Kafka) (string, error) {
 
 // Cluster is one Kafka cluster's shared connections: a kafka-go Transport
 // (which pools connections per broker and answers metadata requests from
-// a cache it refreshes on one connection, so no request dials anew), the
-// canary Fetcher and the watermark sampler on it.
+// a cache it refreshes on one connection, so no request dials anew) and
+// the canary Fetcher on it.
 type Cluster struct {
 	k       config.Kafka // the first pipeline's settings, for Explain
 	tr      *kafka.Transport
 	addr    net.Addr
 	limited kafka.RoundTripper
 	fetcher *Fetcher
-	marks   *Watermarks
 	cancel  context.CancelFunc
 }
 
@@ -132,7 +134,6 @@ func newCluster(k config.Kafka, topics []string) (*Cluster, error) {
 	c := &Cluster{k: k, tr: tr, addr: kafka.TCP(k.Brokers...), cancel: cancel,
 		limited: &limitedTransport{rt: tr, slots: make(chan struct{}, ClusterRequests)}}
 	c.fetcher = newFetcher(ctx, explainingTransport{rt: tr, k: k}, c.addr, c.Client(k, 10*time.Second))
-	c.marks = newWatermarks(ctx, c.Client(k, 5*time.Second))
 	return c, nil
 }
 
@@ -147,14 +148,10 @@ func (c *Cluster) Client(k config.Kafka, timeout time.Duration) *kafka.Client {
 // Fetcher reads canary partitions on the cluster's connections.
 func (c *Cluster) Fetcher() *Fetcher { return c.fetcher }
 
-// Watermarks samples the high watermarks of subscribed topics.
-func (c *Cluster) Watermarks() *Watermarks { return c.marks }
-
 // Close stops the fetcher and the sampler and closes the connections.
 func (c *Cluster) Close() {
 	c.cancel()
 	c.fetcher.wait()
-	c.marks.wait()
 	c.tr.CloseIdleConnections()
 }
 

@@ -62,8 +62,11 @@ type topicPartition struct {
 
 type subscription struct {
 	tp      topicPartition
-	next    int64 // the offset of the next fetch; guarded by Fetcher.mu
-	queued  int   // batches sent to batches, not yet handled
+	now     func() time.Time
+	onMark  func(Mark)
+	sentAt  time.Time // when the fetch in flight for it was sent; guarded by Fetcher.mu
+	next    int64     // the offset of the next fetch; guarded by Fetcher.mu
+	queued  int       // batches sent to batches, not yet handled
 	retryAt time.Time
 	removed bool
 	batches chan batch
@@ -93,6 +96,23 @@ type ReadOptions struct {
 	// OnRetry, optional, hears of the errors after which the partition is
 	// fetched again (a broker down, a leader moving).
 	OnRetry func(error)
+	// OnMark, optional, is called after every fetch of the partition with
+	// its high watermark, or with why the fetch failed. It must not block.
+	OnMark func(Mark)
+	// Now is the clock of Mark.At (default time.Now).
+	Now func() time.Time
+}
+
+// Mark is what one fetch says of a partition's end: every message the
+// broker acknowledged before At lies below HighWatermark (At is when the
+// fetch was sent; the broker answers with the high watermark of its
+// answer's time, which is no lower). Err is set, and HighWatermark not,
+// when the fetch failed. Every fetch carries it, so the readers' position
+// costs no request of its own.
+type Mark struct {
+	At            time.Time
+	HighWatermark int64
+	Err           error
 }
 
 // Read reads one partition until ctx is done (it then returns nil) or the
@@ -104,7 +124,10 @@ func (f *Fetcher) Read(ctx context.Context, o ReadOptions) error {
 	if o.Handle == nil {
 		return errors.New("fetcher: Handle is required")
 	}
-	s := &subscription{tp: topicPartition{o.Topic, o.Partition}, next: o.Offset,
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &subscription{tp: topicPartition{o.Topic, o.Partition}, next: o.Offset, now: o.Now, onMark: o.OnMark,
 		batches: make(chan batch, subscriptionQueue), onRetry: o.OnRetry}
 	f.add(s)
 	defer f.remove(s)
@@ -294,17 +317,24 @@ func (f *Fetcher) pending(id int) (map[topicPartition]*subscription, time.Time) 
 
 func (f *Fetcher) retryLater(parts map[topicPartition]*subscription, err error, after time.Duration) {
 	at := time.Now().Add(after)
+	type heard struct {
+		s      *subscription
+		sentAt time.Time
+	}
 	f.mu.Lock()
-	var hear []func(error)
+	var hear []heard
 	for _, s := range parts {
 		s.retryAt = at
-		if s.onRetry != nil {
-			hear = append(hear, s.onRetry)
-		}
+		hear = append(hear, heard{s, s.sentAt})
 	}
 	f.mu.Unlock()
 	for _, h := range hear {
-		h(err)
+		if h.s.onRetry != nil {
+			h.s.onRetry(err)
+		}
+		if h.s.onMark != nil {
+			h.s.onMark(Mark{At: h.sentAt, Err: err})
+		}
 	}
 }
 
@@ -315,6 +345,7 @@ func (f *Fetcher) fetch(parts map[topicPartition]*subscription) error {
 	byTopic := map[string][]fetch.RequestPartition{}
 	f.mu.Lock()
 	for tp, s := range parts {
+		s.sentAt = s.now()
 		byTopic[tp.topic] = append(byTopic[tp.topic], fetch.RequestPartition{
 			Partition: int32(tp.partition), CurrentLeaderEpoch: -1, FetchOffset: s.next,
 			LogStartOffset: -1, PartitionMaxBytes: fetchPartitionMaxBytes})
@@ -354,6 +385,12 @@ func (f *Fetcher) fetch(parts map[topicPartition]*subscription) error {
 }
 
 func (f *Fetcher) deliver(s *subscription, topic string, p *fetch.ResponsePartition) {
+	if p.ErrorCode == 0 && s.onMark != nil {
+		f.mu.Lock()
+		at := s.sentAt
+		f.mu.Unlock()
+		s.onMark(Mark{At: at, HighWatermark: p.HighWatermark})
+	}
 	if p.ErrorCode != 0 {
 		err := kafka.Error(p.ErrorCode)
 		if errors.Is(err, kafka.OffsetOutOfRange) {
