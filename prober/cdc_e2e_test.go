@@ -407,12 +407,17 @@ func startWatcher(t *testing.T, cfg *config.Config) *watch.Metrics {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w, closeWatcher, err := watch.Open(ctx, &cfg.Pipelines[0], wm, testLogger(t, "watcher"))
+	conns, err := OpenConnections(ctx, cfg.Pipelines[:1])
 	if err != nil {
 		t.Fatal(err)
 	}
+	w, err := watch.Open(&cfg.Pipelines[0], conns.Pools, conns.Clusters, wm, testLogger(t, "watcher"))
+	if err != nil {
+		conns.Close()
+		t.Fatal(err)
+	}
 	done := make(chan struct{})
-	go func() { defer close(done); defer closeWatcher(); w.Run(ctx) }()
+	go func() { defer close(done); defer conns.Close(); w.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return wm
 }

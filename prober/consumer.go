@@ -45,13 +45,13 @@ type ConsumerOptions struct {
 	Signer   *Signer
 	Tracker  *Tracker
 	Metrics  *Metrics
-	Dialer   *kafka.Dialer
-	Now      func() time.Time
-	Logger   *slog.Logger
-	// Client, optional, reads the canary topic's high watermarks: the
-	// readers' position samples that let the judge place a canary that has
-	// not arrived.
-	Client *kafka.Client
+	// Cluster is the pipeline's Kafka cluster, whose connections the
+	// consumer shares with every other pipeline on it: partitions and
+	// offsets are asked on its transport, the partitions read through its
+	// Fetcher, whose fetches carry the high watermarks of the position samples.
+	Cluster *kafkaclient.Cluster
+	Now     func() time.Time
+	Logger  *slog.Logger
 	// Since positions a partition that has no stored offset: at the first
 	// record stamped at or after Since (the service's start, a little
 	// earlier for clock skew), so that a canary sent while Kafka was still
@@ -62,8 +62,10 @@ type ConsumerOptions struct {
 // Consumer reads one pipeline's canary topic and hands each of this
 // instance's canaries to the tracker.
 //
-// It runs one partition reader per partition (kafka.NewReader with Partition
-// set and no GroupID) rather than a consumer group, because:
+// It reads every partition from an offset of its own choosing (through the
+// cluster's Fetcher, which reads the partitions of every pipeline on the
+// cluster with one fetch per broker) rather than in a consumer group,
+// because:
 //   - several prober instances (and `outbox-canary check`) share a canary
 //     topic, and each must see every message to pick out its own canaries;
 //     a shared group would split them, one group per instance would leave
@@ -81,15 +83,11 @@ type Consumer struct {
 	signer   *Signer
 	tracker  *Tracker
 	metrics  *Metrics
-	dialer   *kafka.Dialer
+	cluster  *kafkaclient.Cluster
+	client   *kafka.Client // on the cluster's transport, errors explained with this pipeline's settings
 	now      func() time.Time
 	log      *slog.Logger
 	since    time.Time
-
-	// client reads the partitions' high watermarks for the position
-	// samples; nil: no samples (the judge then places no canary by the
-	// topic before it arrives).
-	client *kafka.Client
 
 	skips skipLog // warns about the first skip of each reason
 	// skipped holds the pipeline's skip counter of every reason, looked
@@ -99,6 +97,12 @@ type Consumer struct {
 	mu      sync.Mutex
 	healthy bool
 	reason  string
+	// marks is the latest fetch's word on each partition read.
+	marks map[int]kafkaclient.Mark
+	// markErr is why the latest fetch of some partition failed, nil when
+	// every one worked: the brokers' metadata comes from the transport's
+	// cache, so the fetches are the requests that find a broker gone.
+	markErr error
 	readers map[int]bool
 	// starts is where each running reader began: what precedes it was
 	// never ours to read.
@@ -107,8 +111,8 @@ type Consumer struct {
 
 // NewConsumer checks its options; Run starts consuming.
 func NewConsumer(o ConsumerOptions) (*Consumer, error) {
-	if o.Pipeline == nil || o.Signer == nil || o.Tracker == nil || o.Metrics == nil || o.Dialer == nil {
-		return nil, errors.New("consumer: pipeline, signer, tracker, metrics and dialer are required")
+	if o.Pipeline == nil || o.Signer == nil || o.Tracker == nil || o.Metrics == nil || o.Cluster == nil {
+		return nil, errors.New("consumer: pipeline, signer, tracker, metrics and cluster are required")
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -122,16 +126,20 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 	}
 	return &Consumer{
 		p: o.Pipeline, instance: o.Instance, signer: o.Signer, tracker: o.Tracker, metrics: o.Metrics,
-		dialer: o.Dialer, now: o.Now, log: o.Logger, since: o.Since, client: o.Client, skipped: skipped,
-		reason: "not connected to Kafka yet", readers: map[int]bool{}, starts: map[int]int64{},
+		cluster: o.Cluster, client: o.Cluster.Client(o.Pipeline.Kafka, kafkaRequestTimeout),
+		now: o.Now, log: o.Logger, since: o.Since, skipped: skipped,
+		reason: "not connected to Kafka yet", readers: map[int]bool{}, starts: map[int]int64{}, marks: map[int]kafkaclient.Mark{},
 	}, nil
 }
 
 // consumerCheckInterval is how often the consumer checks the topic's
-// metadata: for readiness (kafka-go's readers retry broken connections
-// silently, so a metadata request is the honest health check) and for
-// partitions added since the start.
+// metadata (from the transport's cache, refreshed every few seconds on one
+// connection) for partitions added since the start, and the last
+// high-watermark sample for readiness.
 const consumerCheckInterval = 2 * time.Second
+
+// kafkaRequestTimeout bounds the consumer's requests other than fetches.
+const kafkaRequestTimeout = 10 * time.Second
 
 // Ready reports whether every partition has a reader and the brokers answer;
 // otherwise the reason.
@@ -159,55 +167,80 @@ func (c *Consumer) setHealth(ok bool, reason string) {
 	}
 }
 
-// positionInterval is how often the readers' position is sampled: how
+// positionInterval is how often the readers' position is reported: how
 // soon after a deadline the judge can tell which side of publish a missing
-// canary is on.
-const positionInterval = 500 * time.Millisecond
+// canary is on. It comes from the high watermarks every fetch carries
+// (kafkaclient.Mark), so it costs no request; an idle fetch returns every
+// kafkaclient.FetchMaxWait.
+const positionInterval = kafkaclient.FetchMaxWait
 
-// samplePositions reports the readers' position to the tracker until ctx
-// is done.
+// samplePositions reports the readers' position to the tracker every
+// positionInterval until ctx is done.
 func (c *Consumer) samplePositions(ctx context.Context) {
-	if c.client == nil {
-		return
-	}
 	t := time.NewTicker(positionInterval)
 	defer t.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			c.samplePosition(ctx)
+			last = c.samplePosition(last)
 		}
 	}
 }
 
-// samplePosition reads the high watermarks and compares them with what
-// the tracker has processed: caught up when every partition was processed
-// up to its high watermark, so every message acknowledged before the
-// sample began has been handed to the tracker.
-func (c *Consumer) samplePosition(ctx context.Context) {
-	at := c.now()
-	sctx, cancel := context.WithTimeout(ctx, positionInterval)
-	hwm, err := kafkaclient.HighWatermarks(sctx, c.client, c.p.Kafka.Topic)
-	cancel()
-	if err != nil {
-		c.log.Debug("sampling the readers' position failed", "err", err)
-		if ctx.Err() == nil {
-			// No evidence of where the readers were, but evidence that the
-			// relay's producer may not reach the brokers either.
-			c.tracker.Position(judge.Position{At: at, Failed: true})
-		}
-		return
-	}
-	next := c.tracker.StartOffsets()
+// mark records what a fetch said of a partition's end.
+func (c *Consumer) mark(partition int, m kafkaclient.Mark) {
+	c.mu.Lock()
+	c.marks[partition] = m
+	c.mu.Unlock()
+}
+
+// samplePosition compares the latest high watermark of every partition
+// read with what the tracker has processed: caught up when every partition
+// was processed up to its high watermark, so every message acknowledged
+// before the position's time (the oldest of the fetches it comes from) has
+// been handed to the tracker. A position no newer than last is not
+// reported again; the time of the one reported is returned.
+func (c *Consumer) samplePosition(last time.Time) time.Time {
 	c.mu.Lock()
 	starts := maps.Clone(c.starts)
+	var at time.Time
+	var failed error
+	hwm := make(map[int]int64, len(starts))
+	complete := len(starts) > 0
+	for p := range starts {
+		m, ok := c.marks[p]
+		if !ok {
+			complete = false
+			break
+		}
+		if at.IsZero() || m.At.Before(at) {
+			at = m.At
+		}
+		if m.Err != nil {
+			failed = m.Err
+		}
+		hwm[p] = m.HighWatermark
+	}
+	c.markErr = kafkaclient.Explain(failed, c.p.Kafka)
 	c.mu.Unlock()
+	if !complete || !at.After(last) {
+		return last
+	}
+	if failed != nil {
+		c.log.Debug("the readers' position is unknown: a fetch failed", "err", failed)
+		// No evidence of where the readers were, but evidence that the
+		// relay's producer may not reach the brokers either.
+		c.tracker.Position(judge.Position{At: at, Failed: true})
+		return at
+	}
+	next := c.tracker.StartOffsets()
 	caught, lag := true, int64(0)
 	for p, h := range hwm {
 		done, ok := next[p]
-		if s, started := starts[p]; started && (!ok || s > done) {
+		if s := starts[p]; !ok || s > done {
 			done, ok = s, true
 		}
 		switch {
@@ -218,6 +251,7 @@ func (c *Consumer) samplePosition(ctx context.Context) {
 		}
 	}
 	c.tracker.Position(judge.Position{At: at, CaughtUp: caught, Lag: lag})
+	return at
 }
 
 // Run consumes until ctx is done. Broker failures are logged, counted and
@@ -302,39 +336,46 @@ func (c *Consumer) check(ctx context.Context, wg *sync.WaitGroup) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	c.mu.Lock()
+	markErr := c.markErr
+	c.mu.Unlock()
+	if markErr != nil {
+		return markErr
+	}
 	c.setHealth(true, "")
 	return nil
 }
 
+// lookupPartitions reads the topic's partitions from the transport's
+// metadata cache: no connection is opened for it.
 func (c *Consumer) lookupPartitions(ctx context.Context) ([]kafka.Partition, error) {
-	var errs []error
-	for _, b := range c.p.Kafka.Brokers {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		parts, err := c.dialer.LookupPartitions(lctx, "tcp", b, c.p.Kafka.Topic)
-		cancel()
-		if err == nil {
-			return parts, nil
-		}
-		errs = append(errs, fmt.Errorf("broker %s: %w", b, kafkaclient.Explain(err, c.p.Kafka)))
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	meta, err := c.client.Metadata(lctx, &kafka.MetadataRequest{Topics: []string{c.p.Kafka.Topic}})
+	if err != nil {
+		return nil, fmt.Errorf("topic %s: look up partitions: %w", c.p.Kafka.Topic, err)
 	}
-	return nil, fmt.Errorf("topic %s: look up partitions: %w", c.p.Kafka.Topic, errors.Join(errs...))
+	if len(meta.Topics) != 1 {
+		return nil, fmt.Errorf("topic %s: look up partitions: not in the metadata", c.p.Kafka.Topic)
+	}
+	if err := meta.Topics[0].Error; err != nil {
+		return nil, fmt.Errorf("topic %s: look up partitions: %w", c.p.Kafka.Topic, err)
+	}
+	return meta.Topics[0].Partitions, nil
 }
 
 // startOffset is where a partition's reader starts: the stored offset, or,
 // for a partition without one, the initial offset. A stored offset beyond
 // the partition's last offset cannot be reached by reading (the topic was
-// deleted and recreated, its offsets started again from 0): kafka-go would
+// deleted and recreated, its offsets started again from 0): a reader would
 // wait there forever and every canary would be lost without a word. It is
 // logged, counted and replaced by the initial offset. fromState reports
 // whether the returned offset is the stored one.
 func (c *Consumer) startOffset(ctx context.Context, part kafka.Partition, stored int64, ok bool) (start int64, fromState bool, err error) {
-	conn, err := c.dialLeader(ctx, part)
-	if err != nil {
-		return 0, false, err
-	}
-	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, kafkaRequestTimeout)
+	defer cancel()
 	if ok {
-		last, err := conn.ReadLastOffset()
+		last, err := c.listOffset(ctx, kafka.LastOffsetOf(part.ID))
 		if err != nil {
 			return 0, false, err
 		}
@@ -342,7 +383,7 @@ func (c *Consumer) startOffset(ctx context.Context, part kafka.Partition, stored
 			return stored, true, nil
 		}
 	}
-	start, err = c.initialOffset(conn)
+	start, err = c.initialOffset(ctx, part.ID)
 	if err != nil {
 		return 0, false, err
 	}
@@ -355,30 +396,37 @@ func (c *Consumer) startOffset(ctx context.Context, part kafka.Partition, stored
 	return start, false, nil
 }
 
-// dialLeader connects to the partition's leader, with a deadline for the
-// offset requests made on the connection.
-func (c *Consumer) dialLeader(ctx context.Context, part kafka.Partition) (*kafka.Conn, error) {
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var conn *kafka.Conn
-	var err error
-	for _, b := range c.p.Kafka.Brokers {
-		if conn, err = c.dialer.DialLeader(dctx, "tcp", b, c.p.Kafka.Topic, part.ID); err == nil {
-			break
-		}
-	}
+// listOffset asks the partition's leader for one offset: the last one
+// (kafka.LastOffsetOf) or the first at or after a time (kafka.TimeOffsetOf,
+// -1 when there is none).
+func (c *Consumer) listOffset(ctx context.Context, req kafka.OffsetRequest) (int64, error) {
+	res, err := c.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{c.p.Kafka.Topic: {req}}})
 	if err != nil {
-		return nil, kafkaclient.Explain(err, c.p.Kafka)
+		return 0, err
 	}
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	return conn, nil
+	for _, po := range res.Topics[c.p.Kafka.Topic] {
+		if po.Partition != req.Partition {
+			continue
+		}
+		if po.Error != nil {
+			return 0, po.Error
+		}
+		if req.Timestamp == kafka.LastOffset {
+			return po.LastOffset, nil
+		}
+		for off := range po.Offsets {
+			return off, nil
+		}
+		return -1, nil
+	}
+	return 0, fmt.Errorf("no offset returned for partition %d", req.Partition)
 }
 
 // initialOffset is where a partition without a usable stored offset
 // starts: the first record at or after Since, or the end of the partition.
-func (c *Consumer) initialOffset(conn *kafka.Conn) (int64, error) {
+func (c *Consumer) initialOffset(ctx context.Context, partition int) (int64, error) {
 	if !c.since.IsZero() {
-		off, err := conn.ReadOffset(c.since)
+		off, err := c.listOffset(ctx, kafka.TimeOffsetOf(partition, c.since))
 		if err != nil {
 			return 0, err
 		}
@@ -387,56 +435,33 @@ func (c *Consumer) initialOffset(conn *kafka.Conn) (int64, error) {
 			return off, nil
 		}
 	}
-	return conn.ReadLastOffset()
+	return c.listOffset(ctx, kafka.LastOffsetOf(partition))
 }
 
-// readPartition reads one partition until ctx is done. kafka-go's reader
-// reconnects by itself after a broker restart, from the offset it had
-// reached, so nothing here needs to restart it.
+// readPartition reads one partition until ctx is done. The cluster's
+// Fetcher retries broken connections by itself, from the offset it had
+// reached, so nothing here needs to restart it; it returns only for an
+// offset beyond the partition's end (the topic was recreated while we read
+// it), and check then starts the partition again through startOffset,
+// which resets the offset.
 func (c *Consumer) readPartition(ctx context.Context, partition int, start int64, stored bool) {
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:   c.p.Kafka.Brokers,
-		Topic:     c.p.Kafka.Topic,
-		Partition: partition,
-		Dialer:    c.dialer,
-		MinBytes:  1,
-		MaxBytes:  10 << 20,
-		// A fetch returns as soon as a record is there; MaxWait only bounds
-		// how long an idle fetch is held open.
-		MaxWait:        500 * time.Millisecond,
-		ReadBackoffMin: 100 * time.Millisecond,
-		ReadBackoffMax: 2 * time.Second,
-		// Return an error instead of waiting forever when the offset is
-		// beyond the partition's end (the topic was recreated while we
-		// read it): the reader stops and check restarts it through
-		// startOffset, which resets the offset.
-		OffsetOutOfRangeError: true,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			c.log.Debug("kafka reader: "+fmt.Sprintf(msg, args...), "partition", partition)
-		}),
-	})
-	defer r.Close()
-	if err := r.SetOffset(start); err != nil {
-		c.log.Error("kafka reader: set offset", "partition", partition, "offset", start, "err", err)
-		c.mu.Lock()
-		delete(c.readers, partition)
-		c.mu.Unlock()
-		return
-	}
 	c.log.Info("reading canary partition", "topic", c.p.Kafka.Topic, "partition", partition,
 		"offset", start, "from_state", stored)
-	for {
-		msg, err := r.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				c.log.Warn("kafka reader stopped", "partition", partition, "err", err)
-				c.mu.Lock()
-				delete(c.readers, partition)
-				c.mu.Unlock()
-			}
-			return
-		}
-		c.Handle(ctx, msg)
+	err := c.cluster.Fetcher().Read(ctx, kafkaclient.ReadOptions{
+		Topic: c.p.Kafka.Topic, Partition: partition, Offset: start,
+		Handle: func(msg kafka.Message) { c.Handle(ctx, msg) },
+		OnRetry: func(err error) {
+			c.log.Debug("kafka fetch failed; retrying", "partition", partition, "err", kafkaclient.Explain(err, c.p.Kafka))
+		},
+		OnMark: func(m kafkaclient.Mark) { c.mark(partition, m) },
+		Now:    c.now,
+	})
+	if ctx.Err() == nil {
+		c.log.Warn("kafka reader stopped", "partition", partition, "err", err)
+		c.mu.Lock()
+		delete(c.readers, partition)
+		delete(c.marks, partition)
+		c.mu.Unlock()
 	}
 }
 

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
@@ -279,8 +281,17 @@ func BenchmarkConsumerSkipsForeign(b *testing.B) {
 		b.Fatal(err)
 	}
 	_, signer := goldenSigned(b)
+	clusters, err := kafkaclient.NewClusters([]config.Kafka{p.Kafka}, []string{p.Kafka.Topic}) // connects to nothing: Handle needs no broker
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer clusters.Close()
+	cluster, err := clusters.For(p.Kafka)
+	if err != nil {
+		b.Fatal(err)
+	}
 	c, err := NewConsumer(ConsumerOptions{Pipeline: p, Instance: "unit", Signer: signer, Tracker: tr, Metrics: m,
-		Dialer: &kafka.Dialer{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Cluster: cluster, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
@@ -111,7 +112,16 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 	signer, _ := NewSigner([]byte("unit-key"))
 	forger, _ := NewSigner([]byte("other-key"))
 	var logs stacktest.SyncBuffer
-	c, err := NewConsumer(ConsumerOptions{Pipeline: p, Instance: "unit", Signer: signer, Tracker: tr, Metrics: m, Dialer: &kafka.Dialer{}, Now: clock,
+	clusters, err := kafkaclient.NewClusters([]config.Kafka{p.Kafka}, []string{p.Kafka.Topic}) // connects to nothing: Handle needs no broker
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clusters.Close()
+	cluster, err := clusters.For(p.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewConsumer(ConsumerOptions{Pipeline: p, Instance: "unit", Signer: signer, Tracker: tr, Metrics: m, Cluster: cluster, Now: clock,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -51,6 +51,53 @@ type Options struct {
 	SweepInterval   time.Duration
 	HealthInterval  time.Duration
 	ShutdownTimeout time.Duration
+
+	// Connections, optional, are the database pools and Kafka connections
+	// the service shares with the rest of the process (the watchers); the
+	// caller closes them. Nil: the service opens its own for its pipelines
+	// and closes them when it is done.
+	Connections *Connections
+}
+
+// Connections are a process's shared connections: one pgx pool per
+// distinct database and one Kafka transport per distinct cluster, used by
+// every pipeline on them.
+type Connections struct {
+	Pools    *postgres.Pools
+	Clusters *kafkaclient.Clusters
+}
+
+// OpenConnections builds the shared connections of pipelines: each
+// database's pool sized by the pipelines on it (postgres.PoolSize), each
+// cluster's transport caching the metadata of the canary topics and the
+// watched consumer groups' topics. It connects to nothing yet.
+func OpenConnections(ctx context.Context, pipelines []config.Pipeline) (*Connections, error) {
+	dbs := make([]config.Database, len(pipelines))
+	ks := make([]config.Kafka, len(pipelines))
+	var topics []string
+	for i, p := range pipelines {
+		dbs[i], ks[i] = p.Database, p.Kafka
+		topics = append(topics, p.Kafka.Topic)
+		for _, g := range p.Watch.ConsumerGroups {
+			topics = append(topics, g.Topic)
+		}
+	}
+	pools, err := postgres.NewPools(ctx, dbs, postgres.PoolsOptions{})
+	if err != nil {
+		return nil, err
+	}
+	clusters, err := kafkaclient.NewClusters(ks, topics)
+	if err != nil {
+		pools.Close()
+		return nil, err
+	}
+	return &Connections{Pools: pools, Clusters: clusters}, nil
+}
+
+// Close closes the pools and the Kafka connections.
+func (c *Connections) Close() {
+	c.Pools.Close()
+	c.Clusters.Close()
 }
 
 // Service runs every pipeline's sender, consumer, sweeper and database
@@ -64,6 +111,11 @@ type Service struct {
 	log      *slog.Logger
 	pipes    []*pipelineRunner
 	started  time.Time
+	// conns are the pools and Kafka connections; closed by the service
+	// only when it opened them (ownConns).
+	conns     *Connections
+	ownConns  bool
+	closeOnce sync.Once
 	// running is true from the moment Run has started every pipeline's
 	// schedule, consumer and sweeper until it begins to stop: readiness.
 	running atomic.Bool
@@ -71,15 +123,14 @@ type Service struct {
 
 // pipelineRunner is one pipeline's parts.
 type pipelineRunner struct {
-	p          *config.Pipeline
-	pool       *pgxpool.Pool
-	closeKafka func() // the position client's connections
-	clock      *DBClock
-	tracker    *Tracker
-	sender     *Sender
-	consumer   *Consumer
-	log        *slog.Logger
-	now        func() time.Time
+	p        *config.Pipeline
+	pool     *pgxpool.Pool // shared with the other pipelines on the database
+	clock    *DBClock
+	tracker  *Tracker
+	sender   *Sender
+	consumer *Consumer
+	log      *slog.Logger
+	now      func() time.Time
 	// lookup is lookupStamps; tests replace it to play the database.
 	lookup func(ctx context.Context, cs []Canary) (map[string]LookupResult, error)
 
@@ -94,9 +145,11 @@ type pipelineRunner struct {
 	dbReason string
 }
 
-// New builds the service: the metrics, one pool, tracker, sender and
-// consumer per pipeline. It connects to nothing: servers that are down at
-// start are retried by Run, and Dependencies says so meanwhile.
+// New builds the service: the metrics, and a tracker, sender and consumer
+// per pipeline, on one pool per database and one Kafka transport per
+// cluster (Options.Connections, or its own). It connects to nothing:
+// servers that are down at start are retried by Run, and Dependencies says
+// so meanwhile.
 func New(o Options) (*Service, error) {
 	if o.Config == nil || o.Registerer == nil {
 		return nil, errors.New("service: config and registerer are required")
@@ -156,7 +209,14 @@ func New(o Options) (*Service, error) {
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
 	}
-	s := &Service{opts: o, instance: instance, metrics: metrics, signer: signer, now: o.Now, log: o.Logger, started: o.Now()}
+	s := &Service{opts: o, instance: instance, metrics: metrics, signer: signer, now: o.Now, log: o.Logger, started: o.Now(),
+		conns: o.Connections}
+	if s.conns == nil {
+		if s.conns, err = OpenConnections(context.Background(), pipelines); err != nil {
+			return nil, err
+		}
+		s.ownConns = true
+	}
 	for i := range pipelines {
 		pr, err := s.newPipeline(&pipelines[i], stateDir)
 		if err != nil {
@@ -170,10 +230,11 @@ func New(o Options) (*Service, error) {
 
 func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRunner, error) {
 	log := s.log.With("pipeline", p.Name)
-	// Reconnect quickly after a database restart: broken idle connections
-	// are found by the health check, not only by a failed canary.
-	pool, err := postgres.NewPool(context.Background(), p.Database, postgres.PoolOptions{
-		MaxConns: 4, ConnectTimeout: 5 * time.Second, HealthCheckPeriod: 5 * time.Second})
+	pool, err := s.conns.Pools.Pool(p.Database)
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := s.conns.Clusters.For(p.Kafka)
 	if err != nil {
 		return nil, err
 	}
@@ -192,56 +253,34 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 		LookupStamps: func(ctx context.Context, cs []Canary) (map[string]LookupResult, error) { return pr.lookup(ctx, cs) },
 	})
 	if err != nil {
-		pool.Close()
 		return nil, err
 	}
 	pr.tracker = tr
 	pr.sender, err = NewSender(SenderOptions{Pipeline: p, Instance: s.instance, DB: pool, Signer: s.signer,
 		Tracker: tr, Metrics: s.metrics, Now: s.now, Logger: log})
 	if err != nil {
-		pool.Close()
 		return nil, err
 	}
-	dialer, err := kafkaclient.NewDialer(p.Kafka)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	// The readers' position samples ask the brokers for high watermarks on
-	// a client of their own.
-	client, closeClient, err := kafkaclient.NewClient(p.Kafka, positionTimeout)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	pr.closeKafka = closeClient
 	pr.consumer, err = NewConsumer(ConsumerOptions{Pipeline: p, Instance: s.instance, Signer: s.signer, Tracker: tr,
-		Metrics: s.metrics, Dialer: dialer, Client: client, Now: s.now, Logger: log,
+		Metrics: s.metrics, Cluster: cluster, Now: s.now, Logger: log,
 		// A little before the start, for the relay's clock.
 		Since: s.started.Add(-5 * time.Second)})
 	if err != nil {
-		pool.Close()
-		closeClient()
 		return nil, err
 	}
 	return pr, nil
 }
 
-// Close releases the database pools of a service that is not run (Run
-// releases them itself when it returns); closing twice is harmless.
+// Close releases the connections the service opened itself, of a service
+// that is not run (Run releases them itself when it returns); closing
+// twice is harmless. Options.Connections are the caller's to close.
 func (s *Service) Close() { s.closePools() }
 
 func (s *Service) closePools() {
-	for _, pr := range s.pipes {
-		pr.pool.Close()
-		if pr.closeKafka != nil {
-			pr.closeKafka()
-		}
+	if s.ownConns {
+		s.closeOnce.Do(s.conns.Close)
 	}
 }
-
-// positionTimeout bounds the high-watermark requests of a position sample.
-const positionTimeout = 5 * time.Second
 
 // Metrics returns the service's metrics (tests read them).
 func (s *Service) Metrics() *Metrics { return s.metrics }

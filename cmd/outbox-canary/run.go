@@ -110,7 +110,18 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 			return fmt.Errorf("run: register runtime metrics: %w", err)
 		}
 	}
-	opts := prober.Options{Config: cfg, Registerer: reg, Now: time.Now, Logger: logger, StateDir: stateDir}
+	// One pool per database and one Kafka transport per cluster, shared by
+	// the prober, the watchers and the privileges check.
+	conns, err := prober.OpenConnections(ctx, cfg.Pipelines)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	defer conns.Close()
+	for _, pi := range conns.Pools.Info() {
+		logger.Info("database pool", "database", pi.Database, "pipelines", pi.Users, "max_conns", pi.MaxConns,
+			"application_name", postgres.ApplicationName)
+	}
+	opts := prober.Options{Config: cfg, Registerer: reg, Now: time.Now, Logger: logger, StateDir: stateDir, Connections: conns}
 	if printCanaries {
 		var mu sync.Mutex
 		opts.OnCanaryDone = func(r prober.Report) {
@@ -131,23 +142,14 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	type openWatcher struct {
-		w     *watch.Watcher
-		close func()
-	}
-	var watchers []openWatcher
-	defer func() {
-		for _, ow := range watchers {
-			ow.close()
-		}
-	}()
+	var watchers []*watch.Watcher
 	for i := range cfg.Pipelines {
 		p := &cfg.Pipelines[i]
-		w, closeW, err := watch.Open(ctx, p, wm, logger)
+		w, err := watch.Open(p, conns.Pools, conns.Clusters, wm, logger)
 		if err != nil {
 			return fmt.Errorf("run: pipeline %q: watchers: %w", p.Name, err)
 		}
-		watchers = append(watchers, openWatcher{w, closeW})
+		watchers = append(watchers, w)
 	}
 	// The status page judges a stall as the generated alert does, from the
 	// same SLO model.
@@ -182,11 +184,11 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 	var wg sync.WaitGroup
 	for i := range cfg.Pipelines {
 		wg.Add(1)
-		go func() { defer wg.Done(); reportPrivileges(ctx, &cfg.Pipelines[i], logger) }()
+		go func() { defer wg.Done(); reportPrivileges(ctx, &cfg.Pipelines[i], conns.Pools, logger) }()
 	}
-	for _, ow := range watchers {
+	for _, w := range watchers {
 		wg.Add(1)
-		go func() { defer wg.Done(); ow.w.Run(ctx) }()
+		go func() { defer wg.Done(); w.Run(ctx) }()
 	}
 	runErr := svc.Run(ctx)
 	wg.Wait()
@@ -210,15 +212,16 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 // fails every tick, and one outside pg_monitor blinds the open-transaction
 // watcher without an error. A database that is down is reported by the
 // prober itself; the check is then skipped.
-func reportPrivileges(ctx context.Context, p *config.Pipeline, logger *slog.Logger) {
+func reportPrivileges(ctx context.Context, p *config.Pipeline, pools *postgres.Pools, logger *slog.Logger) {
 	log := logger.With("pipeline", p.Name)
 	ctx, cancel := context.WithTimeout(ctx, privilegesCheckTimeout)
 	defer cancel()
-	pool, err := postgres.NewPool(ctx, p.Database, postgres.PoolOptions{MaxConns: 1, ConnectTimeout: privilegesCheckTimeout})
+	// The watchers' share of the pool: a hundred pipelines' checks at the
+	// start queue behind each other, not in front of the first canaries.
+	db, err := pools.Limited(p.Database)
 	if err == nil {
-		defer pool.Close()
 		var f lint.Finding
-		if f, err = lint.ProberPrivileges(ctx, pool, p); err == nil {
+		if f, err = lint.ProberPrivileges(ctx, db, p); err == nil {
 			switch {
 			case f.Check != lint.CheckPrivileges: // the table is missing: no role is to blame
 				log.Error(f.Message, "fix", f.Fix)

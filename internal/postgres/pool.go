@@ -24,7 +24,8 @@ type PoolOptions struct {
 	HealthCheckPeriod time.Duration
 }
 
-// NewPool builds a pool on the pipeline's database. It connects to nothing
+// NewPool builds a pool on the pipeline's database, its connections named
+// ApplicationName unless the DSN names them. It connects to nothing
 // yet: a database that is down at start is found by the first query, and
 // retried by whoever owns the pool. The DSN is never part of an error.
 func NewPool(ctx context.Context, db config.Database, o PoolOptions) (*pgxpool.Pool, error) {
@@ -42,6 +43,10 @@ func NewPool(ctx context.Context, db config.Database, o PoolOptions) (*pgxpool.P
 	}
 	if o.HealthCheckPeriod > 0 {
 		pcfg.HealthCheckPeriod = o.HealthCheckPeriod
+	}
+	// The DSN's application_name (or PGAPPNAME's), if it names one, wins.
+	if _, ok := pcfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		pcfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

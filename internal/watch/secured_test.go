@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
@@ -63,11 +65,21 @@ pipelines:
 		t.Fatal(err)
 	}
 	logs := &stacktest.SyncBuffer{}
-	w, closeAll, err := Open(context.Background(), &cfg.Pipelines[0], m, logs.Logger())
+	p := &cfg.Pipelines[0]
+	pools, err := postgres.NewPools(context.Background(), []config.Database{p.Database}, postgres.PoolsOptions{})
+	if err != nil {
+		t.Fatalf("pools: %v", err)
+	}
+	t.Cleanup(pools.Close)
+	clusters, err := kafkaclient.NewClusters([]config.Kafka{p.Kafka}, []string{business})
+	if err != nil {
+		t.Fatalf("clusters: %v", err)
+	}
+	t.Cleanup(clusters.Close)
+	w, err := Open(p, pools, clusters, m, logs.Logger())
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
-	t.Cleanup(closeAll)
 	return w, m, logs, business
 }
 

@@ -97,37 +97,25 @@ func New(o Options) (*Watcher, error) {
 	return w, nil
 }
 
-// Open builds a pipeline's watcher on connections of its own: a small pool
-// on the pipeline's database (so a slow watcher query never holds a
-// connection the canary inserts need) and, when consumer groups are
-// watched, a Kafka client. close releases them.
-func Open(ctx context.Context, p *config.Pipeline, m *Metrics, log *slog.Logger) (w *Watcher, close func(), err error) {
-	pool, err := postgres.NewPool(ctx, p.Database, postgres.PoolOptions{MaxConns: 2, ConnectTimeout: sampleTimeoutMax})
+// Open builds a pipeline's watcher on the process's shared connections:
+// its database's pool, through a limit that keeps PoolReservedConns of it
+// for the canary inserts (so a slow watcher query never holds a connection
+// they need), and, when consumer groups are watched, a client on its
+// cluster's transport.
+func Open(p *config.Pipeline, pools *postgres.Pools, clusters *kafkaclient.Clusters, m *Metrics, log *slog.Logger) (*Watcher, error) {
+	db, err := pools.Limited(p.Database)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	closers := []func(){pool.Close}
-	closeAll := func() {
-		for _, c := range closers {
-			c()
-		}
-	}
-	o := Options{Pipeline: p, DB: pool, Metrics: m, Logger: log}
+	o := Options{Pipeline: p, DB: db, Metrics: m, Logger: log}
 	if len(p.Watch.ConsumerGroups) > 0 {
-		client, closeIdle, err := kafkaclient.NewClient(p.Kafka, sampleTimeoutMax)
+		cluster, err := clusters.For(p.Kafka)
 		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("consumer lag watcher: %w", err)
+			return nil, fmt.Errorf("consumer lag watcher: %w", err)
 		}
-		o.Kafka = client
-		closers = append(closers, closeIdle)
+		o.Kafka = cluster.Client(p.Kafka, sampleTimeoutMax)
 	}
-	w, err = New(o)
-	if err != nil {
-		closeAll()
-		return nil, nil, err
-	}
-	return w, closeAll, nil
+	return New(o)
 }
 
 // Run samples until ctx is done.
