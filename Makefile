@@ -92,8 +92,12 @@ fuzz-judge: ## run the judge's model test on 100,000 random schedules (make test
 	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime 60s ./internal/config/
 
 .PHONY: bench
+# The load averages go in as benchstat configuration lines: on a shared
+# machine they say how far to trust the figures.
 bench: ## run the benchmarks and write the figures to docs/benchmarks.txt
-	$(GO) test -run '^$$' -bench . -benchmem $$(git grep -l '^func Benchmark' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's,^,./,') | tee docs/benchmarks.txt
+	{ echo "loadavg-before: $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	$(GO) test -run '^$$' -bench . -benchmem $$(git grep -l '^func Benchmark' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's,^,./,'); \
+	echo "loadavg-after: $$(cut -d' ' -f1-3 /proc/loadavg)"; } | tee docs/benchmarks.txt
 
 .PHONY: bench-service
 # Not part of test: at its defaults it runs about 30 minutes (10 pipelines at

@@ -262,6 +262,25 @@ type bench struct {
 	proc                procfs.FS
 	pgPort              uint64
 	brokerPorts         map[uint64]string // port -> host:port
+	// admin is the harness's session for the scenario under way, opened
+	// before the prober starts: a prober that takes every connection the
+	// server allows must not keep the harness from measuring it.
+	admin *pgx.Conn
+}
+
+// openAdmin opens the scenario's session, closed when the test ends.
+func (b *bench) openAdmin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, b.s.PGAdminDSN)
+	if err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	b.admin = conn
+	t.Cleanup(func() {
+		_ = conn.Close(context.Background())
+		b.admin = nil
+	})
 }
 
 func setUpBench(t *testing.T) *bench {
@@ -590,7 +609,7 @@ func (b *bench) awaitFirstCanaries(t *testing.T, addr string, n int) string {
 	start := time.Now()
 	deadline := start.Add(b.settings.ReceiveFirstWithin)
 	for {
-		m, err := scrapeBench(context.Background(), addr)
+		m, err := scrapeRetry(t, addr)
 		if err != nil {
 			t.Fatalf("prober /metrics: %v", err)
 		}
@@ -621,6 +640,12 @@ func (b *bench) runCanaryScenario(t *testing.T, sc canaryScenario) *benchResult 
 	t.Logf("%s: %d pipelines at %q, %d relays, %d partitions per topic, %s; load before %.2f",
 		sc.Name, sc.Pipelines, sc.Schedule, sc.Relays, b.settings.Partitions, sc.Duration, res.LoadBefore)
 	st := b.setUpPipelines(t, sc.Name, sc.Pipelines, sc.Relays, b.settings.Partitions, sc.Schedule)
+	b.openAdmin(t)
+	var maxConns string
+	if err := b.admin.QueryRow(context.Background(), "SHOW max_connections").Scan(&maxConns); err != nil {
+		t.Fatal(err)
+	}
+	res.Notes = append(res.Notes, fmt.Sprintf("PostgreSQL's max_connections is %s; the relays connect as the superuser, the prober as %s.", maxConns, benchProberRole))
 	pid, addr := b.startProber(t, sc.Name, st.configPath)
 	res.FirstCanary = b.awaitFirstCanaries(t, addr, sc.Pipelines)
 	time.Sleep(b.settings.Warmup)
@@ -635,7 +660,7 @@ func (b *bench) runCanaryScenario(t *testing.T, sc canaryScenario) *benchResult 
 	fmt.Fprintln(samples, "elapsed_s\tcpu_ticks\trss_bytes\thwm_bytes\twrite_bytes\tpg_sockets\tpg_sessions\tkafka_max_per_broker\tload1")
 
 	start := time.Now()
-	first, err := scrapeBench(context.Background(), addr)
+	first, err := scrapeRetry(t, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -654,7 +679,7 @@ func (b *bench) runCanaryScenario(t *testing.T, sc canaryScenario) *benchResult 
 		if elapsed < windowEnd-time.Second/2 && elapsed < sc.Duration {
 			continue
 		}
-		m, err := scrapeBench(context.Background(), addr)
+		m, err := scrapeRetry(t, addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -733,11 +758,9 @@ func (b *bench) sampleProc(t *testing.T, pid int) procSample {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, b.s.PGAdminDSN)
-	if err == nil {
-		defer conn.Close(ctx)
+	if b.admin != nil {
 		var names []string
-		err = conn.QueryRow(ctx, `SELECT count(*), coalesce(array_agg(DISTINCT application_name), '{}')
+		err := b.admin.QueryRow(ctx, `SELECT count(*), coalesce(array_agg(DISTINCT application_name), '{}')
 			FROM pg_stat_activity WHERE usename = $1`, benchProberRole).Scan(&s.pgSessions, &names)
 		s.pgAppNames = strings.Join(names, ",")
 		s.sessionsSampled = err == nil
@@ -835,12 +858,7 @@ func mib(b uint64) float64         { return float64(b) / (1 << 20) }
 func (b *bench) resetStatements(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, b.s.PGAdminDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+	if _, err := b.admin.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
 		t.Fatalf("pg_stat_statements_reset: %v", err)
 	}
 }
@@ -850,14 +868,9 @@ func (b *bench) resetStatements(t *testing.T) {
 func (b *bench) readStatements(t *testing.T, canaries float64) *benchStmts {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, b.s.PGAdminDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	// One line per statement whatever table it names: the pipelines'
 	// tables differ only by schema (r0, r1, ...).
-	rows, err := conn.Query(ctx, `SELECT regexp_replace(regexp_replace(query, '\s+', ' ', 'g'), '"r[0-9]+"\.', '"rN".', 'g'), sum(calls)::float8
+	rows, err := b.admin.Query(ctx, `SELECT regexp_replace(regexp_replace(query, '\s+', ' ', 'g'), '"r[0-9]+"\.', '"rN".', 'g'), sum(calls)::float8
 		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
 		WHERE r.rolname = $1 GROUP BY 1 ORDER BY 2 DESC`, benchProberRole)
 	if err != nil {
@@ -902,7 +915,7 @@ func (b *bench) traceFsyncs(t *testing.T, pid int, addr, tag string) *benchFsync
 		return nil
 	}
 	out := filepath.Join(b.dir, tag+"-strace.txt")
-	before, err := scrapeBench(context.Background(), addr)
+	before, err := scrapeRetry(t, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -917,7 +930,7 @@ func (b *bench) traceFsyncs(t *testing.T, pid int, addr, tag string) *benchFsync
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	_ = cmd.Wait()
 	secs := time.Since(start).Seconds()
-	after, err := scrapeBench(context.Background(), addr)
+	after, err := scrapeRetry(t, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1048,7 +1061,7 @@ func (b *bench) runForeign(t *testing.T) *benchResult {
 	}
 	f.Close()
 
-	before, err := scrapeBench(context.Background(), addr)
+	before, err := scrapeRetry(t, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1160,8 +1173,25 @@ type benchSeries struct {
 	m      *dto.Metric
 }
 
+// scrapeRetry scrapes, retrying a scrape that failed: a prober with
+// hundreds of pipelines on a loaded machine can take longer than a timeout
+// to answer once, which is worth a line in the log, not the run.
+func scrapeRetry(t *testing.T, addr string) (benchMetrics, error) {
+	t.Helper()
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		var m benchMetrics
+		if m, err = scrapeBench(context.Background(), addr); err == nil {
+			return m, nil
+		}
+		t.Logf("scrape %d of the prober's /metrics failed: %v", attempt, err)
+		time.Sleep(2 * time.Second)
+	}
+	return nil, err
+}
+
 func scrapeBench(ctx context.Context, addr string) (benchMetrics, error) {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
