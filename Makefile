@@ -92,8 +92,35 @@ fuzz-judge: ## run the judge's model test on 100,000 random schedules (make test
 	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime 60s ./internal/config/
 
 .PHONY: bench
+# The load averages go in as benchstat configuration lines: on a shared
+# machine they say how far to trust the figures.
 bench: ## run the benchmarks and write the figures to docs/benchmarks.txt
-	$(GO) test -run '^$$' -bench . -benchmem $$(git grep -l '^func Benchmark' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's,^,./,') | tee docs/benchmarks.txt
+	{ echo "loadavg-before: $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	$(GO) test -run '^$$' -bench . -benchmem $$(git grep -l '^func Benchmark' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's,^,./,'); \
+	echo "loadavg-after: $$(cut -d' ' -f1-3 /proc/loadavg)"; } | tee docs/benchmarks.txt
+
+.PHONY: bench-service
+# Not part of test: at its defaults it runs about 30 minutes (10 pipelines at
+# @every 1s for 15 minutes, 300 at @every 10s for 5, 2 M foreign messages)
+# and loads the machine, so run it on a stack of your own, started first
+# (STACK_DIR=$$PWD/.stack-bench PG_PORT_BASE=... KAFKA_PORT_BASE=...
+# CONNECT_PORT_BASE=... deploy/local/stack.sh up); it refuses when that
+# stack is not up. BENCH_SCENARIOS picks scenarios (steady, scale, foreign);
+# the others' results in docs/benchmarks.json are kept. Sizes and durations:
+# BENCH_PIPELINES, BENCH_MINUTES, BENCH_SCHEDULE, BENCH_RELAYS,
+# BENCH_SCALE_PIPELINES, BENCH_SCALE_MINUTES, BENCH_SCALE_SCHEDULE,
+# BENCH_SCALE_RELAYS, BENCH_PARTITIONS, BENCH_WINDOW_MINUTES, BENCH_WARMUP,
+# BENCH_STRACE_SECONDS, BENCH_FOREIGN_MESSAGES (e2e/benchservice_test.go).
+BENCH_SCENARIOS ?= all
+BENCH_STACK_ENV = $(abspath $(or $(STACK_DIR),.stack))/env
+BENCH_COMMAND = $(strip $(foreach v,STACK_DIR BENCH_PIPELINES BENCH_MINUTES BENCH_SCHEDULE BENCH_RELAYS BENCH_SCALE_PIPELINES BENCH_SCALE_MINUTES BENCH_SCALE_SCHEDULE BENCH_SCALE_RELAYS BENCH_PARTITIONS BENCH_FOREIGN_MESSAGES,$(if $($(v)),$(v)=$($(v)))) make bench-service $(if $(filter-out all,$(BENCH_SCENARIOS)),BENCH_SCENARIOS=$(BENCH_SCENARIOS)))
+bench-service: ## run the whole service with N pipelines and relays on a running stack (about 30 min) and write docs/benchmarks.md
+	@STACK_DIR=$(abspath $(or $(STACK_DIR),.stack)) bash deploy/local/stack.sh status >/dev/null 2>&1 || { \
+		echo "bench-service: the stack of $(BENCH_STACK_ENV) is not up; start it first, on ports of its own, e.g."; \
+		echo "  STACK_DIR=\$$PWD/.stack PG_PORT_BASE=58320 KAFKA_PORT_BASE=59092 CONNECT_PORT_BASE=58083 deploy/local/stack.sh up"; exit 1; }
+	OUTBOX_CANARY_STACK_ENV=$(BENCH_STACK_ENV) OUTBOX_CANARY_BENCH_SERVICE='$(BENCH_SCENARIOS)' \
+	OUTBOX_CANARY_BENCH_SERVICE_COMMAND='$(BENCH_COMMAND)' \
+	$(GO) test -count=1 -v -timeout 0 -run '^TestBenchService$$' ./e2e/
 
 .PHONY: generate
 generate: ## rewrite the generated files (example rules, dashboards, docs/metrics.md, docs/configuration.md)
