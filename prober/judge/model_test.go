@@ -415,6 +415,16 @@ func (s *shellSim) crash() {
 // until Sent (flush) or until the oldest effect waiting is groupCommit old,
 // and a change no effect waits on rides with the next write.
 func (s *shellSim) apply(fx []Effect, flush bool) {
+	// The promise is about when the judge asks; with group commit the
+	// shell may perform an ask made before the arrival after it.
+	for _, e := range fx {
+		if e.Kind == EffectLookup {
+			if c := s.j.Canary(e.Canary); c != nil && c.Arrived && at(s.now).Before(c.Consumed.Add(s.sim.w.cfg.LookupSettle)) {
+				s.early = append(s.early, fmt.Sprintf("%s: looked up at %s, arrived at %s, settle %s",
+					e.Canary, s.now, c.Consumed.Sub(m0), s.sim.w.cfg.LookupSettle))
+			}
+		}
+	}
 	s.pending = append(s.pending, fx...)
 	if s.j.Dirty() {
 		if s.groupCommit > 0 && !flush {
@@ -434,10 +444,6 @@ func (s *shellSim) apply(fx []Effect, flush bool) {
 	fx, s.pending = s.pending, nil
 	for _, e := range fx {
 		if e.Kind == EffectLookup {
-			if c := s.j.Canary(e.Canary); c != nil && c.Arrived && at(s.now).Before(c.Consumed.Add(s.sim.w.cfg.LookupSettle)) {
-				s.early = append(s.early, fmt.Sprintf("%s: looked up at %s, arrived at %s, settle %s",
-					e.Canary, s.now, c.Consumed.Sub(m0), s.sim.w.cfg.LookupSettle))
-			}
 			if _, ok := s.lookups[e.Canary]; !ok {
 				s.lookups[e.Canary] = s.now + 5*time.Millisecond
 			}
