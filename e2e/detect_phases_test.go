@@ -82,7 +82,9 @@ type secondStall struct {
 	phase                        int
 	recovered, started, notified time.Time
 	lastClearCheck               time.Time
-	clearWhy                     string
+	// clearState is what was last logged of the wait for the short
+	// windows, without the counts that change at every evaluation.
+	clearState string
 }
 
 const (
@@ -123,10 +125,10 @@ func (ss *secondStall) drive(t *testing.T, o *observation, res *scenarioResult, 
 			return // the windows move at the evaluation interval
 		}
 		ss.lastClearCheck = now
-		clear, why, firing := shortWindowsClear(o.promAddr, ss.pipeline, ss.short)
-		if why != ss.clearWhy {
+		clear, why, state, firing := shortWindowsClear(o.promAddr, ss.pipeline, ss.short)
+		if state != ss.clearState {
 			t.Logf("[%s] short windows: %s", secs(*at(now)), why)
-			ss.clearWhy = why
+			ss.clearState = state
 		}
 		if !clear {
 			if now.Sub(ss.recovered) > shortWindowsTimeout {
@@ -189,18 +191,19 @@ func newPageNotification(o *observation, pipeline string, since time.Time) (deli
 // no bad SLI event of the pipeline in the last `short`. It also returns
 // the pipeline's alerts Prometheus holds firing, the longer windows the
 // second stall starts under.
-func shortWindowsClear(promAddr, pipeline string, short time.Duration) (bool, string, []string) {
+func shortWindowsClear(promAddr, pipeline string, short time.Duration) (clear bool, why, state string, firing []string) {
 	ctx := context.Background()
 	as, err := promAlerts(ctx, promAddr)
 	if err != nil {
-		return false, err.Error(), nil
+		return false, err.Error(), err.Error(), nil
 	}
 	q := fmt.Sprintf(`sum(increase(%s{%s=%q, %s=%q}[%s])) or vector(0)`, slo.MetricSLIEvents, slo.LabelPipeline, pipeline, slo.LabelOutcome, slo.OutcomeBad, slo.PromDuration(short))
 	bad, err := promQuery(ctx, promAddr, q)
 	if err != nil || len(bad) != 1 {
-		return false, fmt.Sprintf("%s: %v (%d samples)", q, err, len(bad)), nil
+		why := fmt.Sprintf("%s: %v (%d samples)", q, err, len(bad))
+		return false, why, why, nil
 	}
-	var stalled, firing []string
+	var stalled []string
 	for _, a := range as {
 		if a.Labels[slo.LabelPipeline] != pipeline {
 			continue
@@ -214,11 +217,13 @@ func shortWindowsClear(promAddr, pipeline string, short time.Duration) (bool, st
 		}
 	}
 	sort.Strings(firing)
-	why := fmt.Sprintf("%.1f bad events of %s in the last %s", bad[0].Value, pipeline, slo.PromDuration(short))
+	why = fmt.Sprintf("%.1f bad events of %s in the last %s", bad[0].Value, pipeline, slo.PromDuration(short))
+	state = fmt.Sprintf("bad events %v", bad[0].Value > 0)
 	if len(stalled) > 0 {
 		why += "; " + strings.Join(stalled, "; ")
+		state += "; " + strings.Join(stalled, "; ")
 	}
-	return len(stalled) == 0 && bad[0].Value == 0, why, firing
+	return len(stalled) == 0 && bad[0].Value == 0, why, state, firing
 }
 
 // secondPage finds, after the observation, the second stall's first page
