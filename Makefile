@@ -31,7 +31,7 @@ build: ## build bin/outbox-canary and bin/outbox-relay
 test: stack-up test-deploy ## start the local stack (installing what it needs) and run every test on it
 	$(GO) vet ./...
 	@echo "== promtool: generated rules checked, scenario suites (quiet vs stalled, routing, tickets, dead man, recovery) =="
-	$(GO) test -count=1 -v ./alerts/
+	$(GO) test -count=1 -timeout 30m -v ./alerts/
 	@echo "== every other package, on the local stack (what tests save, such as the status page's screenshot: $(TEST_OUTPUT)/) =="
 	@mkdir -p $(TEST_OUTPUT)
 	$(GO) test -count=1 -timeout 15m -skip 'TestDisruptive' -outputdir $(TEST_OUTPUT) $$($(GO) list ./... | grep -v '/alerts$$')

@@ -81,6 +81,7 @@ func TestGeneratedAlertmanagerConfigPassesAmtool(t *testing.T) {
 type notification struct {
 	Receiver string `json:"receiver"`
 	Status   string `json:"status"`
+	GroupKey string `json:"groupKey"`
 	Alerts   []struct {
 		Labels map[string]string `json:"labels"`
 	} `json:"alerts"`
@@ -296,9 +297,15 @@ func (am *alertmanager) waitForStates(ctx context.Context, t *testing.T, want ma
 	}
 }
 
+// stallSince is the stalled_since of the stall relayStall raises.
+const stallSince = "2026-12-01T00:10:05Z"
+
 // relayStall are the alerts a relay stall of pipeline orders raises, with
-// the labels the rules give them (scenarios b and f prove those).
-func relayStall() []map[string]string {
+// the labels the rules give them (scenarios b and f prove those): the
+// stall page and its aftermath first, as Prometheus fires them first.
+func relayStall() []map[string]string { return relayStallSince(stallSince) }
+
+func relayStallSince(since string) []map[string]string {
 	probe := map[string]string{"job": "outbox-canary", "instance": "prober:9464"}
 	with := func(a, b map[string]string) map[string]string {
 		out := map[string]string{}
@@ -318,7 +325,8 @@ func relayStall() []map[string]string {
 		}
 	}
 	return []map[string]string{
-		with(probe, map[string]string{"alertname": alerts.AlertStalled, "severity": "page", "pipeline": "orders", "segment": "commit_to_publish", "owner": "team-relay"}),
+		with(probe, map[string]string{"alertname": alerts.AlertStalled, "severity": "page", "pipeline": "orders", "segment": "commit_to_publish", "owner": "team-relay", alerts.LabelStalledSince: since}),
+		with(probe, map[string]string{"alertname": alerts.AlertStallAftermath, "pipeline": "orders", "segment": "commit_to_publish", "owner": "team-relay"}),
 		burn("commit_to_publish", "team-relay", "page"),
 		burn("commit_to_publish", "team-relay", "ticket"),
 		burn("end_to_end", "team-orders", "page"),
@@ -353,13 +361,16 @@ func TestAlertmanagerPagesOncePerIncident(t *testing.T) {
 		wantAlerts   []string
 	}{
 		{
-			name:  "A relay stall notifies the relay's owner once, with the stall, its burn page and the backlog page, and no one else.",
-			first: relayStall()[:1],
-			rest:  relayStall()[1:],
+			name:  "A relay stall notifies the relay's owner once, with the stall page alone, and no one else.",
+			first: relayStall()[:2],
+			rest:  relayStall()[2:],
 			states: map[string]string{
-				"OutboxCanaryStalled/commit_to_publish/page":           "active",
-				"OutboxCanaryErrorBudgetBurn/commit_to_publish/page":   "active",
-				"OutboxOldestUnpublishedTooOld/commit_to_publish/page": "active",
+				"OutboxCanaryStalled/commit_to_publish/page":    "active",
+				"OutboxCanaryStallAftermath/commit_to_publish/": "active",
+				// The same team's alerts of the stall, in other groups:
+				// held back by the aftermath.
+				"OutboxCanaryErrorBudgetBurn/commit_to_publish/page":   "suppressed",
+				"OutboxOldestUnpublishedTooOld/commit_to_publish/page": "suppressed",
 				// Another team's alerts of the same stall, and tickets under
 				// a page: inhibited.
 				"OutboxCanaryErrorBudgetBurn/end_to_end/page":          "suppressed",
@@ -368,11 +379,7 @@ func TestAlertmanagerPagesOncePerIncident(t *testing.T) {
 				"OutboxBacklogGrowing/commit_to_publish/ticket":        "suppressed",
 			},
 			wantReceiver: alerts.ReceiverName("team-relay", "page"),
-			wantAlerts: []string{
-				"OutboxCanaryErrorBudgetBurn/commit_to_publish/page",
-				"OutboxCanaryStalled/commit_to_publish/page",
-				"OutboxOldestUnpublishedTooOld/commit_to_publish/page",
-			},
+			wantAlerts:   []string{"OutboxCanaryStalled/commit_to_publish/page"},
 		},
 		{
 			name:  "With the prober absent, the dead man notifies its owner and every alert of the stall is held back.",
@@ -381,6 +388,7 @@ func TestAlertmanagerPagesOncePerIncident(t *testing.T) {
 			states: map[string]string{
 				"OutboxCanaryProberAbsent//page":                       "active",
 				"OutboxCanaryStalled/commit_to_publish/page":           "suppressed",
+				"OutboxCanaryStallAftermath/commit_to_publish/":        "suppressed",
 				"OutboxCanaryErrorBudgetBurn/commit_to_publish/page":   "suppressed",
 				"OutboxOldestUnpublishedTooOld/commit_to_publish/page": "suppressed",
 				"OutboxCanaryErrorBudgetBurn/end_to_end/page":          "suppressed",
@@ -497,7 +505,7 @@ func TestAlertmanagerTestCanFail(t *testing.T) {
 	}
 	sentinel := map[string]string{"alertname": "OutboxCanaryTestSentinel", "pipeline": "sentinel"}
 	receivers := map[string]bool{}
-	for _, n := range runIncident(ctx, t, cfg, hook, stall[:1], stall[1:], states, sentinel) {
+	for _, n := range runIncident(ctx, t, cfg, hook, stall[:2], stall[2:], states, sentinel) {
 		receivers[n.Receiver] = true
 	}
 	t.Logf("receivers notified without inhibit rules: %v", receivers)
@@ -505,5 +513,113 @@ func TestAlertmanagerTestCanFail(t *testing.T) {
 		if !receivers[r] {
 			t.Errorf("without inhibit rules %s was not notified: the relay stall's alerts no longer reach other teams, and the test cannot fail", r)
 		}
+	}
+}
+
+// postResolved sends alerts as Prometheus resends a resolved one: ended
+// a second ago.
+func (am *alertmanager) postResolved(t *testing.T, labels ...map[string]string) {
+	t.Helper()
+	var body []map[string]any
+	now := time.Now().UTC()
+	for _, l := range labels {
+		body = append(body, map[string]any{"labels": l, "startsAt": now.Add(-10 * time.Minute).Format(time.RFC3339), "endsAt": now.Add(-time.Second).Format(time.RFC3339)})
+	}
+	data, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(am.url+"/api/v2/alerts", "application/json", bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		t.Fatalf("post alerts: %s: %s", resp.Status, msg)
+	}
+}
+
+// TestASecondStallPagesAsANewGroup runs two stalls of one pipeline
+// through a real Alertmanager whose group_interval (1h) is far longer
+// than the test: the second stall begins while the first one's burn
+// page, backlog page and aftermath still fire and its stall page has
+// resolved (Prometheus resends it, resolved, for 15 minutes). Its page
+// must be a notification of a new group, as soon as a group created with
+// it (a sentinel's) has had its group_wait; had it joined the first
+// stall's group, it would wait for that group's next tick, an hour.
+// Without stalled_since in group_by that is what happens, and the test
+// says so.
+func TestASecondStallPagesAsANewGroup(t *testing.T) {
+	_, m := loadModel(t, testConfig)
+	for _, tc := range []struct {
+		name       string
+		stripLabel bool
+		wantPage   bool
+	}{
+		{"With the generated grouping, the second stall pages the relay's owner in a group of its own.", false, true},
+		{"Grouped by pipeline alone, the second stall's page waits for the first stall's group.", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			hook := newWebhook(t)
+			cfg, err := alerts.AlertmanagerConfig(m, alerts.AlertmanagerOptions{
+				GroupWait: testGroupWait, GroupInterval: time.Hour, RepeatInterval: 4 * time.Hour,
+				WebhookURL: func(receiver string) string { return hook.srv.URL + "/" + receiver },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.stripLabel {
+				before := len(cfg)
+				cfg = bytes.ReplaceAll(cfg, []byte("        - "+alerts.LabelStalledSince+"\n"), nil)
+				if len(cfg) == before {
+					t.Fatal("no stalled_since in the generated group_by to remove: the test no longer tests what it says")
+				}
+			}
+			page := alerts.ReceiverName("team-relay", "page")
+			am := startAlertmanager(ctx, t, cfg)
+
+			// The first stall, notified.
+			first := relayStall()
+			am.post(t, first[:2]...)
+			am.waitForStates(ctx, t, map[string]string{alertKey(first[0]): "active"})
+			am.post(t, first[2:]...)
+			firstNote := hook.waitFor(ctx, t, page)
+
+			// It recovers: its stall page resolves (and is resent so);
+			// its burn page, backlog page and aftermath still fire.
+			am.postResolved(t, first[0])
+			am.post(t, first[1:]...)
+
+			// The second stall, with a sentinel whose new group has the
+			// same group_wait.
+			second := relayStallSince("2026-12-01T00:30:05Z")
+			sentinel := map[string]string{"alertname": "OutboxCanaryTestSentinel", "pipeline": "sentinel"}
+			am.post(t, second[0], sentinel)
+			hook.waitFor(ctx, t, alerts.UnownedReceiver)
+			// Past the sentinel's group_wait by one more: the second
+			// stall's group, created with the sentinel's, has flushed.
+			settle, stop := context.WithTimeout(ctx, testGroupWait)
+			<-settle.Done()
+			stop()
+
+			var secondNotes []notification
+			for _, n := range hook.notifications() {
+				if n.Receiver == page && n.Status == "firing" && n.GroupKey != firstNote.GroupKey {
+					secondNotes = append(secondNotes, n)
+				}
+			}
+			t.Logf("first stall's group %s; notifications to %s in other groups: %+v", firstNote.GroupKey, page, secondNotes)
+			switch {
+			case tc.wantPage && len(secondNotes) != 1:
+				t.Fatalf("the second stall notified %d new groups of %s, want 1: %+v", len(secondNotes), page, hook.notifications())
+			case tc.wantPage && !slices.Equal(secondNotes[0].alertNames(), []string{"OutboxCanaryStalled/commit_to_publish/page"}):
+				t.Errorf("the second stall's notification holds %v, want its stall page alone", secondNotes[0].alertNames())
+			case !tc.wantPage && len(secondNotes) != 0:
+				t.Errorf("grouped by pipeline alone, the second stall still notified a new group: the test cannot tell the groupings apart: %+v", secondNotes)
+			}
+		})
 	}
 }

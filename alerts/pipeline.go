@@ -12,9 +12,12 @@ import (
 )
 
 const (
-	// clockSkewWindow is how far back a suspected skew keeps its ticket
-	// open: long enough to be seen, short enough to resolve once fixed.
-	clockSkewWindow = 15 * time.Minute
+	// clockSkewWindowMin: a skew ticket needs flagged canaries in every
+	// 5-minute window (or two canary intervals, if longer) for three such
+	// windows (clockSkewFor), at least four flagged canaries, so one
+	// flagged canary, which holds the condition for one window, never
+	// tickets.
+	clockSkewWindowMin = 5 * time.Minute
 	// slotInactiveFor rides out a connector restart.
 	slotInactiveFor = 5 * time.Minute
 	// oldestUnpublishedFor rides out the spike of rows that a long
@@ -209,10 +212,17 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 					p.Name, slo.PromDuration(slotInactiveFor))),
 		}, Rule{
 			Alert: AlertSlotRetainedWALGrowth,
+			// Three conditions: the slope over wal_growth_for is up; the
+			// slot retains more than the floor; and the series existed a
+			// whole range ago, so the slope is never taken from a slot's
+			// (or the prober's) first minutes, when a fresh slot climbs
+			// from a few hundred bytes to its idle sawtooth.
 			Expr: lines(
 				"deriv("+slot(slo.MetricSlotRetainedWAL)+"["+slo.PromDuration(time.Duration(a.WALGrowthFor))+"]) > 0",
 				"and",
 				slot(slo.MetricSlotRetainedWAL)+" > "+strconv.Itoa(walGrowthFloor),
+				"and",
+				slot(slo.MetricSlotRetainedWAL)+" offset "+slo.PromDuration(time.Duration(a.WALGrowthFor)),
 			),
 			For:           slo.PromDuration(time.Duration(a.WALGrowthFor)),
 			KeepFiringFor: keep,
@@ -252,15 +262,6 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 			fmt.Sprintf("The oldest open transaction on the database of pipeline %s is {{ $value | humanizeDuration }} old (threshold %s). Rows it wrote stay invisible to the relay until it commits, then arrive late all at once; it also holds back vacuum and, for log capture, the slot.",
 				p.Name, slo.PromDuration(time.Duration(a.LongTransactionAge)))),
 	}, Rule{
-		Alert:         AlertClockSkewSuspected,
-		Expr:          "increase(" + pl(slo.MetricClockSkew) + "[" + slo.PromDuration(clockSkewWindow) + "]) > 0",
-		KeepFiringFor: keep,
-		Labels:        labels(config.SeverityTicket, ""),
-		Annotations: g.annotate(annotations{alert: AlertClockSkewSuspected, pipelineScoped: true, dashboard: slo.DashboardSegmentLatency, segment: true,
-			summary: fmt.Sprintf("Pipeline %s: clock skew suspected on segment {{ $labels.segment }}.", p.Name),
-			description: fmt.Sprintf("{{ $value | humanize }} canaries of pipeline %s measured a negative duration on segment {{ $labels.segment }} over the last %s: the clocks stamping its two ends disagree. The segment's latencies are unreliable until the clocks (NTP/chrony on the relay, broker or database host) are fixed.",
-				p.Name, slo.PromDuration(clockSkewWindow))}),
-	}, Rule{
 		Alert: AlertBadSignatures,
 		Expr: fmt.Sprintf("sum by (%s) (increase(%s[%s])) >= %d",
 			slo.LabelPipeline, selector(slo.MetricMessagesSkipped, slo.LabelPipeline, p.Name, slo.LabelReason, slo.ReasonBadSignature),
@@ -272,8 +273,71 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 			fmt.Sprintf("{{ $value | humanize }} messages on the canary topic of pipeline %s over the last %s looked like canaries but failed signature verification, and were skipped. Either another prober writes to the topic with a different signing key (a key rotated on one instance only) or someone is forging canaries: forged canaries cannot fake health, but find the writer.",
 				p.Name, slo.PromDuration(badSignatureWindow))),
 	})
+	grp.Rules = append(grp.Rules, g.clockSkewRules(p, keep)...)
 	return grp
 }
+
+// clockSkewRules are the skew tickets of a pipeline, one per owner of the
+// segments that can measure skew (every segment but end_to_end, whose two
+// ends are the prober's clock), so each goes to the team that owns the
+// segment, as that segment's burn alerts do.
+//
+// A ticket needs flagged canaries in every clockSkewRange window for
+// clockSkewFor: a rate that lasts, not one event. A single canary a
+// millisecond early (a stamp at the edge of relay.skew_tolerance) keeps
+// the condition true for one range and is forgotten; a clock that is off
+// flags canaries again and again.
+func (g generator) clockSkewRules(p slo.Pipeline, keep string) []Rule {
+	var owners []string
+	segments := map[string][]string{}
+	for _, seg := range p.Segments {
+		if seg == config.SegmentEndToEnd {
+			continue
+		}
+		o := p.Owner(seg)
+		if _, ok := segments[o]; !ok {
+			owners = append(owners, o)
+		}
+		segments[o] = append(segments[o], seg)
+	}
+	rng := clockSkewRange(p.CanaryInterval)
+	forDur := clockSkewFor(rng)
+	var rules []Rule
+	for _, o := range owners {
+		segs := segments[o]
+		matcher := fmt.Sprintf("%s=%q", slo.LabelSegment, segs[0])
+		if len(segs) > 1 {
+			quoted := make([]string, len(segs))
+			for i, s := range segs {
+				quoted[i] = regexp.QuoteMeta(s)
+			}
+			matcher = fmt.Sprintf("%s=~%q", slo.LabelSegment, strings.Join(quoted, "|"))
+		}
+		series := fmt.Sprintf("%s{%s=%q, %s}", slo.MetricClockSkew, slo.LabelPipeline, p.Name, matcher)
+		rules = append(rules, Rule{
+			Alert:         AlertClockSkewSuspected,
+			Expr:          fmt.Sprintf("sum by (%s, %s) (increase(%s[%s])) > 0\n", slo.LabelPipeline, slo.LabelSegment, series, slo.PromDuration(rng)),
+			For:           slo.PromDuration(forDur),
+			KeepFiringFor: keep,
+			Labels:        g.labels(map[string]string{labelSeverity: g.severity(config.SeverityTicket), slo.LabelPipeline: p.Name, slo.LabelOwner: o}),
+			Annotations: g.annotate(annotations{alert: AlertClockSkewSuspected, pipelineScoped: true, dashboard: slo.DashboardSegmentLatency, segment: true,
+				summary: fmt.Sprintf("Pipeline %s: clock skew suspected on segment {{ $labels.segment }}.", p.Name),
+				description: fmt.Sprintf("Canaries of pipeline %s have kept measuring a negative duration on segment {{ $labels.segment }} for %s ({{ $value | humanize }} in the last %s): the clocks stamping its two ends disagree. The segment's latencies and its SLO are unreliable until the clocks (NTP/chrony on the relay, broker or database host) are fixed. Owner: %s.",
+					p.Name, slo.PromDuration(forDur), slo.PromDuration(rng), o)}),
+		})
+	}
+	return rules
+}
+
+// clockSkewRange is the range each skew window looks back over: at least
+// clockSkewWindowMin, and two canary intervals, so that a skew that
+// flags every canary leaves no window empty.
+func clockSkewRange(interval time.Duration) time.Duration {
+	return max(clockSkewWindowMin, 2*interval)
+}
+
+// clockSkewFor is the skew ticket's for: three of its ranges.
+func clockSkewFor(rng time.Duration) time.Duration { return 3 * rng }
 
 // proberSideOwner owns the alerts about the prober's own sight:
 // alerting.prober_owner, or the pipeline's default owner.
@@ -327,32 +391,58 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 		return fmt.Sprintf("(sum by (%s) (increase(%s{%s=%q, %s, %s=%q}%s)) > 0)",
 			slo.LabelPipeline, slo.MetricSLIEvents, slo.LabelPipeline, p.Name, seg, slo.LabelOutcome, slo.OutcomeBad, window)
 	}
+	// The value is the last delivery's time: constant through a stall,
+	// so it names the stall in the stalled_since label.
 	stalled := []string{
 		"(",
-		"  timestamp(" + recv + ") - " + recv + " > " + seconds(thr),
+		"  " + recv,
+		"  and timestamp(" + recv + ") - " + recv + " > " + seconds(thr),
 		"  and " + sent + " - " + recv + " > " + seconds(thr-p.CanaryInterval),
 		"  and " + recv + " > 0",
 		")",
 	}
 	on := "on (" + slo.LabelPipeline + ") "
-	rule := func(segment string, expr []string, why string) Rule {
-		return Rule{
+	rule := func(segment string, expr []string, why string) []Rule {
+		stall := Rule{
 			Alert:         AlertStalled,
 			Expr:          lines(append(expr, unlessKafkaDown)...),
 			KeepFiringFor: slo.PromDuration(g.keepFiringForSource()),
 			Labels: g.labels(map[string]string{
 				labelSeverity: g.severity(config.SeverityPage), slo.LabelPipeline: p.Name,
 				slo.LabelSegment: segment, slo.LabelOwner: p.Owner(segment),
+				LabelStalledSince: stalledSinceTemplate,
 			}),
 			Annotations: g.annotate(annotations{
-				alert:   AlertStalled,
-				summary: fmt.Sprintf("Pipeline %s is stalled: no canary has arrived for {{ $value | humanizeDuration }}.", p.Name),
-				description: fmt.Sprintf("No canary of pipeline %s has arrived for {{ $value | humanizeDuration }}, longer than the %s end-to-end budget plus %d canary intervals of %s (%s), while canaries kept being sent. %s Walk the pipeline in order from there: oldest unpublished row, relay or connector, replication slot, broker, consumer.",
-					p.Name, slo.PromDuration(p.EndToEndBudget), n, slo.PromDuration(p.CanaryInterval), slo.PromDuration(thr), why),
+				alert: AlertStalled,
+				// Annotations see the series' labels, not the rule's
+				// templated ones: they render the value themselves.
+				summary: fmt.Sprintf("Pipeline %s is stalled: no canary has arrived since %s.", p.Name, stalledSinceTemplate),
+				description: fmt.Sprintf("No canary of pipeline %s has arrived since %s, longer than the %s end-to-end budget plus %d canary intervals of %s (%s), while canaries kept being sent. %s Walk the pipeline in order from there: oldest unpublished row, relay or connector, replication slot, broker, consumer.",
+					p.Name, stalledSinceTemplate, slo.PromDuration(p.EndToEndBudget), n, slo.PromDuration(p.CanaryInterval), slo.PromDuration(thr), why),
 				pipelineScoped: true,
 				dashboard:      slo.DashboardPipelineHealth,
 			}),
 		}
+		// Its twin holds back the stall's consequences owned by the same
+		// team (their own Alertmanager groups, see AlertStallAftermath)
+		// until they have cleared: it fires with the stall and keeps
+		// firing past the longest of them.
+		aftermath := Rule{
+			Alert:         AlertStallAftermath,
+			Expr:          stall.Expr,
+			KeepFiringFor: slo.PromDuration(g.stallAftermath(p)),
+			Labels: g.labels(map[string]string{
+				slo.LabelPipeline: p.Name, slo.LabelSegment: segment, slo.LabelOwner: p.Owner(segment),
+			}),
+			Annotations: g.annotate(annotations{
+				alert:          AlertStallAftermath,
+				summary:        fmt.Sprintf("Pipeline %s stalled in a stage of %s within the last %s; inhibition only, never notified.", p.Name, p.Owner(segment), slo.PromDuration(g.stallAftermath(p))),
+				description:    fmt.Sprintf("Holds back, in Alertmanager, the alerts of pipeline %s owned by %s that a stall sets off (burn pages and tickets, oldest row, backlog, connector, slot), from the stall until they have cleared, so that the %s page is the only notification of the stall. Routed to no receiver.", p.Name, p.Owner(segment), AlertStalled),
+				pipelineScoped: true,
+				dashboard:      slo.DashboardPipelineHealth,
+			}),
+		}
+		return []Rule{stall, aftermath}
 	}
 	var rules []Rule
 	segments := p.StallBlameSegments()
@@ -361,13 +451,41 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 		if i > 0 {
 			expr = append(expr, "unless "+on+bad(segments[:i]))
 		}
-		rules = append(rules, rule(seg, expr, fmt.Sprintf("The canaries sent since are past their budget on segment %s, owned by %s: that is where they are stuck.", seg, p.Owner(seg))))
+		rules = append(rules, rule(seg, expr, fmt.Sprintf("The canaries sent since are past their budget on segment %s, owned by %s: that is where they are stuck.", seg, p.Owner(seg)))...)
 	}
 	expr := append(append([]string{}, stalled...), "and "+on+bad([]string{config.SegmentEndToEnd}))
 	if len(segments) > 0 {
 		expr = append(expr, "unless "+on+bad(segments))
 	}
-	return append(rules, rule(config.SegmentEndToEnd, expr, "No segment can be blamed: the canaries are late end to end, but no segment has judged them yet."))
+	return append(rules, rule(config.SegmentEndToEnd, expr, "No segment can be blamed: the canaries are late end to end, but no segment has judged them yet.")...)
+}
+
+// LabelStalledSince names a stall on OutboxCanaryStalled: the time of the
+// pipeline's last delivery before it, RFC 3339 in UTC. It is constant
+// through a stall and new for the next one, so a second stall is a new
+// alert (even while the first one's keep_firing_for still holds it) and,
+// grouped by it in Alertmanager, a new notification group.
+const LabelStalledSince = "stalled_since"
+
+// stalledSinceTemplate renders the stall alert's value, the last
+// delivery's Unix time, as LabelStalledSince.
+const stalledSinceTemplate = `{{ ($value | toTime).Format "2006-01-02T15:04:05Z07:00" }}`
+
+// stallAftermath is how long OutboxCanaryStallAftermath keeps firing after
+// the stall's evidence is gone: past the longest a consequence of the
+// stall keeps firing after it, a burn page whose short window still holds
+// the stall's bad canaries (the longest page short window) plus its
+// keep_firing_for, and a margin, so it resolves while still held back.
+func (g generator) stallAftermath(p slo.Pipeline) time.Duration {
+	var short time.Duration
+	for _, s := range p.SLOs {
+		for _, a := range s.Burn {
+			if a.Severity == config.SeverityPage {
+				short = max(short, a.Short)
+			}
+		}
+	}
+	return short + g.keepFiringForSource() + inhibitSourceMargin
 }
 
 // proberAbsentGrace is how long the prober must stay absent before the dead

@@ -9,6 +9,7 @@ package alerts_test
 
 import (
 	"bytes"
+	"maps"
 	"math/big"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -289,10 +291,21 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertErrorBudgetBurn {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*sum\(increase\(.*\n`).ReplaceAllString(r.Expr, "")
+				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*sum\(.*\n`).ReplaceAllString(r.Expr, "")
 				return true
 			}),
-			mustFail: []string{"k-fresh-prometheus"},
+			mustFail: []string{"k-fresh-prometheus", "o-fresh-prometheus-15s"},
+		},
+		{
+			name: "Burn alerts whose minimum count is a tenth of the full window's page a fresh Prometheus on two late canaries, and page before the stall alert.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertErrorBudgetBurn {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`(?m)^(\s*sum\(.*\) > .*)$`).ReplaceAllString(r.Expr, "$1 / 10")
+				return true
+			}),
+			mustFail: []string{"o-fresh-prometheus-15s"},
 		},
 		{
 			name: "A period burn rate blind to how much of the window the data covers reads minutes as the whole window.",
@@ -306,7 +319,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 			mustFail: []string{"k-fresh-prometheus", "l-label-change"},
 		},
 		{
-			name: "A WAL growth ticket without its floor goes pending on a healthy slot's few kilobytes.",
+			name: "A WAL growth ticket without its floor and warm-up goes pending on a healthy slot's few kilobytes.",
 			rules: rewriteRules(func(r *alerts.Rule) bool {
 				if r.Alert != alerts.AlertSlotRetainedWALGrowth {
 					return false
@@ -315,6 +328,55 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				return true
 			}),
 			mustFail: []string{"n-healthy-slot-is-quiet"},
+		},
+		{
+			name: "A WAL growth ticket without its warm-up takes its slope from a new busy slot's first minutes and fires.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertSlotRetainedWALGrowth {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`\nand\n[^\n]* offset [^\n]*\n`).ReplaceAllString(r.Expr, "\n")
+				return true
+			}),
+			mustFail: []string{"s-new-busy-slot-is-quiet"},
+		},
+		{
+			name: "A stall alert that wants the last canary sent stall_intervals intervals after the last delivery needs one more missed canary than configured.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertStalled || r.Labels["pipeline"] != "orders" {
+					return false
+				}
+				// 22s (the threshold less one interval) becomes 30s
+				// (3 intervals of 10s), what issue 15 found.
+				r.Expr = regexp.MustCompile(`(last_sent_timestamp_seconds\{[^}]*\} - outbox_canary_last_received_timestamp_seconds\{[^}]*\} > )22\n`).ReplaceAllString(r.Expr, "${1}30\n")
+				return true
+			}),
+			mustFail: []string{"p-stall-at-exactly-n-missed"},
+		},
+		{
+			name: "A stall alert without its name for the stall makes a second stall the first one's alert, kept firing, never paged again.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if _, ok := r.Labels[alerts.LabelStalledSince]; !ok {
+					return false
+				}
+				r.Labels = maps.Clone(r.Labels) // rewriteRules compares with the rule before
+				delete(r.Labels, alerts.LabelStalledSince)
+				return true
+			}),
+			mustFail: []string{"r-second-stall"},
+		},
+		{
+			name: "A skew ticket without its for: tickets on one canary, and one with the pipeline's default owner misses the segment's.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertClockSkewSuspected {
+					return false
+				}
+				r.For = ""
+				r.Labels = maps.Clone(r.Labels)
+				r.Labels["owner"] = "team-orders"
+				return true
+			}),
+			mustFail: []string{"q-clock-skew"},
 		},
 		{
 			name: "Alerts without keep_firing_for resolve when the prober or a watcher stops seeing.",
@@ -420,5 +482,56 @@ func TestSlotScenarioNeedsTheSlotSelector(t *testing.T) {
 	}
 	if !strings.Contains(out, "FAILED") {
 		t.Errorf("the slot scenario did not fail on an expectation (%v):\n%s", err, out)
+	}
+}
+
+// TestOneBadCanaryCountsAsOne runs testdata/scenarios-40s on rules
+// generated for canaries every 40s, where the 1h page needs more than
+// 1.296 bad canaries: one bad canary between a fresh Prometheus's first
+// two scrapes must not page. Counted with increase(), which extrapolates
+// it to 1.5, it does, and the test says so.
+func TestOneBadCanaryCountsAsOne(t *testing.T) {
+	bin := promtool(t)
+	scenario := filepath.Join("testdata", "scenarios-40s", "one-bad-canary-counts-as-one.yml")
+	for _, tc := range []struct {
+		name        string
+		extrapolate bool
+	}{
+		{"Counted as Prometheus saw it, one bad canary is one and does not page.", false},
+		{"Counted with increase(), one bad canary is 1.5 and pages: the scenario fails.", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, m := loadModel(t, testConfig)
+			for i := range m.Pipelines {
+				m.Pipelines[i].CanaryInterval = 40 * time.Second
+			}
+			rf, err := alerts.Generate(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.extrapolate {
+				n := rewriteRules(func(r *alerts.Rule) bool {
+					if r.Alert != alerts.AlertErrorBudgetBurn {
+						return false
+					}
+					r.Expr = regexp.MustCompile(`sum\((outbox_canary_sli_events_total\{[^}]*\}) - min_over_time\(outbox_canary_sli_events_total\{[^}]*\}(\[\w+\])\)\)`).
+						ReplaceAllString(r.Expr, "sum(increase(${1}${2}))")
+					return true
+				})(rf)
+				if n == 0 {
+					t.Fatal("the mutation changed no rule: the test no longer tests what it says")
+				}
+			}
+			dir := t.TempDir()
+			writeRuleFile(t, dir, cfg, rf)
+			out, err := runScenario(t, bin, dir, scenario)
+			t.Logf("promtool test rules:\n%s", out)
+			switch {
+			case !tc.extrapolate && err != nil:
+				t.Errorf("one bad canary pages a fresh Prometheus: %v", err)
+			case tc.extrapolate && (err == nil || !strings.Contains(out, "FAILED")):
+				t.Errorf("with increase() the scenario passed (%v): it cannot tell one bad canary from 1.5", err)
+			}
+		})
 	}
 }

@@ -48,8 +48,12 @@ type Rule struct {
 // Alert names. Each has a section in docs/alerts.md whose anchor is the
 // lower-cased name (see Anchor).
 const (
-	AlertErrorBudgetBurn       = "OutboxCanaryErrorBudgetBurn"
-	AlertStalled               = "OutboxCanaryStalled"
+	AlertErrorBudgetBurn = "OutboxCanaryErrorBudgetBurn"
+	AlertStalled         = "OutboxCanaryStalled"
+	// AlertStallAftermath never notifies: it inhibits, in Alertmanager,
+	// the same team's alerts that a stall sets off, from the stall until
+	// they have cleared (see stallAftermath).
+	AlertStallAftermath        = "OutboxCanaryStallAftermath"
 	AlertInsertsFailing        = "OutboxCanaryInsertsFailing"
 	AlertProberAbsent          = "OutboxCanaryProberAbsent"
 	AlertClockSkewSuspected    = "OutboxCanaryClockSkewSuspected"
@@ -70,7 +74,7 @@ const (
 // docs/alerts.md.
 func AlertNames() []string {
 	return []string{
-		AlertStalled, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent,
+		AlertStalled, AlertStallAftermath, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent,
 		AlertDependencyDown, AlertWatcherFailing,
 		AlertOldestUnpublished, AlertBacklogGrowing,
 		AlertConnectorTaskFailed, AlertSlotInactive, AlertSlotRetainedWALGrowth, AlertSlotWALAtRisk,

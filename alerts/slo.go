@@ -158,10 +158,12 @@ func (g generator) metaRecordings(s slo.SLO) []Rule {
 // BurnAlertExpr is one multiwindow burn-rate condition: the error ratio is
 // over the threshold on the long window (the value, so $value reads as the
 // long window's ratio) and still is on the short window, and the long
-// window holds as many bad events as a full window would need to cross
-// the threshold (see slo.BurnAlert.MinBadEvents): on a Prometheus younger
-// than the long window, a late canary or two cannot page. The window
-// label is dropped, so alerts of different window pairs are one alert.
+// window holds more bad canaries than slo.BurnAlert.MinBadEvents: the
+// long window is judged as bad / max(events, Long / interval), so on a
+// Prometheus younger than the long window a late canary or two cannot
+// page, and a full stall pages after as many bad canaries as on a full
+// window. The window label is dropped, so alerts of different window
+// pairs are one alert.
 func BurnAlertExpr(s slo.SLO, a slo.BurnAlert, interval time.Duration) string {
 	thr := a.ThresholdExpr(s)
 	return lines(
@@ -172,9 +174,22 @@ func BurnAlertExpr(s slo.SLO, a slo.BurnAlert, interval time.Duration) string {
 		"    "+sloSelector(slo.RecordSLIError(a.Short), s)+" > "+thr,
 		"  )",
 		"  and on ()",
-		"  sum(increase("+sliSelector(s, slo.OutcomeBad)+"["+slo.PromDuration(a.Long)+"])) > "+a.MinBadEventsExpr(s, interval),
+		"  "+BadEventsSeenExpr(s, a.Long)+" > "+a.MinBadEventsExpr(s, interval),
 		")",
 	)
+}
+
+// BadEventsSeenExpr counts the SLO's bad canaries in a window as
+// Prometheus saw them: the last sample less the lowest, per series. Not
+// increase(), which extrapolates to the window's ends: on a fresh
+// Prometheus it reads one bad canary between its first two scrapes as up
+// to 2.6, and one bad canary must count as one. After a counter reset (a
+// prober restart) it counts from the reset, a lower bound; on a full
+// window it misses only bad canaries of the window's first scrape
+// interval, which leave the window a moment later anyway.
+func BadEventsSeenExpr(s slo.SLO, w time.Duration) string {
+	bad := sliSelector(s, slo.OutcomeBad)
+	return "sum(" + bad + " - min_over_time(" + bad + "[" + slo.PromDuration(w) + "]))"
 }
 
 // burnAlerts are one alert per severity for the SLO: the window pairs of

@@ -48,15 +48,26 @@ func (p Pipeline) StallBlameSegments() []string {
 	return out
 }
 
-// MinBadEvents is how many bad events the long window must hold for the
-// alert to fire: as many as a window full of canaries (Long / interval of
-// them) needs to cross the threshold. On a Prometheus that holds less
-// than the long window, the ratio alone is judged on fewer events and one
-// late canary could cross it; requiring this count means an alert fires
-// only when it would have fired had the missing part of the window been
-// all good. On a full window the ratio condition implies it: interval is
-// the longest gap between canaries, so the window holds at least
-// Long / interval events.
+// MinBadEvents is how many bad canaries the long window must hold for
+// the pair to fire: Threshold x Long / interval, as many as a window full
+// of canaries (Long / interval of them) needs to cross the threshold.
+//
+// The rules judge the long window's ratio as bad / max(events, expected),
+// expected = Long / interval: the ratio itself once the window holds a
+// full window's canaries, bad / expected while it holds fewer (a fresh
+// Prometheus, a prober that just started). "Ratio over the threshold and
+// more than MinBadEvents bad" is the same condition: below expected
+// events, more than Threshold x expected bad implies the ratio; at or
+// above it, the ratio implies the count. So a pair fires on a young
+// window only when it would have fired had the missing part been all
+// good, and a full stall pages after the same number of bad canaries
+// (the Workbook's detection time) whatever the window holds.
+//
+// Because Threshold x Long is budget_percent/100 x (1 - objective) x the
+// SLO window for every pair, MinBadEvents is budget_percent/100 of the
+// error budget counted in canaries: 2% and 5% for the pages, 10% for the
+// tickets. That order is the Workbook's: after a full stall the pages
+// fire first and the tickets later, from the first minute of data.
 func (a BurnAlert) MinBadEvents(s SLO, interval time.Duration) *big.Rat {
 	n := new(big.Rat).SetFrac64(int64(a.Long), int64(interval))
 	return n.Mul(n, a.Threshold(s))

@@ -25,15 +25,20 @@ func (w Warning) String() string {
 	return fmt.Sprintf("pipeline %q (%s): %s", w.Pipeline, strings.Join(w.Segments, ", "), w.Message)
 }
 
-// Warnings checks, for every SLO and alert window, whether one bad canary
-// already pushes the window's error ratio over the alert's threshold.
+// Warnings checks every SLO's window pairs against the canary rate, as the
+// generated rules judge them (see BurnAlert.MinBadEvents):
 //
-// A window holds window/interval canaries, so one bad canary is an error
-// ratio of interval/window. When that is above factor*(1-objective), the
-// window cannot tell one slow canary from a burn: on a short window the
-// alert keeps firing (or resolves late) on a single blip; on a long window
-// a single slow canary fires it. The fix is more canaries (a shorter
-// schedule) or a looser objective; the message names both.
+//   - Long window: a pair fires on bad / max(events, Long/interval) over the
+//     threshold, so one bad canary fires it, on a full window and on a
+//     fresh Prometheus alike, exactly when MinBadEvents is below 1: when
+//     interval/Long is over the threshold.
+//   - Short window: it only confirms that a burn the long window proves is
+//     still going on, and resets the pair soon after it stops. One bad
+//     canary crossing the short window's threshold is its design, not a
+//     fault (the long window holds the pair back). What breaks it is a
+//     short window that can hold no canary at all (interval longer than
+//     the window): between two canaries it has no events, records no
+//     ratio, and the pair drops out in the middle of a burn.
 func Warnings(m *Model) []Warning {
 	var out []Warning
 	for _, p := range m.Pipelines {
@@ -41,24 +46,21 @@ func Warnings(m *Model) []Warning {
 			continue
 		}
 		byMessage := map[string]int{}
+		add := func(s SLO, w time.Duration, msg string) {
+			if i, ok := byMessage[msg]; ok {
+				out[i].Segments = append(out[i].Segments, s.Segment)
+				return
+			}
+			byMessage[msg] = len(out)
+			out = append(out, Warning{Pipeline: p.Name, Segments: []string{s.Segment}, Window: w, Message: msg})
+		}
 		for _, s := range p.SLOs {
 			for _, a := range s.Burn {
-				for _, w := range a.Windows() {
-					msg, bad := windowWarning(p.CanaryInterval, s, a, w)
-					if !bad {
-						continue
-					}
-					if i, ok := byMessage[msg]; ok {
-						out[i].Segments = append(out[i].Segments, s.Segment)
-						continue
-					}
-					byMessage[msg] = len(out)
-					out = append(out, Warning{
-						Pipeline: p.Name,
-						Segments: []string{s.Segment},
-						Window:   w,
-						Message:  msg,
-					})
+				if msg, bad := longWindowWarning(p.CanaryInterval, s, a); bad {
+					add(s, a.Long, msg)
+				}
+				if msg, bad := shortWindowWarning(p.CanaryInterval, a); bad {
+					add(s, a.Short, msg)
 				}
 			}
 		}
@@ -66,43 +68,46 @@ func Warnings(m *Model) []Warning {
 	return out
 }
 
-// windowWarning reports whether one bad canary in window crosses the
-// alert's threshold, and says what would work.
-func windowWarning(interval time.Duration, s SLO, a BurnAlert, window time.Duration) (string, bool) {
-	threshold := a.Threshold(s)
-	// One bad canary in the window: interval/window.
-	oneBad := new(big.Rat).SetFrac64(int64(interval), int64(window))
-	if oneBad.Cmp(threshold) <= 0 {
+// longWindowWarning reports whether one bad canary fires the pair: its
+// minimum count of bad canaries, threshold x Long / interval, is below 1.
+func longWindowWarning(interval time.Duration, s SLO, a BurnAlert) (string, bool) {
+	if a.MinBadEvents(s, interval).Cmp(big.NewRat(1, 1)) >= 0 {
 		return "", false
 	}
+	threshold := a.Threshold(s)
 	thr, _ := threshold.Float64()
-	ob, _ := oneBad.Float64()
-	effect := "so the window cannot tell a blip from a burn: one slow canary keeps the alert firing"
-	if window == a.Long {
-		effect = "so a single slow canary fires the alert"
-	}
-	msg := fmt.Sprintf("a canary every %s is %s canaries per %s; one bad canary (%s) is already over the %s threshold %s x (1 - %s) = %s on the %s window, %s; ",
-		PromDuration(interval), formatCount(float64(window)/float64(interval)), PromDuration(window), percent(ob),
-		a.Severity, FormatRat(a.Factor), s.ObjectiveExpr(), percent(thr), PromDuration(window), effect)
-	// Intervals strictly below window*threshold put one bad canary under
-	// the threshold.
-	limit := time.Duration(float64(window) * thr)
+	oneBad, _ := new(big.Rat).SetFrac64(int64(interval), int64(a.Long)).Float64()
+	msg := fmt.Sprintf("a canary every %s is %s canaries per %s; one bad canary (%s) is already over the %s threshold %s x (1 - %s) = %s on the %s window, so a single slow canary fires the alert, on a full window and on a fresh Prometheus alike; ",
+		PromDuration(interval), formatCount(float64(a.Long)/float64(interval)), PromDuration(a.Long), percent(oneBad),
+		a.Severity, FormatRat(a.Factor), s.ObjectiveExpr(), percent(thr), PromDuration(a.Long))
+	// Intervals up to Long x threshold make one bad canary no more than
+	// the threshold, which the pair needs to exceed.
 	var fixes []string
-	if every := (limit - 1).Truncate(time.Second); every >= time.Second {
+	if every := time.Duration(float64(a.Long) * thr).Truncate(time.Second); every >= time.Second {
 		fixes = append(fixes, fmt.Sprintf("send a canary at least every %s (canary.schedule \"@every %s\")", every, every))
 	}
-	// Objectives strictly below 1 - 1/(n*factor) put one bad canary under
-	// the threshold; suggest one rounded down to two decimals in percent.
-	n := float64(window) / float64(interval)
+	// Objectives up to 1 - 1/(n x factor) do the same; suggest one
+	// rounded down to two decimals in percent.
+	n := float64(a.Long) / float64(interval)
 	factor, _ := a.Factor.Float64()
 	maxObjective := 100 * (1 - 1/(n*factor))
-	if obj := math.Floor(maxObjective*100-1e-9) / 100; obj > 0 {
+	if obj := math.Floor(maxObjective*100+1e-9) / 100; obj > 0 {
 		fixes = append(fixes, fmt.Sprintf("lower slo.objective to %s or less", strconvTrim(obj)))
 	}
 	if len(fixes) == 0 {
 		fixes = append(fixes, "use a longer alert window in alerting.burn_windows")
 	}
 	return msg + strings.Join(fixes, ", or "), true
+}
+
+// shortWindowWarning reports whether the short window can hold no canary.
+func shortWindowWarning(interval time.Duration, a BurnAlert) (string, bool) {
+	if interval <= a.Short {
+		return "", false
+	}
+	return fmt.Sprintf("a canary every %s is less than one per %s, so the %s short window of the %s/%s %s is empty between two canaries: it records no error ratio then, and the alert drops out in the middle of a burn; send a canary at least every %s (canary.schedule \"@every %s\")",
+		PromDuration(interval), PromDuration(a.Short), PromDuration(a.Short), PromDuration(a.Long), PromDuration(a.Short), a.Severity,
+		PromDuration(a.Short), PromDuration(a.Short)), true
 }
 
 func percent(r float64) string { return strconvTrim(math.Round(r*1e4)/1e2) + "%" }

@@ -118,6 +118,7 @@ pipelines:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	rare := rareCanariesConfig(t)
 	cases := []struct {
 		name    string
 		file    string
@@ -132,9 +133,9 @@ pipelines:
 		{"An unset secret variable is an error that names the field.", "../../examples/outbox-canary.yml",
 			map[string]string{"OUTBOX_CANARY_SIGNING_KEY": "sekrit-key", "OUTBOX_CANARY_PG_DSN": "postgres://u:hunter2@h/db", "OUTBOX_CANARY_PG_DSN_PAYMENTS": ""},
 			nil, `pipelines[1] "payments": database.dsn: environment variable OUTBOX_CANARY_PG_DSN_PAYMENTS is not set`},
-		{"Canaries too rare for the objective are valid but warned about, with a rate that would work.", "../../internal/config/testdata/valid-minimal.yml",
+		{"Canaries too rare for the objective (one a minute at 99.9%: one bad canary fires the 1h page) are valid but warned about, with a rate that would work.", rare,
 			map[string]string{"ORDERS_DSN": "postgres://u:hunter2@h/db"},
-			[]string{"warnings (the file works, but the alerts cannot judge it well):", `pipeline "orders"`, "@every"}, ""},
+			[]string{"warnings (the file works, but the alerts cannot judge it well):", `pipeline "orders"`, "a single slow canary fires the alert", `"@every 51s"`}, ""},
 		{"A budget for an unknown segment is an error that names the field.", bad, nil,
 			nil, "budgets.commit_to_nowhere: unknown segment"},
 	}
@@ -193,4 +194,21 @@ pipelines:
 			t.Errorf("the line lacks %q: %s", want, line)
 		}
 	}
+}
+
+// rareCanariesConfig writes valid-minimal.yml with a canary a minute: at
+// the default 99.9% over 30d one bad canary is 1.67% of the hour's 60,
+// over the 1h page's 1.44%, so validate and rules warn. The default
+// schedule (10s) does not: its 1h page needs 6 bad canaries.
+func rareCanariesConfig(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../../internal/config/testdata/valid-minimal.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "rare.yml")
+	if err := os.WriteFile(path, append(data, "    canary: {schedule: \"@every 1m\"}\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
