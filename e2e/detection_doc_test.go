@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-canary/outbox-canary/alerts"
 )
 
 // detectionJSON and detectionMD are the measurement file and the document
@@ -39,16 +41,18 @@ type detection struct {
 // detectSettings are the production settings the scenarios ran at, and
 // the configuration's figures the document explains the results with.
 type detectSettings struct {
-	ScrapeInterval     string            `json:"scrape_interval"`
-	EvaluationInterval string            `json:"evaluation_interval"`
-	GroupWait          string            `json:"group_wait"`
-	GroupInterval      string            `json:"group_interval"`
-	RepeatInterval     string            `json:"repeat_interval"`
-	CanaryInterval     string            `json:"canary_interval"`
-	StallIntervals     int               `json:"stall_intervals"`
-	RelayPollInterval  string            `json:"relay_poll_interval"`
-	NaiveAlert         string            `json:"naive_alert"`
-	Pipelines          []pipelineSummary `json:"pipelines"`
+	ScrapeInterval     string `json:"scrape_interval"`
+	EvaluationInterval string `json:"evaluation_interval"`
+	GroupWait          string `json:"group_wait"`
+	GroupInterval      string `json:"group_interval"`
+	RepeatInterval     string `json:"repeat_interval"`
+	// GroupBy is the generated route's group_by.
+	GroupBy           []string          `json:"group_by,omitempty"`
+	CanaryInterval    string            `json:"canary_interval"`
+	StallIntervals    int               `json:"stall_intervals"`
+	RelayPollInterval string            `json:"relay_poll_interval"`
+	NaiveAlert        string            `json:"naive_alert"`
+	Pipelines         []pipelineSummary `json:"pipelines"`
 }
 
 // pipelineSummary is one pipeline of the adapted example configuration.
@@ -178,9 +182,12 @@ type deliveryRecord struct {
 }
 
 // about says whether a notification concerns the faulted pipeline (any
-// pipeline when none was faulted) and came after the fault.
+// pipeline when none was faulted) and came after the fault. A call to the
+// inhibit-only receiver is none: it has no integration in production, so
+// Alertmanager sends nothing (runs before the harness left it empty
+// recorded the call).
 func (r *scenarioResult) about(d deliveryRecord) bool {
-	return d.At >= 0 && (r.Pipeline == "" || slices.Contains(d.Pipelines, r.Pipeline))
+	return d.At >= 0 && (r.Pipeline == "" || slices.Contains(d.Pipelines, r.Pipeline)) && d.Receiver != alerts.InhibitOnlyReceiver
 }
 
 // causedByFault says whether an alert started after the fault: alerts the
@@ -360,6 +367,9 @@ func renderDetection(d *detection) []byte {
 	p("| setting | value |\n|---|---|\n")
 	p("| scrape and evaluation interval | %s, %s |\n", st.ScrapeInterval, st.EvaluationInterval)
 	p("| Alertmanager group_wait, group_interval, repeat_interval | %s, %s, %s (its defaults: the generated route sets none) |\n", st.GroupWait, st.GroupInterval, st.RepeatInterval)
+	if len(st.GroupBy) > 0 {
+		p("| Alertmanager group_by (the generated route) | %s |\n", strings.Join(st.GroupBy, ", "))
+	}
 	p("| canaries | every %s on every pipeline (examples/outbox-canary.yml, schedules changed to 10 s) |\n", st.CanaryInterval)
 	p("| alerting.stall_intervals | %d (the example has 2; see below) |\n", st.StallIntervals)
 	p("| reference relays' poll interval | %s |\n", st.RelayPollInterval)
@@ -559,6 +569,9 @@ func renderScenario(b *bytes.Buffer, r *scenarioResult) {
 	firstOfGroup := map[string]float64{}
 	for _, dl := range r.Deliveries {
 		what := fmt.Sprintf("**notification** to `%s` (%s): %s", dl.Receiver, dl.Status, strings.Join(dl.Alerts, "; "))
+		if dl.Receiver == alerts.InhibitOnlyReceiver {
+			what = fmt.Sprintf("routed to `%s` (%s), which has no integration, so nothing is sent: %s", dl.Receiver, dl.Status, strings.Join(dl.Alerts, "; "))
+		}
 		if first, ok := firstOfGroup[dl.Receiver+" "+dl.Group]; ok {
 			what += fmt.Sprintf(" (an update of the group notified at %s)", secs(first))
 		} else {
