@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-canary/outbox-canary/alerts"
 )
 
 // detectionJSON and detectionMD are the measurement file and the document
@@ -39,16 +41,18 @@ type detection struct {
 // detectSettings are the production settings the scenarios ran at, and
 // the configuration's figures the document explains the results with.
 type detectSettings struct {
-	ScrapeInterval     string            `json:"scrape_interval"`
-	EvaluationInterval string            `json:"evaluation_interval"`
-	GroupWait          string            `json:"group_wait"`
-	GroupInterval      string            `json:"group_interval"`
-	RepeatInterval     string            `json:"repeat_interval"`
-	CanaryInterval     string            `json:"canary_interval"`
-	StallIntervals     int               `json:"stall_intervals"`
-	RelayPollInterval  string            `json:"relay_poll_interval"`
-	NaiveAlert         string            `json:"naive_alert"`
-	Pipelines          []pipelineSummary `json:"pipelines"`
+	ScrapeInterval     string `json:"scrape_interval"`
+	EvaluationInterval string `json:"evaluation_interval"`
+	GroupWait          string `json:"group_wait"`
+	GroupInterval      string `json:"group_interval"`
+	RepeatInterval     string `json:"repeat_interval"`
+	// GroupBy is the generated route's group_by.
+	GroupBy           []string          `json:"group_by,omitempty"`
+	CanaryInterval    string            `json:"canary_interval"`
+	StallIntervals    int               `json:"stall_intervals"`
+	RelayPollInterval string            `json:"relay_poll_interval"`
+	NaiveAlert        string            `json:"naive_alert"`
+	Pipelines         []pipelineSummary `json:"pipelines"`
 }
 
 // pipelineSummary is one pipeline of the adapted example configuration.
@@ -90,6 +94,29 @@ type scenarioResult struct {
 	Alerts     []alertTimeline  `json:"alerts"`
 	Deliveries []deliveryRecord `json:"deliveries"`
 	Load       loadInfo         `json:"load"`
+	// Second is the second stall of the second-stall scenario.
+	Second *secondStallResult `json:"second_stall,omitempty"`
+}
+
+// secondStallResult is what the second-stall scenario measured of its
+// second stall, in seconds from the first stall (the scenario's fault).
+type secondStallResult struct {
+	// RecoveredAt: the relay resumed, the first stall's end.
+	RecoveredAt *float64 `json:"recovered_at,omitempty"`
+	// ShortWindowsClearAt: the first stall's short windows were seen
+	// clear; StillFiring the pipeline's alerts firing then.
+	ShortWindowsClearAt *float64 `json:"short_windows_clear_at,omitempty"`
+	StillFiring         []string `json:"still_firing,omitempty"`
+	// StartAt: the relay paused again.
+	StartAt *float64 `json:"start_at,omitempty"`
+	// Page is the first page alert of the pipeline that began firing in
+	// Prometheus at or after StartAt.
+	Page *alertTimeline `json:"page,omitempty"`
+	// NotifiedAt is the first webhook call after StartAt carrying a page
+	// of the pipeline that fired after StartAt.
+	NotifiedAt       *float64 `json:"notified_at,omitempty"`
+	NotifiedReceiver string   `json:"notified_receiver,omitempty"`
+	NotifiedAlerts   []string `json:"notified_alerts,omitempty"`
 }
 
 // runInfo says when, where and how a scenario ran.
@@ -155,9 +182,12 @@ type deliveryRecord struct {
 }
 
 // about says whether a notification concerns the faulted pipeline (any
-// pipeline when none was faulted) and came after the fault.
+// pipeline when none was faulted) and came after the fault. A call to the
+// inhibit-only receiver is none: it has no integration in production, so
+// Alertmanager sends nothing (runs before the harness left it empty
+// recorded the call).
 func (r *scenarioResult) about(d deliveryRecord) bool {
-	return d.At >= 0 && (r.Pipeline == "" || slices.Contains(d.Pipelines, r.Pipeline))
+	return d.At >= 0 && (r.Pipeline == "" || slices.Contains(d.Pipelines, r.Pipeline)) && d.Receiver != alerts.InhibitOnlyReceiver
 }
 
 // causedByFault says whether an alert started after the fault: alerts the
@@ -337,6 +367,9 @@ func renderDetection(d *detection) []byte {
 	p("| setting | value |\n|---|---|\n")
 	p("| scrape and evaluation interval | %s, %s |\n", st.ScrapeInterval, st.EvaluationInterval)
 	p("| Alertmanager group_wait, group_interval, repeat_interval | %s, %s, %s (its defaults: the generated route sets none) |\n", st.GroupWait, st.GroupInterval, st.RepeatInterval)
+	if len(st.GroupBy) > 0 {
+		p("| Alertmanager group_by (the generated route) | %s |\n", strings.Join(st.GroupBy, ", "))
+	}
 	p("| canaries | every %s on every pipeline (examples/outbox-canary.yml, schedules changed to 10 s) |\n", st.CanaryInterval)
 	p("| alerting.stall_intervals | %d (the example has 2; see below) |\n", st.StallIntervals)
 	p("| reference relays' poll interval | %s |\n", st.RelayPollInterval)
@@ -402,7 +435,7 @@ func renderDetection(d *detection) []byte {
 	}
 	p("\nSeconds from the fault; observation windows and the load each ran under are in the scenario's section.\n\n")
 
-	p("### Against the targets of issue 10\n\n")
+	p("### Against the targets of issues 10 and 15\n\n")
 	for _, r := range d.Scenarios {
 		p("- **%s**: %s. %s\n", r.Title, r.Target, verdict(r))
 	}
@@ -467,10 +500,20 @@ func verdict(r *scenarioResult) string {
 				n++
 			}
 		}
-		if len(active) == 0 && n == 0 {
-			return fmt.Sprintf("Met: nothing pending, firing or notified in %.0f s.", r.ObservedSeconds)
+		bad := 0.0
+		for _, b := range r.FirstBad {
+			bad += b.Count
 		}
-		return fmt.Sprintf("**Missed**: %s; %d notification(s).", strings.Join(active, "; "), n)
+		from := "from the fault"
+		if r.PrometheusDataSeconds == 0 {
+			from = "from the fresh Prometheus's start"
+		}
+		if len(active) == 0 && n == 0 {
+			return fmt.Sprintf("Met: 0 notifications, and nothing pending or firing, in %.0f s %s, with %.0f bad SLI event(s).", r.ObservedSeconds, from, bad)
+		}
+		return fmt.Sprintf("**Missed**: %d notification(s) in %.0f s %s, with %.0f bad SLI event(s); pending or firing: %s.", n, r.ObservedSeconds, from, bad, strings.Join(active, "; "))
+	case scenarioSecondStall:
+		return secondStallVerdict(r)
 	default:
 		a := r.firstPage()
 		if a == nil {
@@ -526,6 +569,9 @@ func renderScenario(b *bytes.Buffer, r *scenarioResult) {
 	firstOfGroup := map[string]float64{}
 	for _, dl := range r.Deliveries {
 		what := fmt.Sprintf("**notification** to `%s` (%s): %s", dl.Receiver, dl.Status, strings.Join(dl.Alerts, "; "))
+		if dl.Receiver == alerts.InhibitOnlyReceiver {
+			what = fmt.Sprintf("routed to `%s` (%s), which has no integration, so nothing is sent: %s", dl.Receiver, dl.Status, strings.Join(dl.Alerts, "; "))
+		}
 		if first, ok := firstOfGroup[dl.Receiver+" "+dl.Group]; ok {
 			what += fmt.Sprintf(" (an update of the group notified at %s)", secs(first))
 		} else {
@@ -533,7 +579,11 @@ func renderScenario(b *bytes.Buffer, r *scenarioResult) {
 		}
 		rows = append(rows, row{dl.At, what})
 	}
+	if s := r.Second; s != nil && s.Page != nil && s.Page.FiringAt != nil {
+		rows = append(rows, row{*s.Page.FiringAt, fmt.Sprintf("firing again, the second stall's first page: %s, owner %s", alertName(*s.Page), orDash(s.Page.Owner))})
+	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].at < rows[j].at })
+	renderSecondStall(b, r)
 	p("| s from the fault | event |\n|---|---|\n")
 	for _, rw := range rows {
 		p("| %s | %s |\n", secs(rw.at), rw.what)
@@ -542,6 +592,76 @@ func renderScenario(b *bytes.Buffer, r *scenarioResult) {
 	if len(r.Alerts) == 0 {
 		p("No alert was pending or firing in Prometheus at any evaluation.\n\n")
 	}
+}
+
+// Alertmanager sends a new group's first notification group_wait after
+// its first alert arrives, and Prometheus sends an alert at the
+// evaluation that fires it: a notification later than this after the
+// alert fired waited for a group that was already there.
+const newGroupSlack = amGroupWaitDefault + prodEval
+
+// secondStallVerdict says whether the second stall paged as a first one
+// does (secondStallTarget).
+func secondStallVerdict(r *scenarioResult) string {
+	s := r.Second
+	first := r.firstPage()
+	switch {
+	case first == nil || first.FiringAt == nil:
+		return fmt.Sprintf("**Missed**: the first stall did not page within %.0f s.", r.ObservedSeconds)
+	case s == nil || s.StartAt == nil || s.RecoveredAt == nil:
+		return "**Missed**: no second stall: the first's short windows did not clear (see the timeline)."
+	case s.Page == nil || s.Page.FiringAt == nil:
+		return fmt.Sprintf("**Missed**: no page fired anew in the %.0f s the second stall was watched.", r.ObservedSeconds-*s.StartAt)
+	}
+	fire := *s.Page.FiringAt - *s.StartAt
+	still := "nothing of the first still firing"
+	if len(s.StillFiring) > 0 {
+		still = "the first's " + strings.Join(s.StillFiring, "; ") + " still firing"
+	}
+	if s.NotifiedAt == nil {
+		return fmt.Sprintf("**Missed**: the second stall (%s) fired %s %s s after its start, and no notification followed in the %.0f s it was watched.", still, alertName(*s.Page), secs(fire), r.ObservedSeconds-*s.StartAt)
+	}
+	held := *s.NotifiedAt - *s.Page.FiringAt
+	word := "Met"
+	if fire > 60 || held > newGroupSlack.Seconds() {
+		word = "**Missed**"
+	}
+	return fmt.Sprintf("%s: the second stall began %s s after the first's recovery, with %s; its first page, %s to %s, fired %s s after its start and was notified %s s after its start, %s s after firing (group_wait %s), %s s after the first's recovery. The first stall was notified %s s after it began.",
+		word, secs(*s.StartAt-*s.RecoveredAt), still, alertName(*s.Page), orDash(s.Page.Owner), secs(fire), secs(*s.NotifiedAt-*s.StartAt), secs(held), amGroupWaitDefault, secs(*s.NotifiedAt-*s.RecoveredAt), optSecs(first.Notified))
+}
+
+// renderSecondStall writes the second stall's figures, from its start and
+// from the first's recovery, above the scenario's timeline.
+func renderSecondStall(b *bytes.Buffer, r *scenarioResult) {
+	s := r.Second
+	if s == nil || s.StartAt == nil || s.RecoveredAt == nil {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	rel := func(v *float64) (string, string) {
+		if v == nil {
+			return "—", "—"
+		}
+		return secs(*v - *s.StartAt), secs(*v - *s.RecoveredAt)
+	}
+	p("| the second stall | s from its start | s from the first's recovery (relay resumed) |\n|---|---|---|\n")
+	a, b2 := rel(s.ShortWindowsClearAt)
+	p("| the first's short windows seen clear | %s | %s |\n", a, b2)
+	a, b2 = rel(s.StartAt)
+	p("| relay paused again | %s | %s |\n", a, b2)
+	page := "no page fired anew"
+	var fired *float64
+	if s.Page != nil {
+		page, fired = "page firing: "+alertName(*s.Page)+", owner "+orDash(s.Page.Owner), s.Page.FiringAt
+	}
+	a, b2 = rel(fired)
+	p("| %s | %s | %s |\n", page, a, b2)
+	note := "no notification"
+	if s.NotifiedAt != nil {
+		note = fmt.Sprintf("notified, to `%s`: %s", s.NotifiedReceiver, strings.Join(s.NotifiedAlerts, "; "))
+	}
+	a, b2 = rel(s.NotifiedAt)
+	p("| %s | %s | %s |\n\n", note, a, b2)
 }
 
 func loadNote(l loadInfo) string {
