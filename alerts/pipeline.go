@@ -304,15 +304,7 @@ func (g generator) clockSkewRules(p slo.Pipeline, keep string) []Rule {
 	forDur := clockSkewFor(rng)
 	var rules []Rule
 	for _, o := range owners {
-		segs := segments[o]
-		matcher := fmt.Sprintf("%s=%q", slo.LabelSegment, segs[0])
-		if len(segs) > 1 {
-			quoted := make([]string, len(segs))
-			for i, s := range segs {
-				quoted[i] = regexp.QuoteMeta(s)
-			}
-			matcher = fmt.Sprintf("%s=~%q", slo.LabelSegment, strings.Join(quoted, "|"))
-		}
+		matcher := promMatchAny(slo.LabelSegment, segments[o])
 		series := fmt.Sprintf("%s{%s=%q, %s}", slo.MetricClockSkew, slo.LabelPipeline, p.Name, matcher)
 		rules = append(rules, Rule{
 			Alert:         AlertClockSkewSuspected,
@@ -380,14 +372,7 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 	sent := selector(slo.MetricLastSentTimestamp, slo.LabelPipeline, p.Name)
 	window := "[" + slo.PromDuration(thr+stallBlameMargin) + "]"
 	bad := func(segments []string) string {
-		seg := fmt.Sprintf("%s=%q", slo.LabelSegment, segments[0])
-		if len(segments) > 1 {
-			quoted := make([]string, len(segments))
-			for i, s := range segments {
-				quoted[i] = regexp.QuoteMeta(s)
-			}
-			seg = fmt.Sprintf("%s=~%q", slo.LabelSegment, strings.Join(quoted, "|"))
-		}
+		seg := promMatchAny(slo.LabelSegment, segments)
 		return fmt.Sprintf("(sum by (%s) (increase(%s{%s=%q, %s, %s=%q}%s)) > 0)",
 			slo.LabelPipeline, slo.MetricSLIEvents, slo.LabelPipeline, p.Name, seg, slo.LabelOutcome, slo.OutcomeBad, window)
 	}
@@ -535,4 +520,17 @@ func humanBytes(n int) string {
 		}
 	}
 	return strconv.Itoa(n) + " B"
+}
+
+// promMatchAny is a PromQL label matcher for one of the values exactly
+// (matchAny is Alertmanager's).
+func promMatchAny(label string, values []string) string {
+	if len(values) == 1 {
+		return fmt.Sprintf("%s=%q", label, values[0])
+	}
+	quoted := make([]string, len(values))
+	for i, v := range values {
+		quoted[i] = regexp.QuoteMeta(v)
+	}
+	return fmt.Sprintf("%s=~%q", label, strings.Join(quoted, "|"))
 }
