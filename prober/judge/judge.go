@@ -554,7 +554,7 @@ func (j *Judge) StampFound(id string, stamps map[string]time.Time, errBound time
 		return j.take()
 	}
 	c.Lookup.Attempts++
-	c.Lookup.Unavailable, c.Lookup.Absent = false, false
+	c.Lookup.Unavailable = false
 	for name, t := range stamps {
 		if j.cfg.Plan.Lookup[name] {
 			j.addStamp(c, name, t, errBound, at)
@@ -576,7 +576,7 @@ func (j *Judge) StampAbsent(id string, at time.Time) []Effect {
 	delete(j.inFlight, id)
 	if c, ok := j.st.Canaries[id]; ok && !c.Final {
 		c.Lookup.Attempts++
-		c.Lookup.Absent, c.Lookup.Unavailable = true, false
+		c.Lookup.Unavailable = false
 		j.retryLater(c, at)
 		j.touch(c)
 	}

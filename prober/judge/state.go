@@ -71,8 +71,6 @@ type Lookup struct {
 	// made because the prober's own dependency was down.
 	Attempts    int  `json:"attempts,omitempty"`
 	Unavailable bool `json:"unavailable,omitempty"`
-	// Absent: an answer said the stamp is not there (yet).
-	Absent bool `json:"absent,omitempty"`
 }
 
 // Canary is one canary as the judge knows it. It is what the shell
