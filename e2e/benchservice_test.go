@@ -120,6 +120,12 @@ type benchSettings struct {
 	ProberLogLevel     string
 	RelayPollInterval  time.Duration
 	ReceiveFirstWithin time.Duration
+	// ProfileSeconds > 0 starts the prober with --web.enable-pprof and
+	// saves a CPU profile of that many seconds from the start of each
+	// canary scenario's measured span, and a heap profile at its end, in
+	// the run's log directory (for finding where the cost is; the
+	// profiling itself costs CPU, so not for the figures).
+	ProfileSeconds int
 }
 
 // canaryScenario is one N-pipelines-for-M-minutes run.
@@ -142,6 +148,14 @@ func envInt(t *testing.T, key string, def int) int {
 		t.Fatalf("%s=%q: want a positive integer", key, v)
 	}
 	return n
+}
+
+func envIntOrZero(t *testing.T, key string) int {
+	t.Helper()
+	if os.Getenv(key) == "" {
+		return 0
+	}
+	return envInt(t, key, 0)
 }
 
 func envMinutes(t *testing.T, key string, def float64) time.Duration {
@@ -194,6 +208,7 @@ func loadBenchSettings(t *testing.T) benchSettings {
 		ProberLogLevel:     envString("BENCH_PROBER_LOG_LEVEL", "warn"),
 		RelayPollInterval:  envDuration(t, "BENCH_RELAY_POLL_INTERVAL", 100*time.Millisecond),
 		ReceiveFirstWithin: envDuration(t, "BENCH_FIRST_CANARY_WITHIN", 3*time.Minute),
+		ProfileSeconds:     envIntOrZero(t, "BENCH_PROFILE_SECONDS"),
 	}
 }
 
@@ -579,7 +594,11 @@ func (b *bench) startProber(t *testing.T, tag, configPath string) (int, string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(b.canaryBin, "run", "--config.file", configPath, "--web.listen-address", addr, "--log.level", b.settings.ProberLogLevel)
+	args := []string{"run", "--config.file", configPath, "--web.listen-address", addr, "--log.level", b.settings.ProberLogLevel}
+	if b.settings.ProfileSeconds > 0 {
+		args = append(args, "--web.enable-pprof")
+	}
+	cmd := exec.Command(b.canaryBin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -659,6 +678,8 @@ func (b *bench) runCanaryScenario(t *testing.T, sc canaryScenario) *benchResult 
 	defer samples.Close()
 	fmt.Fprintln(samples, "elapsed_s\tcpu_ticks\trss_bytes\thwm_bytes\twrite_bytes\tpg_sockets\tpg_sessions\tkafka_max_per_broker\tload1")
 
+	profiled := b.startProfiles(t, sc.Name, addr)
+	defer profiled()
 	start := time.Now()
 	first, err := scrapeRetry(t, addr)
 	if err != nil {
@@ -699,6 +720,46 @@ func (b *bench) runCanaryScenario(t *testing.T, sc canaryScenario) *benchResult 
 	res.Fsync = b.traceFsyncs(t, pid, addr, sc.Name)
 	res.ProberLog, res.ProberMsgs = countLogLevels(filepath.Join(b.dir, sc.Name+"-prober.log"))
 	return res
+}
+
+// startProfiles, when asked for, fetches a CPU profile of ProfileSeconds
+// now, in the background, and returns what fetches the heap profile at
+// the end and waits for the CPU one.
+func (b *bench) startProfiles(t *testing.T, tag, addr string) func() {
+	if b.settings.ProfileSeconds <= 0 {
+		return func() {}
+	}
+	save := func(name, url string, timeout time.Duration) {
+		client := http.Client{Timeout: timeout}
+		resp, err := client.Get(url)
+		if err != nil {
+			t.Logf("profile %s: %v", name, err)
+			return
+		}
+		defer resp.Body.Close()
+		path := filepath.Join(b.dir, tag+"-"+name+".pprof")
+		f, err := os.Create(path)
+		if err != nil {
+			t.Logf("profile %s: %v", name, err)
+			return
+		}
+		defer f.Close()
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			t.Logf("profile %s: %v", name, err)
+			return
+		}
+		t.Logf("profile %s written to %s", name, path)
+	}
+	done := make(chan struct{})
+	secs := b.settings.ProfileSeconds
+	go func() {
+		defer close(done)
+		save("cpu", fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), time.Duration(secs)*time.Second+time.Minute)
+	}()
+	return func() {
+		save("heap", "http://"+addr+"/debug/pprof/heap", time.Minute)
+		<-done
+	}
 }
 
 // procSample is one look at /proc/<pid> and the prober's sessions.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	httppprof "net/http/pprof"
 	"os"
 	"strings"
 	"sync"
@@ -71,6 +72,7 @@ func runCommand(app *kingpin.Application, c *cli) action {
 	stateDir := cmd.Flag("state.dir", "The directory for the in-flight canary state that survives restarts. Default: the file's state_dir, else $STATE_DIRECTORY (systemd), else /var/lib/outbox-canary.").
 		PlaceHolder("DIR").IsSetByUser(&stateDirSet).Default(defaultStateDir()).String()
 	printCanaries := cmd.Flag("print-canaries", "Print a line per canary to stdout when it is final: each segment against its budget (the demo uses it).").Bool()
+	pprof := cmd.Flag("web.enable-pprof", "Also serve Go's profiles under /debug/pprof/ (CPU, heap, goroutines), behind the same TLS and auth as /metrics: for measuring what the prober itself costs.").Bool()
 	return func(ctx context.Context) error {
 		logger := c.logger(false)
 		cfg, err := loadConfig(*configPath)
@@ -95,12 +97,12 @@ func runCommand(app *kingpin.Application, c *cli) action {
 		if !stateDirSet && cfg.StateDir != "" {
 			dir = cfg.StateDir
 		}
-		return serve(ctx, c, logger, cfg, webFlags, dir, *printCanaries)
+		return serve(ctx, c, logger, cfg, webFlags, dir, *printCanaries, *pprof)
 	}
 }
 
 // serve runs the prober, the watchers and the HTTP server until ctx is done.
-func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config, webFlags *web.FlagConfig, stateDir string, printCanaries bool) error {
+func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config, webFlags *web.FlagConfig, stateDir string, printCanaries, pprof bool) error {
 	reg := prometheus.NewRegistry()
 	for _, col := range []prometheus.Collector{
 		collectors.NewGoCollector(),
@@ -164,7 +166,11 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv := &http.Server{Handler: statuspage.NewHandler(svc, model, reg, logger, time.Now), ReadHeaderTimeout: 10 * time.Second}
+	handler := statuspage.NewHandler(svc, model, reg, logger, time.Now)
+	if pprof {
+		handler = withProfiles(handler)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() {
 		err := web.ServeMultiple(listeners, srv, webFlags, quiet(logger))
@@ -341,4 +347,16 @@ func systemdListeners() ([]net.Listener, error) {
 		return nil, errors.New("systemd passed no listening socket (start the service from a .socket unit, or drop the flag)")
 	}
 	return ls, nil
+}
+
+// withProfiles serves Go's profiles under /debug/pprof/ beside h.
+func withProfiles(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", httppprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", httppprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
+	mux.Handle("/", h)
+	return mux
 }
