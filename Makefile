@@ -104,8 +104,8 @@ bench: ## run the benchmarks and write the figures to docs/benchmarks.txt
 	echo "loadavg-after: $$(cut -d' ' -f1-3 /proc/loadavg)"; } | tee docs/benchmarks.txt
 
 .PHONY: bench-service
-# Not part of test: at its defaults it runs about 30 minutes (10 pipelines at
-# @every 1s for 15 minutes, 300 at @every 10s for 5, 2 M foreign messages)
+# Not part of test: at its defaults it runs about 40 minutes (10 pipelines at
+# @every 1s for 15 minutes, 300 at @every 10s for 12, 2 M foreign messages)
 # and loads the machine, so run it on a stack of your own, started first
 # (STACK_DIR=$$PWD/.stack-bench PG_PORT_BASE=... KAFKA_PORT_BASE=...
 # CONNECT_PORT_BASE=... deploy/local/stack.sh up); it refuses when that
@@ -118,7 +118,7 @@ bench: ## run the benchmarks and write the figures to docs/benchmarks.txt
 BENCH_SCENARIOS ?= all
 BENCH_STACK_ENV = $(abspath $(or $(STACK_DIR),.stack))/env
 BENCH_COMMAND = $(strip $(foreach v,STACK_DIR BENCH_PIPELINES BENCH_MINUTES BENCH_SCHEDULE BENCH_RELAYS BENCH_SCALE_PIPELINES BENCH_SCALE_MINUTES BENCH_SCALE_SCHEDULE BENCH_SCALE_RELAYS BENCH_PARTITIONS BENCH_FOREIGN_MESSAGES,$(if $($(v)),$(v)=$($(v)))) make bench-service $(if $(filter-out all,$(BENCH_SCENARIOS)),BENCH_SCENARIOS=$(BENCH_SCENARIOS)))
-bench-service: ## run the whole service with N pipelines and relays on a running stack (about 30 min) and write docs/benchmarks.md
+bench-service: ## run the whole service with N pipelines and relays on a running stack (about 40 min) and write docs/benchmarks.md
 	@STACK_DIR=$(abspath $(or $(STACK_DIR),.stack)) bash deploy/local/stack.sh status >/dev/null 2>&1 || { \
 		echo "bench-service: the stack of $(BENCH_STACK_ENV) is not up; start it first, on ports of its own, e.g."; \
 		echo "  STACK_DIR=\$$PWD/.stack PG_PORT_BASE=58320 KAFKA_PORT_BASE=59092 CONNECT_PORT_BASE=58083 deploy/local/stack.sh up"; exit 1; }

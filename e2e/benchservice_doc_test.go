@@ -99,6 +99,15 @@ func mark(ok bool) string {
 	return "✗ "
 }
 
+// rssSplit says how much of the largest RSS sample was the process's own
+// memory and how much the binary's pages mapped from the page cache.
+func rssSplit(w benchWindow) string {
+	if w.RSSAnonBytes == 0 && w.RSSFileBytes == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (largest sample of the last window: %.1f MiB anonymous, %.1f MiB file-backed)", mib(w.RSSAnonBytes), mib(w.RSSFileBytes))
+}
+
 func renderBench(d *benchDoc) []byte {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
@@ -126,7 +135,7 @@ func renderBench(d *benchDoc) []byte {
 		}
 		last := steady.Windows[len(steady.Windows)-1]
 		p("| CPU, %s | ≤ 1 %% of one core, steady | %s%s |\n", label, mark(okCPU), strings.Join(cpu, "; "))
-		p("| memory (VmRSS, largest sample), same | ≤ 25 MiB, steady | %s%s; VmHWM %.1f MiB at the end |\n", mark(okRSS), strings.Join(rss, "; "), mib(last.HWMBytes))
+		p("| memory (VmRSS, largest sample), same | ≤ 25 MiB, steady | %s%s; VmHWM %.1f MiB at the end%s |\n", mark(okRSS), strings.Join(rss, "; "), mib(last.HWMBytes), rssSplit(last))
 		p("| disk writes (write_bytes), same | ≤ 50 KB/s | %s%s |\n", mark(okWr), strings.Join(wr, "; "))
 		if steady.Fsync != nil {
 			p("| fsyncs, same | (one per batch) | %.1f /s (%s over %g s, %.0f canaries sent) |\n", steady.Fsync.PerSecond, fmtCalls(steady.Fsync.Calls), steady.Fsync.Seconds, steady.Fsync.CanariesSent)
@@ -158,7 +167,7 @@ func renderBench(d *benchDoc) []byte {
 		p("| PostgreSQL connections, same | ≤ 10 | %s%s |\n", mark(okPG), strings.Join(pg, "; "))
 		p("| Kafka connections per broker, same | ≤ 3 | %s%s |\n", mark(okK), strings.Join(kc, "; "))
 		p("| CPU, same | ≤ 5 %% of one core | %s%s |\n", mark(okCPU), strings.Join(cpu, "; "))
-		p("| memory (VmRSS), same | ≤ 100 MiB | %s%s |\n", mark(okRSS), strings.Join(rss, "; "))
+		p("| memory (VmRSS), same | ≤ 100 MiB | %s%s%s |\n", mark(okRSS), strings.Join(rss, "; "), rssSplit(scale.Windows[len(scale.Windows)-1]))
 		if scale.Statements != nil {
 			p("| SQL statements per canary, same | ≤ 3 | %s%.2f |\n", mark(scale.Statements.PerCanary <= 3), scale.Statements.PerCanary)
 		}
@@ -181,7 +190,7 @@ func renderBench(d *benchDoc) []byte {
 
 	p("## How the figures are taken\n\n")
 	p("- **CPU %% of one core**: utime + stime of `/proc/<pid>/stat` (in USER_HZ, 100/s) over the window, divided by its wall time. The windows start after every pipeline has received a canary and a further warm-up.\n")
-	p("- **VmRSS**: the largest of the samples (every 5 s) in the window; **VmHWM** the process's peak at the window's end (`/proc/<pid>/status`).\n")
+	p("- **VmRSS**: the largest of the samples (every 5 s) in the window, split into RssAnon (the process's own memory: Go heap, stacks, runtime) and RssFile (pages of the binary mapped from the page cache, shared and reclaimable, which grows with the binary's size rather than the work); **VmHWM** the process's peak at the window's end (`/proc/<pid>/status`). Go heap in use and goroutines are `go_memstats_heap_inuse_bytes` and `go_goroutines` from `/metrics` at the window's end.\n")
 	p("- **Disk writes**: `write_bytes` of `/proc/<pid>/io` over the window (bytes the process caused to be sent to storage; not socket writes).\n")
 	p("- **fsyncs and new connections**: `strace -f -e trace=fsync,fdatasync,sync_file_range,syncfs,connect -p <pid>` for a window of its own after the measured ones (tracing stops the process at every traced call), each call counted, each `connect` by its destination port.\n")
 	p("- **PostgreSQL connections**: the prober's ESTABLISHED sockets to the PostgreSQL port (its fds matched against `/proc/net/tcp`), and the sessions of its role (`bench_prober`; the relays connect as another) in `pg_stat_activity`, largest sample, with the application names seen.\n")
@@ -217,11 +226,12 @@ func renderBenchScenario(p func(string, ...any), r *benchResult) {
 	}
 	p("\n\n")
 	if len(r.Windows) > 0 {
-		p("| minutes | CPU %% | VmRSS max | VmHWM | writes | PG sockets / sessions | Kafka per broker | sent | received | insert→commit p99 | prober_lag | late | lost | insert failures |\n")
-		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		p("| minutes | CPU %% | VmRSS max (anon + file) | VmHWM | Go heap in use, goroutines | writes | PG sockets / sessions | Kafka per broker | sent | received | insert→commit p99 | prober_lag | late | lost | insert failures |\n")
+		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, w := range r.Windows {
-			p("| %g–%g | %.2f | %.1f MiB | %.1f MiB | %.1f KB/s | %d / %d | %d | %.0f | %.0f | %s | %.0f | %.0f | %.0f | %.0f |\n",
-				w.FromMinute, w.ToMinute, w.CPUPercent, mib(w.RSSMaxBytes), mib(w.HWMBytes), w.WriteBytesPerSec/1000,
+			p("| %g–%g | %.2f | %.1f MiB (%.1f + %.1f) | %.1f MiB | %.1f MiB, %.0f | %.1f KB/s | %d / %d | %d | %.0f | %.0f | %s | %.0f | %.0f | %.0f | %.0f |\n",
+				w.FromMinute, w.ToMinute, w.CPUPercent, mib(w.RSSMaxBytes), mib(w.RSSAnonBytes), mib(w.RSSFileBytes), mib(w.HWMBytes),
+				w.HeapInuseBytes/(1<<20), w.Goroutines, w.WriteBytesPerSec/1000,
 				w.PGSocketsMax, w.PGSessionsMax, w.KafkaPerBrokerMax, w.Sent, w.Received,
 				fmtSeconds(w.InsertCommitP99), w.ProberLag, w.Late, w.Lost, w.InsertFailures)
 		}

@@ -4,7 +4,7 @@ package e2e
 // process, and writes docs/benchmarks.json and docs/benchmarks.md. It is
 // `make bench-service`, not part of `make test`: it runs only when
 // OUTBOX_CANARY_BENCH_SERVICE names scenarios ("all", or some of steady,
-// scale, foreign), takes about 30 minutes for all three at their defaults,
+// scale, foreign), takes about 40 minutes for all three at their defaults,
 // and asserts nothing about speed (the figures go to the doc, the targets
 // beside them; a scenario fails only when it could not measure).
 //
@@ -137,6 +137,11 @@ type canaryScenario struct {
 	Duration  time.Duration
 }
 
+// benchScaleMinutes: a canary is remembered 2 x lost_after (5 m here) after
+// its commit, so the 300 pipelines' memory grows for 10 minutes; the last
+// window (minutes 10-12) is the steady state.
+const benchScaleMinutes = 12
+
 func envInt(t *testing.T, key string, def int) int {
 	t.Helper()
 	v := os.Getenv(key)
@@ -198,7 +203,7 @@ func loadBenchSettings(t *testing.T) benchSettings {
 		Steady: canaryScenario{Name: benchSteady, Pipelines: steadyN, Relays: envInt(t, "BENCH_RELAYS", min(steadyN, 10)),
 			Schedule: envString("BENCH_SCHEDULE", "@every 1s"), Duration: envMinutes(t, "BENCH_MINUTES", 15)},
 		Scale: canaryScenario{Name: benchScale, Pipelines: scaleN, Relays: envInt(t, "BENCH_SCALE_RELAYS", min(scaleN, 10)),
-			Schedule: envString("BENCH_SCALE_SCHEDULE", "@every 10s"), Duration: envMinutes(t, "BENCH_SCALE_MINUTES", 5)},
+			Schedule: envString("BENCH_SCALE_SCHEDULE", "@every 10s"), Duration: envMinutes(t, "BENCH_SCALE_MINUTES", benchScaleMinutes)},
 		Partitions:         envInt(t, "BENCH_PARTITIONS", 3),
 		Window:             envMinutes(t, "BENCH_WINDOW_MINUTES", 5),
 		Warmup:             envDuration(t, "BENCH_WARMUP", 30*time.Second),
@@ -215,7 +220,7 @@ func loadBenchSettings(t *testing.T) benchSettings {
 func TestBenchService(t *testing.T) {
 	want := os.Getenv(benchServiceEnv)
 	if want == "" {
-		t.Skipf("runs the whole service on the stack for about 30 minutes: set %s=all (or some of %s), as `make bench-service` does",
+		t.Skipf("runs the whole service on the stack for about 40 minutes: set %s=all (or some of %s), as `make bench-service` does",
 			benchServiceEnv, strings.Join(benchScenarioOrder, ","))
 	}
 	var run []string
@@ -394,21 +399,28 @@ type benchWindow struct {
 	RSSMaxBytes          uint64  `json:"rss_max_bytes"`
 	RSSEndBytes          uint64  `json:"rss_end_bytes"`
 	HWMBytes             uint64  `json:"hwm_bytes"`
-	WriteBytesPerSec     float64 `json:"write_bytes_per_sec"`
-	PGSocketsMax         int     `json:"pg_sockets_max"`
-	PGSessionsMax        int     `json:"pg_sessions_max"`
-	PGAppNames           string  `json:"pg_application_names"`
-	KafkaPerBrokerMax    int     `json:"kafka_per_broker_max"`
-	Sent                 float64 `json:"sent"`
-	Received             float64 `json:"received"`
-	Late                 float64 `json:"late"`
-	Lost                 float64 `json:"lost"`
-	InsertFailures       float64 `json:"insert_failures"`
-	ProberLag            float64 `json:"prober_lag"`
-	InsertCommitP99      float64 `json:"insert_commit_p99_seconds"` // -1: no observation
-	InsertCommitP99Kind  string  `json:"insert_commit_p99_kind"`    // native or classic (an upper bound)
-	InsertCommitMax      float64 `json:"insert_commit_over_1s"`     // observations above 1 s
-	LoadMax              float64 `json:"load_max"`
+	// The largest sample's VmRSS split: anonymous memory (heap, stacks)
+	// and file-backed pages (the mapped binary), from /proc/<pid>/status.
+	RSSAnonBytes uint64 `json:"rss_anon_bytes,omitempty"`
+	RSSFileBytes uint64 `json:"rss_file_bytes,omitempty"`
+	// The Go runtime at the window's end, from /metrics.
+	Goroutines          float64 `json:"goroutines,omitempty"`
+	HeapInuseBytes      float64 `json:"heap_inuse_bytes,omitempty"`
+	WriteBytesPerSec    float64 `json:"write_bytes_per_sec"`
+	PGSocketsMax        int     `json:"pg_sockets_max"`
+	PGSessionsMax       int     `json:"pg_sessions_max"`
+	PGAppNames          string  `json:"pg_application_names"`
+	KafkaPerBrokerMax   int     `json:"kafka_per_broker_max"`
+	Sent                float64 `json:"sent"`
+	Received            float64 `json:"received"`
+	Late                float64 `json:"late"`
+	Lost                float64 `json:"lost"`
+	InsertFailures      float64 `json:"insert_failures"`
+	ProberLag           float64 `json:"prober_lag"`
+	InsertCommitP99     float64 `json:"insert_commit_p99_seconds"` // -1: no observation
+	InsertCommitP99Kind string  `json:"insert_commit_p99_kind"`    // native or classic (an upper bound)
+	InsertCommitMax     float64 `json:"insert_commit_over_1s"`     // observations above 1 s
+	LoadMax             float64 `json:"load_max"`
 }
 
 type benchStmts struct {
@@ -767,6 +779,7 @@ type procSample struct {
 	at               time.Time
 	cpuTicks         uint64
 	rss, hwm         uint64
+	rssAnon, rssFile uint64
 	writeBytes       uint64
 	pgSockets        int
 	pgSessions       int
@@ -793,6 +806,7 @@ func (b *bench) sampleProc(t *testing.T, pid int) procSample {
 		t.Fatal(err)
 	}
 	s.rss, s.hwm = status.VmRSS, status.VmHWM
+	s.rssAnon, s.rssFile = status.RssAnon, status.RssFile
 	pio, err := p.IO()
 	if err != nil {
 		t.Fatal(err)
@@ -875,7 +889,9 @@ func (b *bench) newWindow(from time.Duration, first procSample, m benchMetrics) 
 }
 
 func (a *windowAcc) add(s procSample) {
-	a.w.RSSMaxBytes = max(a.w.RSSMaxBytes, s.rss)
+	if s.rss >= a.w.RSSMaxBytes {
+		a.w.RSSMaxBytes, a.w.RSSAnonBytes, a.w.RSSFileBytes = s.rss, s.rssAnon, s.rssFile
+	}
 	a.w.PGSocketsMax = max(a.w.PGSocketsMax, s.pgSockets)
 	a.w.PGSessionsMax = max(a.w.PGSessionsMax, s.pgSessions)
 	for _, n := range s.kafkaPerBroker {
@@ -893,6 +909,7 @@ func (a *windowAcc) close(elapsed time.Duration, last procSample, m benchMetrics
 	secs := last.at.Sub(a.firstSample).Seconds()
 	w.CPUPercent = float64(last.cpuTicks-a.first.cpuTicks) / userHZ / secs * 100
 	w.RSSEndBytes, w.HWMBytes = last.rss, last.hwm
+	w.Goroutines, w.HeapInuseBytes = m.sum("go_goroutines"), m.sum("go_memstats_heap_inuse_bytes")
 	w.WriteBytesPerSec = float64(last.writeBytes-a.first.writeBytes) / secs
 	var names []string
 	for n := range a.appNames {
