@@ -9,6 +9,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
@@ -486,4 +488,57 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func TestSetRunSamplesEveryPipelineUntilCancelled(t *testing.T) {
+	t.Parallel()
+	connect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, connectStatus("RUNNING", "RUNNING@w1"))
+	}))
+	t.Cleanup(connect.Close)
+	// Nothing listens on the database: its watchers fail, each pipeline's
+	// own, while the connector watchers, in loops of their own, see.
+	cfg := fleetSpec{dsn: "postgres://u@" + stacktest.ClosedAddr(t) + "/x?connect_timeout=5", polling: 3,
+		tables: []string{"outbox"}, thresholds: []string{"1m"}}.load(t)
+	for i := range cfg.Pipelines {
+		cfg.Pipelines[i].Watch.ConnectURL, cfg.Pipelines[i].Watch.Connector = connect.URL, "outbox"
+	}
+	pools, err := postgres.NewPools(context.Background(), []config.Database{cfg.Pipelines[0].Database}, postgres.PoolsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pools.Close)
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs stacktest.SyncBuffer
+	set, err := OpenSet(cfg.Pipelines, pools, nil, m, logs.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); set.Run(ctx) }()
+	stacktest.Eventually(t, watchWait, "every pipeline's watchers sampled once", func() (bool, string) {
+		var missing []string
+		for _, p := range cfg.Pipelines {
+			for watcher, want := range map[string]float64{WatcherConnector: 1, WatcherBacklog: 0, WatcherTransactions: 0} {
+				if got := testutil.ToFloat64(m.Up.WithLabelValues(p.Name, watcher)); got != want {
+					missing = append(missing, fmt.Sprintf("%s %s up=%v", p.Name, watcher, got))
+				}
+			}
+		}
+		return len(missing) == 0, strings.Join(missing, "; ")
+	})
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(watchWait):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+	if lines := warnLines(logs.String(), msgFailing); len(lines) != 2 {
+		t.Errorf("%d warnings, want two naming the three pipelines: one for the backlog query, one for the transactions query:\n%s", len(lines), logs.String())
+	}
 }
