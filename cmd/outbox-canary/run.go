@@ -144,14 +144,10 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	var watchers []*watch.Watcher
-	for i := range cfg.Pipelines {
-		p := &cfg.Pipelines[i]
-		w, err := watch.Open(p, conns.Pools, conns.Clusters, wm, logger)
-		if err != nil {
-			return fmt.Errorf("run: pipeline %q: watchers: %w", p.Name, err)
-		}
-		watchers = append(watchers, w)
+	// Pipelines on one database share its watchers' queries.
+	watchers, err := watch.OpenSet(cfg.Pipelines, conns.Pools, conns.Clusters, wm, logger)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
 	}
 	// The status page judges a stall as the generated alert does, from the
 	// same SLO model.
@@ -192,10 +188,7 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 		wg.Add(1)
 		go func() { defer wg.Done(); reportPrivileges(ctx, &cfg.Pipelines[i], conns.Pools, logger) }()
 	}
-	for _, w := range watchers {
-		wg.Add(1)
-		go func() { defer wg.Done(); w.Run(ctx) }()
-	}
+	wg.Go(func() { watchers.Run(ctx) })
 	runErr := svc.Run(ctx)
 	wg.Wait()
 

@@ -90,26 +90,67 @@ type Transactions struct {
 // QueryTransactions reads pg_stat_activity (all rows visible with the
 // pg_monitor role). Our own session is left out.
 func QueryTransactions(ctx context.Context, q Querier, threshold time.Duration) (Transactions, error) {
-	var t Transactions
+	open, err := QueryOpenTransactions(ctx, q, []time.Duration{threshold})
+	if err != nil {
+		return Transactions{}, err
+	}
+	return open.At(0), nil
+}
+
+// OpenTransactions is QueryOpenTransactions' answer: the database's open
+// transactions counted against several thresholds at once.
+type OpenTransactions struct {
+	OldestAge time.Duration
+	OldestPID int32
+	OverLimit []int64 // OverLimit[i]: older than thresholds[i]
+}
+
+// At is the summary against the i-th threshold.
+func (o OpenTransactions) At(i int) Transactions {
+	return Transactions{OldestAge: o.OldestAge, OldestPID: o.OldestPID, OverLimit: o.OverLimit[i]}
+}
+
+// QueryOpenTransactions is QueryTransactions for pipelines on one database
+// whose watch.long_transaction_threshold differs: one statement, and one
+// read of pg_stat_activity, counts the transactions over each threshold,
+// so a hundred pipelines cost what one does and agree with each other. The
+// answer is a count per threshold, never a row per transaction, however
+// many sessions the database has.
+func QueryOpenTransactions(ctx context.Context, q Querier, thresholds []time.Duration) (OpenTransactions, error) {
+	secs := make([]float64, len(thresholds))
+	for i, t := range thresholds {
+		secs[i] = t.Seconds()
+	}
 	var oldest float64
 	var pid *int32
+	var over []int64
+	// The CTE is read twice, so PostgreSQL materialises it: every count
+	// and the oldest age come from the same ages.
 	err := q.QueryRow(ctx, `
-		SELECT COALESCE(EXTRACT(EPOCH FROM max(clock_timestamp() - xact_start)), 0)::float8,
-		       (array_agg(pid ORDER BY xact_start))[1],
-		       count(*) FILTER (WHERE clock_timestamp() - xact_start > make_interval(secs => $1))
-		FROM pg_stat_activity
-		WHERE xact_start IS NOT NULL
-		  AND pid <> pg_backend_pid()
-		  AND backend_type = 'client backend'
-		  AND datname = current_database()`, threshold.Seconds()).Scan(&oldest, &pid, &t.OverLimit)
+		WITH open AS (
+			SELECT pid, xact_start, clock_timestamp() - xact_start AS age
+			FROM pg_stat_activity
+			WHERE xact_start IS NOT NULL
+			  AND pid <> pg_backend_pid()
+			  AND backend_type = 'client backend'
+			  AND datname = current_database()
+		)
+		SELECT COALESCE((SELECT EXTRACT(EPOCH FROM max(age)) FROM open), 0)::float8,
+		       (SELECT pid FROM open ORDER BY xact_start LIMIT 1),
+		       ARRAY(SELECT (SELECT count(*) FROM open WHERE age > make_interval(secs => t.secs))
+		             FROM unnest($1::float8[]) WITH ORDINALITY AS t(secs, i) ORDER BY t.i)`,
+		secs).Scan(&oldest, &pid, &over)
 	if err != nil {
-		return Transactions{}, fmt.Errorf("open transactions: %w", err)
+		return OpenTransactions{}, fmt.Errorf("open transactions: %w", err)
 	}
-	t.OldestAge = secondsToDuration(oldest)
+	if len(over) != len(thresholds) {
+		return OpenTransactions{}, fmt.Errorf("open transactions: %d counts for %d thresholds", len(over), len(thresholds))
+	}
+	o := OpenTransactions{OldestAge: secondsToDuration(oldest), OverLimit: over}
 	if pid != nil {
-		t.OldestPID = *pid
+		o.OldestPID = *pid
 	}
-	return t, nil
+	return o, nil
 }
 
 // Slot is one logical replication slot of the pipeline's database.

@@ -2,7 +2,9 @@
 // pipeline: the polling relay's backlog, open transactions, replication
 // slots, business consumer-group lag and the Debezium connector. Each
 // watcher says when it is blind: watcher_up goes to 0 and its data series
-// are removed, so no alert reads an old value as healthy.
+// are removed, so no alert reads an old value as healthy. The database
+// watchers of pipelines that share a database ask it each question once
+// per interval (Set), however many pipelines want the answer.
 package watch
 
 import (
@@ -12,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -38,6 +41,14 @@ const (
 // the watcher, and the others, for the TCP timeout.
 const sampleTimeoutMax = 10 * time.Second
 
+// sampleTimeout is the bound of one sample of watchers run every interval.
+func sampleTimeout(interval time.Duration) time.Duration {
+	if interval <= 0 {
+		return sampleTimeoutMax
+	}
+	return min(sampleTimeoutMax, interval)
+}
+
 // Options configures a Watcher.
 type Options struct {
 	Pipeline *config.Pipeline
@@ -52,7 +63,9 @@ type Options struct {
 // Watcher samples one pipeline's watchers every watch.interval. A failing
 // watcher is logged when it starts failing and when it recovers, counted
 // on every failure, and never stops the others: a watcher must keep
-// reporting exactly when parts of the pipeline are down.
+// reporting exactly when parts of the pipeline are down. Sample and Run
+// sample the pipeline on its own; a Set samples the database watchers of
+// every pipeline on a database together.
 type Watcher struct {
 	p       *config.Pipeline
 	db      postgres.Querier
@@ -63,8 +76,15 @@ type Watcher struct {
 	now     func() time.Time
 	timeout time.Duration
 
-	failing     map[string]bool // watcher -> failed at its last sample
-	indexWarned bool
+	// solo asks the database this pipeline's questions alone (Sample,
+	// Run); built on first use, so a Set's watchers never build one.
+	solo *group
+
+	// failing: watcher -> failed at its last sample. Locked because a Set
+	// samples a pipeline's database and Kafka watchers in two loops.
+	failingMu sync.Mutex
+	failing   map[string]bool
+
 	slotWarned  bool            // watch.slot unset: warned once
 	slotMissing bool            // watch.slot set but absent: warned on the way in
 	slotsSeen   map[string]bool // slots reported by the last sample, to remove the ones that go
@@ -78,7 +98,7 @@ func New(o Options) (*Watcher, error) {
 	}
 	w := &Watcher{
 		p: o.Pipeline, db: o.DB, kafka: o.Kafka, http: o.HTTP, m: o.Metrics, log: o.Logger, now: o.Now,
-		timeout: min(sampleTimeoutMax, time.Duration(o.Pipeline.Watch.Interval)),
+		timeout: sampleTimeout(time.Duration(o.Pipeline.Watch.Interval)),
 		failing: map[string]bool{}, slotsSeen: map[string]bool{},
 	}
 	if w.log == nil {
@@ -87,9 +107,6 @@ func New(o Options) (*Watcher, error) {
 	w.log = w.log.With("pipeline", o.Pipeline.Name)
 	if w.now == nil {
 		w.now = time.Now
-	}
-	if w.timeout <= 0 {
-		w.timeout = sampleTimeoutMax
 	}
 	if w.http == nil {
 		w.http = &http.Client{Timeout: w.timeout}
@@ -120,10 +137,17 @@ func Open(p *config.Pipeline, pools *postgres.Pools, clusters *kafkaclient.Clust
 
 // Run samples until ctx is done.
 func (w *Watcher) Run(ctx context.Context) {
-	ticker := time.NewTicker(time.Duration(w.p.Watch.Interval))
+	every(ctx, time.Duration(w.p.Watch.Interval), w.Sample)
+}
+
+// every calls sample at once, then every interval until ctx is done. A
+// sample that overruns the interval delays the next rather than stacking
+// up behind it.
+func every(ctx context.Context, interval time.Duration, sample func(context.Context)) {
+	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
-		w.Sample(ctx)
+		sample(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -132,18 +156,29 @@ func (w *Watcher) Run(ctx context.Context) {
 	}
 }
 
-// Sample runs every configured watcher once, each bounded by its timeout.
+// Sample runs every configured watcher of the pipeline once, each bounded
+// by its timeout.
 func (w *Watcher) Sample(ctx context.Context) {
-	p := w.p
 	if w.db != nil {
-		if p.Relay.Kind == config.RelayPolling {
-			w.run(ctx, WatcherBacklog, explainDB(w.sampleBacklog), w.dropBacklog)
+		if w.solo == nil {
+			w.solo = newGroup(w.db, []*Watcher{w}, w.log)
 		}
-		w.run(ctx, WatcherTransactions, explainDB(w.sampleTransactions), w.dropTransactions)
-		if p.Relay.Kind == config.RelayCDC {
-			w.run(ctx, WatcherSlots, explainDB(w.sampleSlots), w.dropSlots)
-		}
+		w.solo.Sample(ctx)
 	}
+	w.sampleKafka(ctx)
+}
+
+// watchesKafka says whether the pipeline has watchers on Kafka or Kafka
+// Connect, which sampleKafka runs.
+func (w *Watcher) watchesKafka() bool {
+	p := w.p
+	return (w.kafka != nil && len(p.Watch.ConsumerGroups) > 0) || (p.Watch.ConnectURL != "" && p.Watch.Connector != "")
+}
+
+// sampleKafka runs the pipeline's watchers of Kafka and Kafka Connect:
+// their answers are the pipeline's own, so they are asked per pipeline.
+func (w *Watcher) sampleKafka(ctx context.Context) {
+	p := w.p
 	if w.kafka != nil && len(p.Watch.ConsumerGroups) > 0 {
 		w.run(ctx, WatcherConsumers, w.sampleConsumers, w.dropConsumers)
 	}
@@ -154,66 +189,75 @@ func (w *Watcher) Sample(ctx context.Context) {
 	}
 }
 
-// explainDB words a database watcher's login and TLS failures for the
-// operator (postgres.Explain). The consumer lag watcher's Kafka client
-// explains its own.
-func explainDB(sample func(context.Context) error) func(context.Context) error {
-	return func(ctx context.Context) error { return postgres.Explain(sample(ctx)) }
-}
-
-// run samples one watcher and records whether it could see: on success its
-// gauges are set by sample and it is up; on failure drop removes its data
-// series and it is down. An error while ctx has been cancelled is the
-// service shutting down, not the pipeline failing: nothing is recorded.
+// run samples one of the pipeline's own watchers and records whether it
+// could see (record). An error while ctx has been cancelled is the service
+// shutting down, not the pipeline failing: nothing is recorded.
 func (w *Watcher) run(ctx context.Context, watcher string, sample func(context.Context) error, drop func()) {
 	sctx, cancel := context.WithTimeout(ctx, w.timeout)
 	err := sample(sctx)
 	cancel()
-	name := w.p.Name
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		w.log.Debug("watcher stopped by shutdown", "watcher", watcher, "err", err)
 		return
 	}
+	switch w.record(watcher, err, drop) {
+	case startedFailing:
+		w.log.Warn(msgFailing, "watcher", watcher, "err", err)
+	case stillFailing:
+		w.log.Debug(msgStillFailing, "watcher", watcher, "err", err)
+	case recovered:
+		w.log.Info(msgRecovered, "watcher", watcher)
+	}
+}
+
+// The log lines of a watcher's changes, the same whether one pipeline's
+// sample or a shared one failed.
+const (
+	msgFailing      = "watcher failing; its series are withdrawn until it recovers"
+	msgStillFailing = "watcher still failing"
+	msgRecovered    = "watcher recovered"
+)
+
+// change is what one sample did to a watcher's state, for the log.
+type change int
+
+const (
+	stillUp change = iota
+	recovered
+	startedFailing
+	stillFailing
+)
+
+// record notes one sample of a watcher, whose gauges the caller has set
+// when err is nil: on success it is up; on failure drop removes its data
+// series, its error is counted and it is down.
+func (w *Watcher) record(watcher string, err error, drop func()) change {
+	name := w.p.Name
+	w.failingMu.Lock()
+	wasFailing := w.failing[watcher]
+	w.failing[watcher] = err != nil
+	w.failingMu.Unlock()
 	if err != nil {
 		drop()
 		w.m.Errors.WithLabelValues(name, watcher).Inc()
 		w.m.Up.WithLabelValues(name, watcher).Set(0)
-		if !w.failing[watcher] {
-			w.log.Warn("watcher failing; its series are withdrawn until it recovers", "watcher", watcher, "err", err)
-		} else {
-			w.log.Debug("watcher still failing", "watcher", watcher, "err", err)
+		if wasFailing {
+			return stillFailing
 		}
-		w.failing[watcher] = true
-		return
+		return startedFailing
 	}
-	if w.failing[watcher] {
-		w.log.Info("watcher recovered", "watcher", watcher)
-	}
-	w.failing[watcher] = false
 	w.m.Up.WithLabelValues(name, watcher).Set(1)
 	w.m.LastSuccess.WithLabelValues(name, watcher).Set(float64(w.now().UnixNano()) / 1e9)
+	if wasFailing {
+		return recovered
+	}
+	return stillUp
 }
 
-func (w *Watcher) sampleBacklog(ctx context.Context) error {
-	p := w.p
-	if !w.indexWarned {
-		ok, err := postgres.HasUnpublishedIndex(ctx, w.db, p)
-		if err == nil {
-			w.indexWarned = true
-			if !ok {
-				w.log.Warn("the outbox has no partial index on the unpublished rows; every relay poll and backlog query scans the whole table",
-					"table", p.Outbox.Table,
-					"fix", "CREATE INDEX ON "+p.Outbox.Table+" ("+p.Outbox.Columns.ID+") WHERE "+p.Outbox.Columns.PublishedAt+" IS NULL")
-			}
-		}
-	}
-	b, err := postgres.QueryBacklog(ctx, w.db, p)
-	if err != nil {
-		return err
-	}
-	w.m.BacklogRows.WithLabelValues(p.Name).Set(float64(b.Rows))
-	w.m.OldestUnpublishedAge.WithLabelValues(p.Name).Set(b.OldestAge.Seconds())
-	return nil
+// setBacklog exports a backlog sample of the pipeline's outbox table.
+func (w *Watcher) setBacklog(b postgres.Backlog) {
+	w.m.BacklogRows.WithLabelValues(w.p.Name).Set(float64(b.Rows))
+	w.m.OldestUnpublishedAge.WithLabelValues(w.p.Name).Set(b.OldestAge.Seconds())
 }
 
 func (w *Watcher) dropBacklog() {
@@ -221,14 +265,11 @@ func (w *Watcher) dropBacklog() {
 	w.m.OldestUnpublishedAge.DeleteLabelValues(w.p.Name)
 }
 
-func (w *Watcher) sampleTransactions(ctx context.Context) error {
-	tx, err := postgres.QueryTransactions(ctx, w.db, time.Duration(w.p.Watch.LongTransactionThreshold))
-	if err != nil {
-		return err
-	}
+// setTransactions exports an open-transactions sample of the pipeline's
+// database, counted against its watch.long_transaction_threshold.
+func (w *Watcher) setTransactions(tx postgres.Transactions) {
 	w.m.OldestTransactionAge.WithLabelValues(w.p.Name).Set(tx.OldestAge.Seconds())
 	w.m.LongTransactions.WithLabelValues(w.p.Name).Set(float64(tx.OverLimit))
-	return nil
 }
 
 func (w *Watcher) dropTransactions() {
@@ -236,10 +277,21 @@ func (w *Watcher) dropTransactions() {
 	w.m.LongTransactions.DeleteLabelValues(w.p.Name)
 }
 
-func (w *Watcher) sampleSlots(ctx context.Context) error {
+// setSlots exports the slots of the pipeline's database that it watches
+// (watch.slot, or all of them without it), out of all, every slot of the
+// database.
+func (w *Watcher) setSlots(all []postgres.Slot) {
 	name, want := w.p.Name, w.p.Watch.Slot
-	slots, err := postgres.QuerySlots(ctx, w.db, want)
-	if want == "" && !w.slotWarned && err == nil {
+	slots := all
+	if want != "" {
+		slots = nil
+		for _, s := range all {
+			if s.Name == want {
+				slots = append(slots, s)
+			}
+		}
+	}
+	if want == "" && !w.slotWarned {
 		w.slotWarned = true
 		seen := make([]string, 0, len(slots))
 		for _, s := range slots {
@@ -247,9 +299,6 @@ func (w *Watcher) sampleSlots(ctx context.Context) error {
 		}
 		w.log.Warn("watch.slot is not set: watching every replication slot of the database, so another pipeline's or a leftover slot can fire this pipeline's slot alerts; set watch.slot to the connector's slot.name",
 			"slots", strings.Join(seen, ", "))
-	}
-	if err != nil {
-		return err
 	}
 	if want != "" && len(slots) == 0 {
 		// The configured slot does not exist (not created yet, or
@@ -262,7 +311,7 @@ func (w *Watcher) sampleSlots(ctx context.Context) error {
 		w.forgetSlot(want)
 		w.m.SlotActive.WithLabelValues(name, want).Set(0)
 		w.slotsSeen = map[string]bool{want: true}
-		return nil
+		return
 	}
 	w.slotMissing = false
 	seen := make(map[string]bool, len(slots))
@@ -290,7 +339,6 @@ func (w *Watcher) sampleSlots(ctx context.Context) error {
 		}
 	}
 	w.slotsSeen = seen
-	return nil
 }
 
 // forgetSlot removes a slot's figures (not its active flag).
