@@ -310,8 +310,8 @@ type heldLookup struct {
 func holdLookup(svc *Service) *heldLookup {
 	h := &heldLookup{held: make(chan Canary, 1), released: make(chan struct{}), result: make(chan error, 1)}
 	pr := svc.pipes[0]
-	lookup := pr.lookup
-	pr.lookup = func(ctx context.Context, cs []Canary) (map[string]LookupResult, error) {
+	lookup := pr.lookups.read
+	pr.lookups.read = func(ctx context.Context, cs []Canary) (map[string]LookupResult, error) {
 		for _, c := range cs {
 			rep, ok := pr.tracker.Report(c.ID)
 			if ok && rep.State != StateInFlight && h.armed.CompareAndSwap(true, false) {

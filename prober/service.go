@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
@@ -110,7 +109,12 @@ type Service struct {
 	now      func() time.Time
 	log      *slog.Logger
 	pipes    []*pipelineRunner
-	started  time.Time
+	// tables: each outbox table read back by the pipelines on it whose
+	// publish stamp is the row's published_at; lookups, their rounds, in
+	// the order of their first pipeline, one goroutine each.
+	tables  map[lookupTableKey]*publishedTable
+	lookups []*Lookups
+	started time.Time
 	// conns are the pools and Kafka connections; closed by the service
 	// only when it opened them (ownConns).
 	conns     *Connections
@@ -131,13 +135,10 @@ type pipelineRunner struct {
 	consumer *Consumer
 	log      *slog.Logger
 	now      func() time.Time
-	// lookup is lookupStamps; tests replace it to play the database.
-	lookup func(ctx context.Context, cs []Canary) (map[string]LookupResult, error)
-
-	// publishedSQL reads the published_at of a batch of rows back by
-	// primary key; built once, as it runs on every lookup of a
-	// published_at pipeline.
-	publishedSQL string
+	// lookups reads published_at back for this pipeline and the others
+	// on its outbox table; nil when the publish stamp is not published_at.
+	// Tests replace its read to play the database.
+	lookups *Lookups
 
 	mu       sync.Mutex
 	dbOK     bool
@@ -210,7 +211,7 @@ func New(o Options) (*Service, error) {
 		}
 	}
 	s := &Service{opts: o, instance: instance, metrics: metrics, signer: signer, now: o.Now, log: o.Logger, started: o.Now(),
-		conns: o.Connections}
+		conns: o.Connections, tables: map[lookupTableKey]*publishedTable{}}
 	if s.conns == nil {
 		if s.conns, err = OpenConnections(context.Background(), pipelines); err != nil {
 			return nil, err
@@ -238,10 +239,11 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 	if err != nil {
 		return nil, err
 	}
-	pr := &pipelineRunner{p: p, pool: pool, log: log, now: s.now, dbReason: "database not reached yet",
-		publishedSQL: publishedQuery(p)}
+	pr := &pipelineRunner{p: p, pool: pool, log: log, now: s.now, dbReason: "database not reached yet"}
 	pr.clock = NewDBClock(p.Name, pool, s.metrics, s.now, log)
-	pr.lookup = pr.lookupStamps
+	if p.Relay.PublishedStamp == config.PublishedFromColumn {
+		pr.lookups = s.lookupsOf(p, pool, pr.clock)
+	}
 
 	statePath := ""
 	if stateDir != "-" {
@@ -249,8 +251,7 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 	}
 	tr, err := NewTracker(TrackerOptions{
 		Pipeline: p, Instance: s.instance, Metrics: s.metrics, Now: s.now, Logger: log,
-		StatePath: statePath, OnDone: s.opts.OnCanaryDone,
-		LookupStamps: func(ctx context.Context, cs []Canary) (map[string]LookupResult, error) { return pr.lookup(ctx, cs) },
+		StatePath: statePath, OnDone: s.opts.OnCanaryDone, Lookups: pr.lookups,
 	})
 	if err != nil {
 		return nil, err
@@ -269,6 +270,22 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 		return nil, err
 	}
 	return pr, nil
+}
+
+// lookupsOf returns the lookups of the pipeline's outbox table, shared
+// with the pipelines before it on the same database, table and columns,
+// and adds the pipeline's clock to the table's.
+func (s *Service) lookupsOf(p *config.Pipeline, pool *pgxpool.Pool, clock *DBClock) *Lookups {
+	key := lookupTableKey{pool: pool, sql: publishedQuery(p)}
+	pt, ok := s.tables[key]
+	if !ok {
+		pt = &publishedTable{pool: pool, sql: key.sql, clocks: map[string]*DBClock{}}
+		pt.lookups = NewLookups(LookupsOptions{Read: pt.read})
+		s.tables[key] = pt
+		s.lookups = append(s.lookups, pt.lookups)
+	}
+	pt.clocks[p.Name] = clock
+	return pt.lookups
 }
 
 // Close releases the connections the service opened itself, of a service
@@ -401,11 +418,14 @@ func (s *Service) run(ctx context.Context, flush bool) error {
 
 	var wg sync.WaitGroup
 	for _, pr := range s.pipes {
-		wg.Add(4)
+		wg.Add(3)
 		go func() { defer wg.Done(); pr.watchDB(ctx, s.opts.HealthInterval) }()
 		go func() { defer wg.Done(); _ = pr.consumer.Run(ctx) }()
 		go func() { defer wg.Done(); pr.sweep(ctx, s.opts.SweepInterval) }()
-		go func() { defer wg.Done(); pr.tracker.RunLookups(ctx) }()
+	}
+	for _, l := range s.lookups {
+		wg.Add(1)
+		go func() { defer wg.Done(); l.Run(ctx) }()
 	}
 	if c != nil {
 		c.Start()
@@ -548,62 +568,6 @@ func (pr *pipelineRunner) setDB(err error) {
 	case err != nil:
 		pr.log.Debug("database still unreachable", "err", err)
 	}
-}
-
-// publishedQuery reads the published_at of a batch of rows by primary
-// key. The ids go as a text array, which PostgreSQL takes as an array of
-// the id column's own type (bigint or uuid), so the primary key index is
-// used; they come back as text, as the sender's RETURNING gave them.
-func publishedQuery(p *config.Pipeline) string {
-	c := p.Outbox.Columns
-	return fmt.Sprintf("SELECT %s::text, %s FROM %s WHERE %s = ANY($1)",
-		postgres.QuoteIdent(c.ID), postgres.QuoteIdent(c.PublishedAt), postgres.QuoteTable(p.Outbox.Table), postgres.QuoteIdent(c.ID))
-}
-
-// lookupStamps is the tracker's LookupStamps: for a pipeline whose publish
-// stamp is the row's published_at, it reads the rows of a batch of
-// canaries back by primary key in one query and converts the database
-// times to the prober's clock, with the offset's error bound. A row whose
-// published_at is still NULL (the relay's transaction has not committed)
-// or that is gone has no entry: the judge asks again. A failure (our own
-// database unreachable, the offset not measured yet) is retried and never
-// taken for a missing stamp.
-func (pr *pipelineRunner) lookupStamps(ctx context.Context, cs []Canary) (map[string]LookupResult, error) {
-	if pr.p.Relay.PublishedStamp != config.PublishedFromColumn {
-		return nil, nil
-	}
-	byRow := make(map[string]string, len(cs))
-	rowIDs := make([]string, 0, len(cs))
-	for _, c := range cs {
-		if c.RowID != "" {
-			byRow[c.RowID] = c.ID
-			rowIDs = append(rowIDs, c.RowID)
-		}
-	}
-	if len(rowIDs) == 0 {
-		return nil, nil
-	}
-	off, ok := pr.clock.Current()
-	if !ok {
-		return nil, errors.New("database clock offset not measured yet")
-	}
-	rows, err := pr.pool.Query(ctx, pr.publishedSQL, rowIDs)
-	if err != nil {
-		return nil, fmt.Errorf("read published_at of %d rows: %w", len(rowIDs), err)
-	}
-	found := map[string]LookupResult{}
-	var rowID string
-	var published *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&rowID, &published}, func() error {
-		if id, ok := byRow[rowID]; ok && published != nil {
-			found[id] = LookupResult{Stamps: map[string]time.Time{config.StampPublish: off.ToLocal(*published)}, ErrorBound: off.Error}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read published_at of %d rows: %w", len(rowIDs), err)
-	}
-	return found, nil
 }
 
 // PipelineView is what the status page reads of one pipeline: its

@@ -51,7 +51,9 @@ func TestConsumerStampsQueuedCanariesWithoutWaitingForPublishedAt(t *testing.T) 
 	// The database, played: published_at by row id, absent while NULL.
 	var mu sync.Mutex
 	published := map[string]time.Time{}
-	pr.lookup = func(_ context.Context, cs []Canary) (map[string]LookupResult, error) {
+	// Each round at once: the test's clock runs ahead of real time.
+	pr.lookups.interval = -1
+	pr.lookups.read = func(_ context.Context, cs []Canary) (map[string]LookupResult, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		found := map[string]LookupResult{}
@@ -64,7 +66,7 @@ func TestConsumerStampsQueuedCanariesWithoutWaitingForPublishedAt(t *testing.T) 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go pr.tracker.RunLookups(ctx)
+	go pr.lookups.Run(ctx)
 	signer, _ := NewSigner([]byte("unit-key"))
 	var msgs []kafka.Message
 	for i, id := range []string{"a", "b"} {

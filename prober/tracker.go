@@ -20,9 +20,10 @@ import (
 // documentation holds the blame rule): it serialises the events, takes the
 // consume stamp behind a fence so that the judge's clock never passes an
 // arrival it has not been told of, persists the state after every change
-// and before any metric moves, runs the stamp lookups the judge asks for
-// outside its lock, and applies the judge's effects to the metrics and the
-// callbacks once the lock is released.
+// and before any metric moves, hands the stamp lookups the judge asks for
+// to its outbox table's Lookups (lookups.go), which read them outside its
+// lock, and applies the judge's effects to the metrics and the callbacks
+// once the lock is released.
 //
 // Restarts: a change is written (state.go: a journal line, now and then a
 // snapshot) before the effects it produced are applied to the metrics and
@@ -149,6 +150,11 @@ type LookupResult struct {
 	// ErrorBound of the stamps' conversion to the prober's clock (the
 	// database clock offset's).
 	ErrorBound time.Duration
+	// Unavailable, when set, is why this canary's stamps could not be read
+	// although the batch was (its pipeline's database clock offset is not
+	// measured yet): retried as after a failed batch, never taken for a
+	// missing stamp.
+	Unavailable error
 }
 
 // TrackerOptions configures a Tracker.
@@ -165,13 +171,10 @@ type TrackerOptions struct {
 	// StatePath is the file for the persisted state; "" keeps it in memory
 	// only (tests, and `check`, which must not disturb the service's file).
 	StatePath string
-	// LookupStamps, optional, reads the stamps the messages do not carry
-	// (a polling relay's published_at) for a batch of canaries, in one
-	// query. It returns what it found by canary id; a canary without an
-	// entry has no stamp (yet): published_at still NULL, or the row
-	// gone. An error means it could not look (the prober's own database
-	// down): the whole batch is retried, never taken for missing stamps.
-	LookupStamps func(ctx context.Context, cs []Canary) (map[string]LookupResult, error)
+	// Lookups, optional, reads the stamps the messages do not carry (a
+	// polling relay's published_at), shared with the other trackers on the
+	// same outbox table. Without it the judge's asks are never answered.
+	Lookups *Lookups
 	// CommitDelay is how long a change other than Sent may wait to be
 	// written with others in one batch (group commit), its effects on the
 	// metrics and callbacks waiting with it: one fsync per batch instead of
@@ -186,28 +189,19 @@ type TrackerOptions struct {
 // verdicts and the next canary's Sent.
 const DefaultCommitDelay = time.Second
 
-// Lookups: the judge asks for them at a sweep once due (the settle time
-// after arrival, then backing off; see judge.Config.LookupSettle), the
-// shell reads every canary asked for since its last query in one, of at
-// most lookupBatchMax canaries, bounded by lookupTimeout.
-const (
-	lookupTimeout  = 2 * time.Second
-	lookupBatchMax = 1000
-)
-
 // Tracker follows the canaries of one pipeline from Sent to arrival or
 // loss. It is safe for concurrent use.
 type Tracker struct {
-	p      *config.Pipeline
-	plan   judge.Plan
-	m      *Metrics
-	now    func() time.Time
-	log    *slog.Logger
-	path   string
-	store  *stateStore
-	lookup func(ctx context.Context, cs []Canary) (map[string]LookupResult, error)
-	onDone func(Report)
-	forget time.Duration
+	p       *config.Pipeline
+	plan    judge.Plan
+	m       *Metrics
+	now     func() time.Time
+	log     *slog.Logger
+	path    string
+	store   *stateStore
+	lookups *Lookups
+	onDone  func(Report)
+	forget  time.Duration
 
 	// fence: consume stamps taken and not yet handed to the judge.
 	fenceMu sync.Mutex
@@ -222,12 +216,6 @@ type Tracker struct {
 	commitDelay  time.Duration
 	pending      []judge.Effect
 	pendingSince time.Time
-
-	// The lookup queue: canary ids the judge asked to look up and
-	// RunLookups has not taken yet; lookupReady wakes it.
-	lookupMu    sync.Mutex
-	lookupQueue []string
-	lookupReady chan struct{}
 }
 
 // NewTracker creates the tracker of one pipeline and loads its state file
@@ -250,8 +238,8 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 	}
 	t := &Tracker{
 		p: p, plan: planOf(p), m: opts.Metrics, now: opts.Now, log: opts.Logger, path: opts.StatePath,
-		lookup: opts.LookupStamps, onDone: opts.OnDone, forget: 2 * time.Duration(p.Canary.LostAfter),
-		lookupReady: make(chan struct{}, 1), fence: map[uint64]time.Time{},
+		lookups: opts.Lookups, onDone: opts.OnDone, forget: 2 * time.Duration(p.Canary.LostAfter),
+		fence:       map[uint64]time.Time{},
 		waiters:     map[string][]chan Report{},
 		commitDelay: cmp.Or(opts.CommitDelay, DefaultCommitDelay),
 	}
@@ -444,6 +432,7 @@ func (t *Tracker) takeWaiters(reports map[string]Report) map[string][]chan Repor
 func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters map[string][]chan Report, inFlight int) {
 	name := t.p.Name
 	m := t.m
+	var lookups []string
 	for _, e := range fx {
 		switch e.Kind {
 		case judge.EffectVerdict:
@@ -488,7 +477,7 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 		case judge.EffectUnknownCanary:
 			m.MessagesSkipped.WithLabelValues(name, ReasonUnknownCanary).Inc() // logged by the consumer, as its other skips
 		case judge.EffectLookup:
-			t.queueLookup(e.Canary)
+			lookups = append(lookups, e.Canary)
 		case judge.EffectFinal:
 			if r, ok := reports[e.Canary]; ok {
 				if e2e := r.Segments[config.SegmentEndToEnd]; e2e.Outcome == judge.Good {
@@ -504,6 +493,10 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 		}
 	}
 	m.InFlight.WithLabelValues(name).Set(float64(inFlight))
+	if len(lookups) > 0 && t.lookups != nil {
+		// All of a sweep's asks at once, so one round takes them together.
+		t.lookups.ask(t, lookups)
+	}
 }
 
 // Sent records a committed canary and persists it durably before
@@ -602,47 +595,11 @@ func (t *Tracker) Sweep() {
 	}
 }
 
-// queueLookup hands a canary the judge asked to look up to RunLookups.
-func (t *Tracker) queueLookup(id string) {
-	t.lookupMu.Lock()
-	t.lookupQueue = append(t.lookupQueue, id)
-	t.lookupMu.Unlock()
-	select {
-	case t.lookupReady <- struct{}{}:
-	default: // already woken; it takes the whole queue
-	}
-}
-
-// RunLookups performs the lookups the judge asks for until ctx is done:
-// outside the tracker's lock, every canary asked for since the last query
-// in one query (the judge asks at sweeps, once a canary is due), each
-// query bounded.
-func (t *Tracker) RunLookups(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.lookupReady:
-		}
-		t.lookupMu.Lock()
-		ids := t.lookupQueue
-		t.lookupQueue = nil
-		t.lookupMu.Unlock()
-		for len(ids) > 0 && ctx.Err() == nil {
-			n := min(len(ids), lookupBatchMax)
-			t.lookupBatch(ctx, ids[:n])
-			ids = ids[n:]
-		}
-	}
-}
-
-// lookupBatch reads the stamps of a batch of canaries and reports every
-// answer to the judge under one lock.
-func (t *Tracker) lookupBatch(ctx context.Context, ids []string) {
-	if t.lookup == nil {
-		return // nothing to look with: the judge is never answered, and does not ask again
-	}
+// lookupCanaries returns the canaries of ids that the judge still wants
+// looked up, for a round of the table's Lookups; the others are dropped.
+func (t *Tracker) lookupCanaries(ids []string) []Canary {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	canaries := make([]Canary, 0, len(ids))
 	for _, id := range ids {
 		c := t.j.Canary(id)
@@ -653,26 +610,26 @@ func (t *Tracker) lookupBatch(ctx context.Context, ids []string) {
 		canaries = append(canaries, Canary{ID: c.ID, Seq: c.Seq, Pipeline: t.p.Name, Key: c.Key, RowID: c.RowID,
 			InsertStarted: c.InsertStarted, CommitSent: c.CommitSent, Committed: c.Committed})
 	}
-	t.mu.Unlock()
-	if len(canaries) == 0 {
-		return
-	}
-	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
-	found, err := t.lookup(lctx, canaries)
-	cancel()
-	if ctx.Err() != nil {
-		return // stopping: no answer; the judge asks again after a restart
-	}
+	return canaries
+}
+
+// lookupAnswered reports the answers of a batch to the judge under one
+// lock: found by canary id, or err for every canary of cs (a failure is
+// never taken for a missing stamp).
+func (t *Tracker) lookupAnswered(cs []Canary, found map[string]LookupResult, err error) {
 	if err != nil {
-		t.log.Debug("looking up canary stamps failed; retried", "canaries", len(canaries), "err", err)
+		t.log.Debug("looking up canary stamps failed; retried", "canaries", len(cs), "err", err)
 	}
 	at := t.now()
 	t.mu.Lock()
 	var fx []judge.Effect
-	for _, c := range canaries {
+	for _, c := range cs {
 		res, ok := found[c.ID]
 		switch {
 		case err != nil:
+			fx = append(fx, t.j.StampUnavailable(c.ID, at)...)
+		case ok && res.Unavailable != nil:
+			t.log.Debug("looking up canary stamps failed; retried", "canary", c.ID, "err", res.Unavailable)
 			fx = append(fx, t.j.StampUnavailable(c.ID, at)...)
 		case ok && len(res.Stamps) > 0:
 			fx = append(fx, t.j.StampFound(c.ID, res.Stamps, res.ErrorBound, at)...)

@@ -47,12 +47,15 @@ var errStampAbsent = errors.New("stamp absent")
 // harness drives trackers of one pipeline with an injected clock, across
 // simulated restarts (each with a fresh registry, as a new process has).
 type harness struct {
-	t       *testing.T
-	p       config.Pipeline
-	mu      sync.Mutex
-	now     time.Time
-	path    string
-	lookup  func(ctx context.Context, c Canary) (LookupResult, error)
+	t      *testing.T
+	p      config.Pipeline
+	mu     sync.Mutex
+	now    time.Time
+	path   string
+	lookup func(ctx context.Context, c Canary) (LookupResult, error)
+	// lookups reads for every tracker of the harness, each round at once
+	// (no spacing: the tests' clock jumps ahead of real time).
+	lookups *Lookups
 	metrics []*Metrics // one per process, oldest first
 	tr      *Tracker
 	offset  int64
@@ -66,6 +69,7 @@ type harness struct {
 func newHarness(t *testing.T, p config.Pipeline, persist bool) *harness {
 	t.Helper()
 	h := &harness{t: t, p: p, now: t0, logs: &stacktest.SyncBuffer{}, commitDelay: -1}
+	h.lookups = NewLookups(LookupsOptions{Interval: -1, Read: h.read})
 	if persist {
 		h.path = filepath.Join(t.TempDir(), p.Name+".json")
 	}
@@ -94,29 +98,31 @@ func (h *harness) restart() {
 				h.onDone(r)
 			}
 		},
-		LookupStamps: func(ctx context.Context, cs []Canary) (map[string]LookupResult, error) {
-			// The harness plays the database one canary at a time.
-			found := map[string]LookupResult{}
-			for _, c := range cs {
-				if h.lookup == nil {
-					continue
-				}
-				res, err := h.lookup(ctx, c)
-				switch {
-				case errors.Is(err, errStampAbsent):
-				case err != nil:
-					return nil, err
-				default:
-					found[c.ID] = res
-				}
-			}
-			return found, nil
-		},
+		Lookups: h.lookups,
 	})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	h.metrics, h.tr = append(h.metrics, m), tr
+}
+
+// read plays the database one canary at a time, by h.lookup.
+func (h *harness) read(ctx context.Context, cs []Canary) (map[string]LookupResult, error) {
+	found := map[string]LookupResult{}
+	for _, c := range cs {
+		if h.lookup == nil {
+			continue
+		}
+		res, err := h.lookup(ctx, c)
+		switch {
+		case errors.Is(err, errStampAbsent):
+		case err != nil:
+			return nil, err
+		default:
+			found[c.ID] = res
+		}
+	}
+	return found, nil
 }
 
 func (h *harness) m() *Metrics { return h.metrics[len(h.metrics)-1] }
@@ -306,7 +312,7 @@ func TestLookupsRunOutsideTheLockAndDecideWhenTheStampComes(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go h.tr.RunLookups(ctx)
+	go h.lookups.Run(ctx)
 	c := h.send("a", 1)
 	h.at(400 * time.Millisecond)
 	h.arrive(c, map[string]time.Duration{"read": 100 * time.Millisecond})
@@ -352,7 +358,7 @@ func TestAStampOurDatabaseCannotReadIsUnknownNotMissing(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go h.tr.RunLookups(ctx)
+	go h.lookups.Run(ctx)
 	c := h.send("a", 1)
 	h.at(400 * time.Millisecond)
 	h.arrive(c, map[string]time.Duration{"read": 100 * time.Millisecond})
