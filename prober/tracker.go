@@ -658,15 +658,9 @@ func (t *Tracker) InFlight() int {
 	return t.inFlightLocked()
 }
 
-func (t *Tracker) inFlightLocked() int {
-	n := 0
-	for _, c := range t.j.State().Canaries { // every commit: no sorted copy
-		if !c.Arrived && !c.Lost {
-			n++
-		}
-	}
-	return n
-}
+// inFlightLocked runs at every commit: it costs the canaries not final
+// (judge.InFlight), not every canary remembered.
+func (t *Tracker) inFlightLocked() int { return t.j.InFlight() }
 
 // Recent returns up to n final canaries, newest first, from those still
 // remembered (about 2 x lost_after).
@@ -694,8 +688,8 @@ func (t *Tracker) InFlightReports() []Report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []Report
-	for _, c := range t.j.Canaries() {
-		if !c.Final && !c.Arrived {
+	for _, c := range t.j.Open() {
+		if !c.Arrived {
 			out = append(out, t.report(c))
 		}
 	}

@@ -135,13 +135,13 @@ type position struct {
 // Judge is the pure state machine. Not safe for concurrent use: the shell
 // serialises events.
 type Judge struct {
-	cfg      Config
-	st       *State
-	started  time.Time
-	expected map[string][]Arrival // between Expect and Sent, with parked arrivals
-	inFlight map[string]bool      // lookups asked for and not answered
-	pos      position
-	fx       []Effect
+	cfg          Config
+	st           *State
+	started      time.Time
+	expected     map[string][]Arrival // between Expect and Sent, with parked arrivals
+	lookupsAsked map[string]bool      // lookups asked for and not answered
+	pos          position
+	fx           []Effect
 	// changed holds the canaries changed (or forgotten) since the last
 	// MarkPersisted, metaChanged whether anything else in the state did:
 	// what the shell must persist, in O(change) rather than O(state).
@@ -150,6 +150,9 @@ type Judge struct {
 	// restarted: this process resumed a state after a downtime, so its
 	// readers have a backlog of their own to catch up on.
 	restarted bool
+	// open and forgetting index the canaries for Tick (index.go).
+	open       []*Canary
+	forgetting forgetQueue
 }
 
 // New resumes from a state (nil: a fresh one) at now, the process's start.
@@ -168,7 +171,7 @@ func New(cfg Config, st *State, now time.Time) *Judge {
 	if st.Next == nil {
 		st.Next = map[int]int64{}
 	}
-	j := &Judge{cfg: cfg, st: st, started: now, expected: map[string][]Arrival{}, inFlight: map[string]bool{},
+	j := &Judge{cfg: cfg, st: st, started: now, expected: map[string][]Arrival{}, lookupsAsked: map[string]bool{},
 		changed: map[string]struct{}{}}
 	if !st.AliveAt.IsZero() && st.AliveAt.Before(now) {
 		st.Downtimes = append(st.Downtimes, Interval{From: st.AliveAt, To: now})
@@ -181,6 +184,7 @@ func New(cfg Config, st *State, now time.Time) *Judge {
 	if len(st.Downtimes) != kept {
 		j.metaChanged = true
 	}
+	j.index()
 	return j
 }
 
@@ -194,7 +198,7 @@ func (j *Judge) Canary(id string) *Canary { return j.st.Canaries[id] }
 // Canaries returns every remembered canary by sequence number.
 func (j *Judge) Canaries() []*Canary {
 	out := slices.Collect(maps.Values(j.st.Canaries))
-	slices.SortFunc(out, func(a, b *Canary) int { return cmp.Compare(a.Seq, b.Seq) })
+	slices.SortFunc(out, bySeq)
 	return out
 }
 
@@ -237,6 +241,7 @@ func (j *Judge) Sent(s Sent) []Effect {
 	c := &Canary{ID: s.ID, Seq: s.Seq, Key: s.Key, RowID: s.RowID,
 		InsertStarted: s.InsertStarted, CommitSent: s.CommitSent, Committed: s.Committed}
 	j.st.Canaries[s.ID] = c
+	j.opened(c)
 	j.st.LastSent = s.Committed
 	j.touch(c)
 	j.metaChanged = true
@@ -520,10 +525,10 @@ func (j *Judge) lookupWanted(c *Canary) bool {
 // askLookup asks the shell to look the canary's stamps up, unless a
 // lookup is under way or not due yet.
 func (j *Judge) askLookup(c *Canary, now time.Time) {
-	if j.inFlight[c.ID] || now.Before(c.Lookup.Due) {
+	if j.lookupsAsked[c.ID] || now.Before(c.Lookup.Due) {
 		return
 	}
-	j.inFlight[c.ID] = true
+	j.lookupsAsked[c.ID] = true
 	j.emit(Effect{Kind: EffectLookup, Canary: c.ID})
 }
 
@@ -548,7 +553,7 @@ func (j *Judge) retryLater(c *Canary, at time.Time) {
 // StampFound delivers looked-up stamps (on the prober clock, with the
 // error bound of their conversion).
 func (j *Judge) StampFound(id string, stamps map[string]time.Time, errBound time.Duration, at time.Time) []Effect {
-	delete(j.inFlight, id)
+	delete(j.lookupsAsked, id)
 	c, ok := j.st.Canaries[id]
 	if !ok || c.Final {
 		return j.take()
@@ -573,7 +578,7 @@ func (j *Judge) StampFound(id string, stamps map[string]time.Time, errBound time
 // StampAbsent reports that a lookup found no stamp (published_at still
 // NULL, or the row gone).
 func (j *Judge) StampAbsent(id string, at time.Time) []Effect {
-	delete(j.inFlight, id)
+	delete(j.lookupsAsked, id)
 	if c, ok := j.st.Canaries[id]; ok && !c.Final {
 		c.Lookup.Attempts++
 		c.Lookup.Unavailable = false
@@ -587,7 +592,7 @@ func (j *Judge) StampAbsent(id string, at time.Time) []Effect {
 // prober's own dependency is down: it is retried, and never taken for a
 // missing stamp.
 func (j *Judge) StampUnavailable(id string, at time.Time) []Effect {
-	delete(j.inFlight, id)
+	delete(j.lookupsAsked, id)
 	if c, ok := j.st.Canaries[id]; ok && !c.Final {
 		c.Lookup.Unavailable = true
 		c.Lookup.Due = at.Add(min(max(j.cfg.LookupSettle, lookupRetryUnavailable), LookupRetryMax))
@@ -606,7 +611,7 @@ func (j *Judge) LookupWanted(id string) bool {
 
 // LookupDropped tells the judge a lookup it asked for will not be answered
 // (the shell gave up on it without an answer); it may be asked again.
-func (j *Judge) LookupDropped(id string) { delete(j.inFlight, id) }
+func (j *Judge) LookupDropped(id string) { delete(j.lookupsAsked, id) }
 
 // commitPoint is when segments from commit start: COMMIT sent, an upper
 // bound on their length, so that a relay reading the row before our client
@@ -879,7 +884,7 @@ func (j *Judge) finalize(c *Canary, now time.Time) {
 		return
 	}
 	c.Lookup.Pending = false
-	delete(j.inFlight, c.ID)
+	delete(j.lookupsAsked, c.ID)
 	if c.Arrived {
 		for _, st := range j.cfg.Plan.Middle() {
 			_, known := c.Stamps[st]
@@ -908,6 +913,7 @@ func (j *Judge) finalize(c *Canary, now time.Time) {
 		}
 	}
 	c.Final, c.FinalAt = true, now
+	j.closed(c)
 	j.touch(c)
 	j.emit(Effect{Kind: EffectFinal, Canary: c.ID, At: now})
 }
@@ -938,21 +944,13 @@ func (j *Judge) entered(c *Canary) int {
 
 // Tick judges what time alone decides at now: deadlines, lookups due,
 // losses, and forgets old canaries. now must not pass an arrival the judge
-// has not been told of (the shell's fence).
+// has not been told of (the shell's fence). It costs the canaries not
+// final and those due to be forgotten, not every canary remembered.
 func (j *Judge) Tick(now time.Time) []Effect {
-	for _, c := range j.Canaries() {
-		switch {
-		case c.Final:
-			if now.Sub(c.Committed) > j.cfg.Forget {
-				delete(j.st.Canaries, c.ID)
-				j.touch(c) // forgotten
-			}
-		case c.Arrived:
-			j.tickArrived(c, now)
-		default:
-			j.tickInFlight(c, now)
-		}
-	}
+	// Before the open ones, so that a canary made final at this tick is
+	// forgotten at a later one at the earliest.
+	j.forgetDue(now)
+	j.tickOpen(now)
 	return j.take()
 }
 

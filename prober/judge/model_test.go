@@ -399,6 +399,47 @@ func (s *shellSim) checkDurable(when string) {
 	}
 }
 
+// checkIndexes compares the judge's indexes, just after a Tick, with
+// what a walk of every canary finds: Tick judges exactly the canaries not
+// final, by sequence number, and has every final one queued once to be
+// forgotten.
+func (s *shellSim) checkIndexes() {
+	open, final, inFlight := 0, 0, 0
+	for _, c := range s.j.st.Canaries {
+		if c.Final {
+			final++
+		} else {
+			open++
+		}
+		if !c.Arrived && !c.Lost {
+			inFlight++
+		}
+	}
+	problem := ""
+	queued := map[string]bool{}
+	for _, c := range s.j.forgetting {
+		if !c.Final || queued[c.ID] || s.j.st.Canaries[c.ID] != c {
+			problem = fmt.Sprintf("%s queued to be forgotten: final %t, twice %t, or not the canary remembered", c.ID, c.Final, queued[c.ID])
+		}
+		queued[c.ID] = true
+	}
+	for i, c := range s.j.open {
+		if c.Final || s.j.st.Canaries[c.ID] != c || (i > 0 && bySeq(s.j.open[i-1], c) >= 0) {
+			problem = fmt.Sprintf("%s open: final %t, or not the canary remembered, or out of order", c.ID, c.Final)
+		}
+	}
+	switch {
+	case problem != "":
+	case len(s.j.open) != open || len(queued) != final:
+		problem = fmt.Sprintf("%d open, %d indexed; %d final, %d queued", open, len(s.j.open), final, len(queued))
+	case s.j.InFlight() != inFlight:
+		problem = fmt.Sprintf("%d in flight, InFlight says %d", inFlight, s.j.InFlight())
+	}
+	if problem != "" {
+		s.failures = append(s.failures, fmt.Sprintf("indexes at %s: %s", s.now, problem))
+	}
+}
+
 // crash keeps what the writes put on disk. Without group commit every
 // change was written; with it, the batch not yet written is lost with its
 // effects, which were never applied: the next process decides again.
@@ -540,6 +581,7 @@ func (s *shellSim) run() {
 				s.apply(s.answer(id, due), false)
 			}
 			s.apply(s.j.Tick(at(t)), false)
+			s.checkIndexes()
 		}})
 		if t%(500*time.Millisecond) == 0 {
 			evs = append(evs, event{t, 3, func() {
