@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ClockOffset is the database clock minus the prober clock, estimated from
@@ -63,23 +64,34 @@ func EstimateDBOffset(ctx context.Context, q RowQuerier, now func() time.Time, s
 	return best, nil
 }
 
-// DBClock keeps the latest estimate of one database's clock offset,
-// exported as gauges.
+// DBClock keeps the latest estimate of one database's clock offset and
+// exports it as the gauges of every pipeline on that database: one
+// estimate serves them all, as their published_at stamps are all on that
+// one clock.
 type DBClock struct {
-	pipeline string
-	q        RowQuerier
-	metrics  *Metrics
-	now      func() time.Time
-	log      *slog.Logger
+	pipelines []string
+	q         RowQuerier
+	now       func() time.Time
+	log       *slog.Logger
+	// Each pipeline's series, resolved once.
+	offset, offsetError []prometheus.Gauge
+	errors              []prometheus.Counter
 
 	mu  sync.Mutex
 	off ClockOffset
 	ok  bool
 }
 
-// NewDBClock returns an estimator with no estimate yet.
-func NewDBClock(pipeline string, q RowQuerier, m *Metrics, now func() time.Time, log *slog.Logger) *DBClock {
-	return &DBClock{pipeline: pipeline, q: q, metrics: m, now: now, log: log}
+// NewDBClock returns an estimator with no estimate yet for the database
+// of pipelines; log names the database.
+func NewDBClock(pipelines []string, q RowQuerier, m *Metrics, now func() time.Time, log *slog.Logger) *DBClock {
+	d := &DBClock{pipelines: pipelines, q: q, now: now, log: log}
+	for _, p := range pipelines {
+		d.offset = append(d.offset, m.DBClockOffset.WithLabelValues(p))
+		d.offsetError = append(d.offsetError, m.DBClockOffsetError.WithLabelValues(p))
+		d.errors = append(d.errors, m.DependencyErrors.WithLabelValues(p, DependencyDBClock))
+	}
+	return d
 }
 
 // dbClockSamples is how many round trips one estimate takes; the fastest
@@ -91,15 +103,19 @@ const dbClockSamples = 5
 func (d *DBClock) Estimate(ctx context.Context) error {
 	off, err := EstimateDBOffset(ctx, d.q, d.now, dbClockSamples)
 	if err != nil {
-		d.metrics.DependencyErrors.WithLabelValues(d.pipeline, DependencyDBClock).Inc()
+		for _, c := range d.errors {
+			c.Inc()
+		}
 		return fmt.Errorf("estimate clock offset: %w", err)
 	}
 	d.mu.Lock()
 	prev, had := d.off, d.ok
 	d.off, d.ok = off, true
 	d.mu.Unlock()
-	d.metrics.DBClockOffset.WithLabelValues(d.pipeline).Set(off.Offset.Seconds())
-	d.metrics.DBClockOffsetError.WithLabelValues(d.pipeline).Set(off.Error.Seconds())
+	for i := range d.pipelines {
+		d.offset[i].Set(off.Offset.Seconds())
+		d.offsetError[i].Set(off.Error.Seconds())
+	}
 	change := (off.Offset - prev.Offset).Abs()
 	switch {
 	case !had:

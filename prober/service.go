@@ -99,8 +99,9 @@ func (c *Connections) Close() {
 	c.Clusters.Close()
 }
 
-// Service runs every pipeline's sender, consumer, sweeper and database
-// clock estimator. Create it with New, start it with Run.
+// Service runs every pipeline's sender, consumer and sweeper, and one
+// health check and clock estimator per database. Create it with New,
+// start it with Run.
 type Service struct {
 	opts     Options
 	instance string
@@ -109,6 +110,7 @@ type Service struct {
 	now      func() time.Time
 	log      *slog.Logger
 	pipes    []*pipelineRunner
+	dbs      []*database // one per distinct database, in configuration order
 	// tables: each outbox table read back by the pipelines on it whose
 	// publish stamp is the row's published_at; lookups, their rounds, in
 	// the order of their first pipeline, one goroutine each.
@@ -127,23 +129,20 @@ type Service struct {
 
 // pipelineRunner is one pipeline's parts.
 type pipelineRunner struct {
-	p        *config.Pipeline
-	pool     *pgxpool.Pool // shared with the other pipelines on the database
+	p    *config.Pipeline
+	pool *pgxpool.Pool // shared with the other pipelines on the database
+	// db is the pipeline's database as the service watches it, and clock
+	// its clock: both shared with the other pipelines on it.
+	db       *database
 	clock    *DBClock
 	tracker  *Tracker
 	sender   *Sender
 	consumer *Consumer
 	log      *slog.Logger
-	now      func() time.Time
 	// lookups reads published_at back for this pipeline and the others
 	// on its outbox table; nil when the publish stamp is not published_at.
 	// Tests replace its read to play the database.
 	lookups *Lookups
-
-	mu       sync.Mutex
-	dbOK     bool
-	dbKnown  bool // dbOK was set by a check, not just initialised
-	dbReason string
 }
 
 // New builds the service: the metrics, and a tracker, sender and consumer
@@ -218,8 +217,13 @@ func New(o Options) (*Service, error) {
 		}
 		s.ownConns = true
 	}
+	byPool, err := s.newDatabases(pipelines)
+	if err != nil {
+		s.closePools()
+		return nil, err
+	}
 	for i := range pipelines {
-		pr, err := s.newPipeline(&pipelines[i], stateDir)
+		pr, err := s.newPipeline(&pipelines[i], stateDir, byPool)
 		if err != nil {
 			s.closePools()
 			return nil, fmt.Errorf("pipeline %q: %w", pipelines[i].Name, err)
@@ -229,7 +233,31 @@ func New(o Options) (*Service, error) {
 	return s, nil
 }
 
-func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRunner, error) {
+// newDatabases groups the pipelines by their shared pool, one per distinct
+// database (postgres.Pools), and builds the watcher of each.
+func (s *Service) newDatabases(pipelines []config.Pipeline) (map[*pgxpool.Pool]*database, error) {
+	var pools []*pgxpool.Pool
+	on := map[*pgxpool.Pool][]*config.Pipeline{}
+	for i := range pipelines {
+		pool, err := s.conns.Pools.Pool(pipelines[i].Database)
+		if err != nil {
+			return nil, fmt.Errorf("pipeline %q: %w", pipelines[i].Name, err)
+		}
+		if _, ok := on[pool]; !ok {
+			pools = append(pools, pool)
+		}
+		on[pool] = append(on[pool], &pipelines[i])
+	}
+	byPool := make(map[*pgxpool.Pool]*database, len(pools))
+	for _, pool := range pools {
+		d := newDatabase(postgres.Describe(pool.Config()), pool, pool, on[pool], s.metrics, s.now, s.log)
+		byPool[pool] = d
+		s.dbs = append(s.dbs, d)
+	}
+	return byPool, nil
+}
+
+func (s *Service) newPipeline(p *config.Pipeline, stateDir string, dbs map[*pgxpool.Pool]*database) (*pipelineRunner, error) {
 	log := s.log.With("pipeline", p.Name)
 	pool, err := s.conns.Pools.Pool(p.Database)
 	if err != nil {
@@ -239,8 +267,8 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string) (*pipelineRun
 	if err != nil {
 		return nil, err
 	}
-	pr := &pipelineRunner{p: p, pool: pool, log: log, now: s.now, dbReason: "database not reached yet"}
-	pr.clock = NewDBClock(p.Name, pool, s.metrics, s.now, log)
+	db := dbs[pool]
+	pr := &pipelineRunner{p: p, pool: pool, db: db, clock: db.clock, log: log}
 	if p.Relay.PublishedStamp == config.PublishedFromColumn {
 		pr.lookups = s.lookupsOf(p, pool, pr.clock)
 	}
@@ -376,10 +404,7 @@ func (s *Service) Dependencies() (bool, []string) {
 // down returns the pipeline's dependencies that do not answer, with why.
 func (pr *pipelineRunner) down() map[string]string {
 	out := map[string]string{}
-	pr.mu.Lock()
-	ok, why := pr.dbOK, pr.dbReason
-	pr.mu.Unlock()
-	if !ok {
+	if ok, why := pr.db.status(); !ok {
 		out[DependencyDatabase] = why
 	}
 	if ok, why := pr.consumer.Ready(); !ok {
@@ -417,15 +442,15 @@ func (s *Service) run(ctx context.Context, flush bool) error {
 	}
 
 	var wg sync.WaitGroup
+	for _, d := range s.dbs {
+		wg.Go(func() { d.watch(ctx, s.opts.HealthInterval) })
+	}
 	for _, pr := range s.pipes {
-		wg.Add(3)
-		go func() { defer wg.Done(); pr.watchDB(ctx, s.opts.HealthInterval) }()
-		go func() { defer wg.Done(); _ = pr.consumer.Run(ctx) }()
-		go func() { defer wg.Done(); pr.sweep(ctx, s.opts.SweepInterval) }()
+		wg.Go(func() { _ = pr.consumer.Run(ctx) })
+		wg.Go(func() { pr.sweep(ctx, s.opts.SweepInterval) })
 	}
 	for _, l := range s.lookups {
-		wg.Add(1)
-		go func() { defer wg.Done(); l.Run(ctx) }()
+		wg.Go(func() { l.Run(ctx) })
 	}
 	if c != nil {
 		c.Start()
@@ -503,70 +528,6 @@ func (pr *pipelineRunner) sweep(ctx context.Context, every time.Duration) {
 		case <-t.C:
 			pr.tracker.Sweep()
 		}
-	}
-}
-
-// watchDB pings the database for readiness and re-estimates the clock
-// offset every database.clock_offset_interval (and at once after the
-// database came back, as a restart may have moved its clock).
-func (pr *pipelineRunner) watchDB(ctx context.Context, every time.Duration) {
-	interval := time.Duration(pr.p.Database.ClockOffsetInterval)
-	var lastEstimate time.Time
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := pr.pool.Ping(pctx)
-		pingFailed := err != nil
-		if err == nil && (lastEstimate.IsZero() || pr.now().Sub(lastEstimate) >= interval) {
-			// A failed estimate is counted once, by Estimate, as db_clock.
-			if err = pr.clock.Estimate(pctx); err == nil {
-				lastEstimate = pr.now()
-			}
-		}
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		pr.setDB(err)
-		if pingFailed {
-			pr.clock.metrics.DependencyErrors.WithLabelValues(pr.p.Name, DependencyDatabase).Inc()
-		}
-		if err != nil {
-			lastEstimate = time.Time{}
-		}
-		t := time.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (pr *pipelineRunner) setDB(err error) {
-	err = postgres.Explain(err) // the reason /readyz and check show, and the log
-	pr.mu.Lock()
-	was, known := pr.dbOK, pr.dbKnown
-	pr.dbOK, pr.dbKnown = err == nil, true
-	if err != nil {
-		pr.dbReason = err.Error()
-	} else {
-		pr.dbReason = ""
-	}
-	pr.mu.Unlock()
-	up := 0.0
-	if err == nil {
-		up = 1
-	}
-	pr.clock.metrics.DependencyUp.WithLabelValues(pr.p.Name, DependencyDatabase).Set(up)
-	// One line per change of state, not one per check.
-	switch {
-	case err == nil && !was:
-		pr.log.Info("database reachable")
-	case err != nil && (was || !known):
-		pr.log.Warn("database unreachable; canary inserts fail until it is back", "err", err)
-	case err != nil:
-		pr.log.Debug("database still unreachable", "err", err)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,25 +158,49 @@ func TestWatchDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	start := func(t *testing.T, fail bool) (*pipelineRunner, *countingQuerier, *fakeClock, *Metrics) {
-		p := testPipeline()
-		p.Database.ClockOffsetInterval = config.Duration(time.Hour)
-		m, err := NewMetrics(prometheus.NewRegistry(), []config.Pipeline{p})
+	// Two pipelines on the one database, the second asking for a fresher
+	// clock than the first.
+	start := func(t *testing.T, fail bool) (*database, *countingQuerier, *fakeClock, *Metrics) {
+		orders, payments := testPipeline(), testPipeline()
+		payments.Name = "payments"
+		orders.Database.ClockOffsetInterval = config.Duration(2 * time.Hour)
+		payments.Database.ClockOffsetInterval = config.Duration(time.Hour)
+		m, err := NewMetrics(prometheus.NewRegistry(), []config.Pipeline{orders, payments})
 		if err != nil {
 			t.Fatal(err)
 		}
 		clock := &fakeClock{t: t0}
 		q := &countingQuerier{pool: pool, fail: fail}
-		log := slog.New(slog.DiscardHandler)
-		pr := &pipelineRunner{p: &p, pool: pool, log: log, now: clock.Now, clock: NewDBClock(p.Name, q, m, clock.Now, log)}
+		d := newDatabase("test", pool, q, []*config.Pipeline{&orders, &payments}, m, clock.Now, slog.New(slog.DiscardHandler))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); pr.watchDB(ctx, 10*time.Millisecond) }()
+		go func() { defer close(done); d.watch(ctx, 10*time.Millisecond) }()
 		t.Cleanup(func() { cancel(); <-done })
-		return pr, q, clock, m
+		return d, q, clock, m
 	}
 
-	t.Run("The clock offset is estimated again once the injected clock passes clock_offset_interval.", func(t *testing.T) {
+	t.Run("Two pipelines on one database share one clock estimate, exported as the gauges of both.", func(t *testing.T) {
+		d, q, _, m := start(t, false)
+		waitFor(t, "the first estimate", func() bool { _, ok := d.clock.Current(); return ok })
+		waitFor(t, "the database marked up", func() bool {
+			return testutil.ToFloat64(m.DependencyUp.WithLabelValues("payments", DependencyDatabase)) == 1
+		})
+		time.Sleep(100 * time.Millisecond) // about ten pings more
+		if got := q.count(); got != dbClockSamples {
+			t.Errorf("%d clock queries, want %d: one estimate for the database, not one per pipeline", got, dbClockSamples)
+		}
+		off, _ := d.clock.Current()
+		for _, p := range []string{"orders", "payments"} {
+			if got := testutil.ToFloat64(m.DBClockOffsetError.WithLabelValues(p)); got != off.Error.Seconds() {
+				t.Errorf("%s: clock offset error gauge %v, want the shared estimate's %v", p, got, off.Error.Seconds())
+			}
+			if got := testutil.ToFloat64(m.DependencyUp.WithLabelValues(p, DependencyDatabase)); got != 1 {
+				t.Errorf("%s: database up = %v, want 1", p, got)
+			}
+		}
+	})
+
+	t.Run("The clock offset is estimated again once the injected clock passes the shortest clock_offset_interval.", func(t *testing.T) {
 		_, q, clock, _ := start(t, false)
 		waitFor(t, "the first estimate", func() bool { return q.count() >= dbClockSamples })
 		clock.Advance(time.Hour)
@@ -182,13 +208,89 @@ func TestWatchDB(t *testing.T) {
 		waitFor(t, "a second estimate", func() bool { return q.count() >= 2*dbClockSamples })
 	})
 
-	t.Run("A failed clock estimate is counted once, as db_clock, not as database too.", func(t *testing.T) {
+	t.Run("A failed clock estimate is counted once per pipeline, as db_clock, not as database too.", func(t *testing.T) {
 		_, _, _, m := start(t, true)
 		waitFor(t, "two failed estimates", func() bool {
-			return testutil.ToFloat64(m.DependencyErrors.WithLabelValues("orders", DependencyDBClock)) >= 2
+			return testutil.ToFloat64(m.DependencyErrors.WithLabelValues("payments", DependencyDBClock)) >= 2
 		})
-		if got := testutil.ToFloat64(m.DependencyErrors.WithLabelValues("orders", DependencyDatabase)); got != 0 {
-			t.Errorf("database errors = %v, want 0: the database answered, only the estimate failed", got)
+		for _, p := range []string{"orders", "payments"} {
+			if got := testutil.ToFloat64(m.DependencyErrors.WithLabelValues(p, DependencyDBClock)); got < 2 {
+				t.Errorf("%s: db_clock errors = %v, want them counted for every pipeline on the database", p, got)
+			}
+			if got := testutil.ToFloat64(m.DependencyErrors.WithLabelValues(p, DependencyDatabase)); got != 0 {
+				t.Errorf("%s: database errors = %v, want 0: the database answered, only the estimate failed", p, got)
+			}
 		}
 	})
+}
+
+// twoDatabases is a configuration with orders and payments on one
+// database and refunds on another (none of them reachable).
+const twoDatabases = `
+  - name: payments
+    database: {dsn: {value: "postgres://u:hunter2@127.0.0.1:1/x?connect_timeout=1"}, clock_offset_interval: 10m}
+    relay: {kind: polling}
+    kafka: {brokers: ["127.0.0.1:1"], topic: payments}
+    budgets: {end_to_end: 2s}
+  - name: refunds
+    database: {dsn: {value: "postgres://u:hunter2@127.0.0.1:1/y?connect_timeout=1"}}
+    relay: {kind: polling}
+    kafka: {brokers: ["127.0.0.1:1"], topic: refunds}
+    budgets: {end_to_end: 2s}
+`
+
+func TestPipelinesOnOneDatabaseShareItsHealthCheckAndClock(t *testing.T) {
+	svc, err := New(Options{Config: unitConfig(t, twoDatabases), Registerer: prometheus.NewRegistry(), StateDir: "-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	orders, payments, refunds := svc.pipes[0], svc.pipes[1], svc.pipes[2]
+	if len(svc.dbs) != 2 {
+		t.Fatalf("%d databases watched, want 2", len(svc.dbs))
+	}
+	if orders.db != payments.db || orders.clock != payments.clock || orders.clock != orders.db.clock {
+		t.Error("orders and payments, on one database, do not share its watcher and clock")
+	}
+	if refunds.db == orders.db || refunds.clock == orders.clock {
+		t.Error("refunds, on another database, shares orders' watcher or clock")
+	}
+	// Before the first check, every pipeline says why, for check and /readyz.
+	_, reasons := svc.Dependencies()
+	for _, p := range []string{"orders", "payments", "refunds"} {
+		if want := fmt.Sprintf("pipeline %q: database: database not reached yet", p); !slices.Contains(reasons, want) {
+			t.Errorf("no reason %q in %q", want, reasons)
+		}
+	}
+	if got := orders.db.clockEvery; got != time.Minute {
+		t.Errorf("the shared clock is estimated every %s, want the shortest interval of its pipelines, 1m", got)
+	}
+}
+
+func TestADatabaseChangeIsLoggedOnceNamingEveryPipelineItAffects(t *testing.T) {
+	orders, payments := testPipeline(), testPipeline()
+	payments.Name = "payments"
+	m, err := NewMetrics(prometheus.NewRegistry(), []config.Pipeline{orders, payments})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &stacktest.SyncBuffer{}
+	d := newDatabase("db.example:5432/shop as canary", nil, nil, []*config.Pipeline{&orders, &payments}, m, time.Now, logs.Logger())
+	refused := errors.New("connection refused")
+	d.set(refused)
+	d.set(refused)
+	for _, p := range []string{"orders", "payments"} {
+		if got := testutil.ToFloat64(m.DependencyUp.WithLabelValues(p, DependencyDatabase)); got != 0 {
+			t.Errorf("%s: database up = %v, want 0", p, got)
+		}
+	}
+	if ok, why := d.status(); ok || !strings.Contains(why, "connection refused") {
+		t.Errorf("status = %t, %q; want down, with the cause", ok, why)
+	}
+	if got := strings.Count(logs.String(), "database unreachable"); got != 1 {
+		t.Errorf("%d lines say the database is unreachable, want 1 for both pipelines and both checks:\n%s", got, logs.String())
+	}
+	if !strings.Contains(logs.String(), `database="db.example:5432/shop as canary" pipelines="[orders payments]"`) {
+		t.Errorf("the line does not name the database and the pipelines it affects:\n%s", logs.String())
+	}
 }

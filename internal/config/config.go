@@ -111,7 +111,9 @@ type Database struct {
 	DSN Secret `yaml:"dsn"`
 	// How often the offset between the database clock and the prober's is
 	// re-estimated: published_at is written on the database clock and
-	// converted to the prober's with it.
+	// converted to the prober's with it. Pipelines on one database (the
+	// same dsn) share one estimate, made at the shortest of their
+	// intervals.
 	ClockOffsetInterval Duration `yaml:"clock_offset_interval"`
 }
 
