@@ -99,9 +99,9 @@ func (c *Connections) Close() {
 	c.Clusters.Close()
 }
 
-// Service runs every pipeline's sender, consumer and sweeper, and one
-// health check and clock estimator per database. Create it with New,
-// start it with Run.
+// Service runs every pipeline's sender and consumer, one sweeper for all
+// of them, and one health check and clock estimator per database. Create
+// it with New, start it with Run.
 type Service struct {
 	opts     Options
 	instance string
@@ -447,11 +447,11 @@ func (s *Service) run(ctx context.Context, flush bool) error {
 	}
 	for _, pr := range s.pipes {
 		wg.Go(func() { _ = pr.consumer.Run(ctx) })
-		wg.Go(func() { pr.sweep(ctx, s.opts.SweepInterval) })
 	}
 	for _, l := range s.lookups {
 		wg.Go(func() { l.Run(ctx) })
 	}
+	wg.Go(func() { s.sweep(ctx, s.opts.SweepInterval) })
 	if c != nil {
 		c.Start()
 	}
@@ -516,9 +516,12 @@ func (s *Service) newCron(sendCtx context.Context) (*cron.Cron, error) {
 	return c, nil
 }
 
-// sweep resolves deadlines and lost canaries on a short tick, so a stall
-// is counted within a tick of the first deadline.
-func (pr *pipelineRunner) sweep(ctx context.Context, every time.Duration) {
+// sweep resolves every pipeline's deadlines and lost canaries on one
+// short tick, so that a stall is counted within a tick of its deadline: one
+// timer waking one goroutine for the whole service rather than one per
+// pipeline. A tracker's sweep costs its canaries not final, and a write
+// when a batch of its changes is due.
+func (s *Service) sweep(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -526,7 +529,9 @@ func (pr *pipelineRunner) sweep(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			pr.tracker.Sweep()
+			for _, pr := range s.pipes {
+				pr.tracker.Sweep()
+			}
 		}
 	}
 }

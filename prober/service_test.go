@@ -294,3 +294,28 @@ func TestADatabaseChangeIsLoggedOnceNamingEveryPipelineItAffects(t *testing.T) {
 		t.Errorf("the line does not name the database and the pipelines it affects:\n%s", logs.String())
 	}
 }
+
+func TestOneSweepJudgesTheDeadlinesOfEveryPipeline(t *testing.T) {
+	clock := &fakeClock{t: t0}
+	svc, err := New(Options{Config: unitConfig(t, twoDatabases), Registerer: prometheus.NewRegistry(), StateDir: "-", Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	for _, pr := range svc.pipes {
+		if err := pr.tracker.Sent(Canary{ID: pr.p.Name + "-1", Seq: 1, Pipeline: pr.p.Name, Key: "k",
+			InsertStarted: t0, CommitSent: t0, Committed: t0.Add(time.Millisecond)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(3 * time.Second) // past every end_to_end deadline (2s)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); svc.sweep(ctx, 10*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	for _, pr := range svc.pipes {
+		waitFor(t, pr.p.Name+"'s end_to_end deadline judged", func() bool {
+			return testutil.ToFloat64(svc.Metrics().SLIEvents.WithLabelValues(pr.p.Name, config.SegmentEndToEnd, "bad")) == 1
+		})
+	}
+}
