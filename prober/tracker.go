@@ -202,6 +202,9 @@ type Tracker struct {
 	lookups *Lookups
 	onDone  func(Report)
 	forget  time.Duration
+	// inFlight is the pipeline's in-flight gauge, set at every commit
+	// (every sweep): resolved once rather than by its label each time.
+	inFlight prometheus.Gauge
 
 	// fence: consume stamps taken and not yet handed to the judge.
 	fenceMu sync.Mutex
@@ -256,7 +259,8 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 			g.vec.WithLabelValues(p.Name).Set(unixSeconds(g.at))
 		}
 	}
-	t.m.InFlight.WithLabelValues(p.Name).Set(float64(t.inFlightLocked()))
+	t.inFlight = t.m.InFlight.WithLabelValues(p.Name)
+	t.inFlight.Set(float64(t.inFlightLocked()))
 	return t, nil
 }
 
@@ -492,7 +496,7 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 			}
 		}
 	}
-	m.InFlight.WithLabelValues(name).Set(float64(inFlight))
+	t.inFlight.Set(float64(inFlight))
 	if len(lookups) > 0 && t.lookups != nil {
 		// All of a sweep's asks at once, so one round takes them together.
 		t.lookups.ask(t, lookups)
