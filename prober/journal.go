@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"time"
 
 	"github.com/outbox-canary/outbox-canary/prober/judge"
 )
@@ -21,16 +22,59 @@ import (
 // of "<generation> <record>" (8 hex digits). A line without its newline or
 // whose CRC does not match was torn by a crash while it was written.
 // Empty lines are padding to the end of a page that would not hold
-// another record, so that the next record starts a page and its fsync
+// another batch, so that the next batch starts a page and its fsync
 // writes one page, not two. Text, so that `grep . orders.json.journal | cut -d' ' -f3- | jq`
 // shows it.
+//
+// Lines are written with write(2) as soon as they are made, and fsynced
+// in batches (commit): a line is in the kernel's page cache once written,
+// so it survives the process being killed (kill -9, OOM), and on disk once
+// the fsync of its batch returned, so it survives the machine crashing.
 
 // journalRecord is one write: the canaries changed since the previous
-// write, those forgotten, and the rest of the state as it then stood.
+// write, those forgotten, the canaries committed and not yet judged, and
+// the rest of the state as it then stood.
 type journalRecord struct {
 	Canaries  []*judge.Canary `json:"canaries,omitempty"`
 	Forgotten []string        `json:"forgotten,omitempty"`
-	Meta      judge.State     `json:"meta"`
+	// Committed: canaries whose insert committed, each written by Sent at
+	// once and alone (with Meta as the previous line left it), before
+	// Sent judged anything: until a later line holds the canary itself,
+	// the effects of its Sent were not applied, so a process that loads
+	// the line judges its Sent again (stateStore.replay).
+	Committed []committedCanary `json:"committed,omitempty"`
+	Meta      judge.State       `json:"meta"`
+}
+
+// journalRecordOut is journalRecord as written: Meta already encoded, as
+// a line of committed canaries repeats the previous line's.
+type journalRecordOut struct {
+	Canaries  []*judge.Canary   `json:"canaries,omitempty"`
+	Forgotten []string          `json:"forgotten,omitempty"`
+	Committed []committedCanary `json:"committed,omitempty"`
+	Meta      json.RawMessage   `json:"meta"`
+}
+
+// committedCanary is a judge.Sent as a journal line holds it, named as
+// the canary's record names the same fields.
+type committedCanary struct {
+	ID            string    `json:"id"`
+	Seq           uint64    `json:"seq"`
+	Key           string    `json:"key"`
+	RowID         string    `json:"row_id,omitempty"`
+	InsertStarted time.Time `json:"insert_started"`
+	CommitSent    time.Time `json:"commit_sent"`
+	Committed     time.Time `json:"committed"`
+}
+
+func committedOf(s judge.Sent) committedCanary {
+	return committedCanary{ID: s.ID, Seq: s.Seq, Key: s.Key, RowID: s.RowID,
+		InsertStarted: s.InsertStarted, CommitSent: s.CommitSent, Committed: s.Committed}
+}
+
+func (c committedCanary) sent() judge.Sent {
+	return judge.Sent{ID: c.ID, Seq: c.Seq, Key: c.Key, RowID: c.RowID,
+		InsertStarted: c.InsertStarted, CommitSent: c.CommitSent, Committed: c.Committed}
 }
 
 var crc32c = crc32.MakeTable(crc32.Castagnoli)
@@ -45,7 +89,10 @@ var errTornRecord = errors.New("torn journal record")
 type journal struct {
 	f    *os.File
 	size int64
-	buf  []byte
+	// synced is the size when the last fsync returned: what lies beyond
+	// is written, not yet durable.
+	synced int64
+	buf    []byte
 }
 
 // openJournal creates or empties the journal at path. It need not be
@@ -59,13 +106,8 @@ func openJournal(path string) (*journal, error) {
 	return &journal{f: f}, nil
 }
 
-// append writes one record and fsyncs it. It returns the bytes written
-// and how many 4 KiB pages they dirtied.
-func (jl *journal) append(gen string, rec *journalRecord) (n, pages int, err error) {
-	payload, err := json.Marshal(rec)
-	if err != nil {
-		return 0, 0, fmt.Errorf("encode journal record: %w", err)
-	}
+// line builds the line of one record in jl.buf.
+func (jl *journal) line(gen string, payload []byte) []byte {
 	b := jl.buf[:0]
 	b = append(b, "00000000 "...)
 	b = append(b, gen...)
@@ -74,23 +116,45 @@ func (jl *journal) append(gen string, rec *journalRecord) (n, pages int, err err
 	sum := crc32.Checksum(b[9:], crc32c)
 	hex.Encode(b[:8], []byte{byte(sum >> 24), byte(sum >> 16), byte(sum >> 8), byte(sum)})
 	b = append(b, '\n')
-	// The page this write ends in is written whole by the fsync anyway:
-	// if a record like this one would not fit in what is left of it, pad
-	// it out, so that the next record starts a page rather than dirtying
-	// this one again.
-	if used := int((jl.size + int64(len(b))) % pageSize); used > 0 && pageSize-used < len(b) {
-		b = append(b, bytes.Repeat([]byte{'\n'}, pageSize-used)...)
-	}
 	jl.buf = b
-	n, err = jl.f.Write(b)
-	pages = pagesSpanned(jl.size, n)
+	return b
+}
+
+// write appends one record without syncing it: it survives the process,
+// not yet the machine. It returns the bytes written.
+func (jl *journal) write(gen string, payload []byte) (n int, err error) {
+	n, err = jl.f.Write(jl.line(gen, payload))
 	jl.size += int64(n)
+	if err != nil {
+		return n, fmt.Errorf("write: %w", err)
+	}
+	return n, nil
+}
+
+// commit appends one record and fsyncs it with every line written since
+// the last fsync. It returns the bytes written and how many 4 KiB pages
+// the fsync wrote: every page a line touched since the previous one.
+func (jl *journal) commit(gen string, payload []byte) (n, pages int, err error) {
+	b := jl.line(gen, payload)
+	// The page this batch ends in is written whole by the fsync anyway:
+	// if a batch like this one would not fit in what is left of it, pad
+	// it out, so that the next batch starts a page rather than dirtying
+	// this one again.
+	batch := jl.size - jl.synced + int64(len(b))
+	if used := (jl.size + int64(len(b))) % pageSize; used > 0 && pageSize-used < batch {
+		b = append(b, bytes.Repeat([]byte{'\n'}, int(pageSize-used))...)
+		jl.buf = b
+	}
+	n, err = jl.f.Write(b)
+	jl.size += int64(n)
+	pages = pagesSpanned(jl.synced, int(jl.size-jl.synced))
 	if err != nil {
 		return n, pages, fmt.Errorf("write: %w", err)
 	}
 	if err := jl.f.Sync(); err != nil {
 		return n, pages, fmt.Errorf("fsync: %w", err)
 	}
+	jl.synced = jl.size
 	return n, pages, nil
 }
 

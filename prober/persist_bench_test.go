@@ -23,7 +23,9 @@ package prober
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -263,4 +265,196 @@ func benchPersist(b *testing.B, lostAfter, interval time.Duration, p persister, 
 	b.ReportMetric(float64(wchar2-wchar)/float64(n), "write-B/canary")
 	b.ReportMetric(float64(disk2-disk)/float64(n), "disk-B/canary")
 	b.ReportMetric(float64(len(j.State().Canaries)), "canaries-kept")
+}
+
+// BenchmarkTrackerCommit measures what the tracker itself writes per
+// canary, commit policy and all: a real Tracker on a simulated clock, fed
+// as the service feeds it (Sent at each commit, the arrival 50ms later,
+// a sweep every 250ms, the published_at lookups of a polling relay read
+// in rounds as Lookups reads them, each answered 5ms after it starts and
+// at most one a DefaultLookupInterval), in steady state (2 x lost_after
+// of canaries remembered before the measure starts). Per canary it reports
+// cpu-ns (user and system time of the process: the wait for an fsync is
+// not CPU), fsyncs, write-B (bytes handed to write(2)), pages (4 KiB pages
+// an fsync had to write: the pages written since the previous one), disk-B
+// (what the kernel accounts as written, /proc/self/io write_bytes) and
+// snapshots.
+//
+// The workloads "steady" and "scale" are the canary scenarios of
+// make bench-service, per pipeline (10 pipelines @every 1s, 300 @every
+// 10s, lost_after 5m); the others vary lost_after and the rate, over which
+// the bytes per canary should not move. Ids, row ids and times look like
+// the service's (a UUIDv7, a bigserial, times to the nanosecond), so that
+// records are as long as it writes them.
+func BenchmarkTrackerCommit(b *testing.B) {
+	workloads := []struct {
+		name                string
+		lostAfter, interval time.Duration
+	}{
+		{"steady/lost_after=5m/every=1s", 5 * time.Minute, time.Second},
+		{"scale/lost_after=5m/every=10s", 5 * time.Minute, 10 * time.Second},
+		{"lost_after=1m/every=1s", time.Minute, time.Second},
+		{"lost_after=20m/every=1s", 20 * time.Minute, time.Second},
+		{"lost_after=1m/rate=100", time.Minute, 10 * time.Millisecond},
+	}
+	policies := []struct {
+		name   string
+		memory bool
+		delay  time.Duration
+	}{
+		{"memory", true, 0},
+		{"delay=1s", false, time.Second},
+		{"delay=2s", false, 2 * time.Second},
+	}
+	for _, w := range workloads {
+		for _, pol := range policies {
+			b.Run(w.name+"/"+pol.name, func(b *testing.B) {
+				benchCommit(b, w.lostAfter, w.interval, pol.memory, pol.delay)
+			})
+		}
+	}
+}
+
+// commitRun drives a Tracker as the service does, on a simulated clock.
+type commitRun struct {
+	tr        *Tracker
+	now       time.Time
+	interval  time.Duration
+	seq       uint64
+	offset    int64
+	sweepAt   time.Time
+	arrivals  []Arrival // due in order
+	lookups   *Lookups
+	roundAt   time.Time // when the next lookup round answers; zero: none asked
+	lastRound time.Time
+	sent      map[string]Canary
+}
+
+func (r *commitRun) clock() time.Time { return r.now }
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// canary sends the next canary and runs everything due before the one
+// after it.
+func (r *commitRun) canary(b testing.TB) {
+	r.seq++
+	id := fmt.Sprintf("019ad2c4-%04x-7%03x-8%03x-%012x", r.seq>>24&0xffff, r.seq>>12&0xfff, r.seq&0xfff, r.seq*2654435761&0xffffffffffff)
+	c := Canary{ID: id, Seq: r.seq, Pipeline: "orders", Key: "canary-key", RowID: strconv.FormatUint(1_000_000+r.seq, 10),
+		InsertStarted: r.now.Add(-2_345_678 * time.Nanosecond), CommitSent: r.now.Add(-1_234_567 * time.Nanosecond), Committed: r.now}
+	r.sent[id] = c
+	if err := r.tr.Sent(c); err != nil {
+		b.Fatal(err)
+	}
+	r.arrivals = append(r.arrivals, Arrival{CanaryID: id, Key: c.Key, Seq: r.seq, Offset: r.offset,
+		Consumed: r.now.Add(benchLatency + 271_828*time.Nanosecond),
+		Stamps:   map[string]time.Time{"read": r.now.Add(benchLatency / 4).Truncate(time.Millisecond)}})
+	r.offset++
+	r.until(r.now.Add(r.interval))
+}
+
+// until runs the arrivals, lookup answers and sweeps due up to t.
+func (r *commitRun) until(t time.Time) {
+	for {
+		next, what := r.sweepAt, 0
+		if len(r.arrivals) > 0 && !r.arrivals[0].Consumed.After(next) {
+			next, what = r.arrivals[0].Consumed, 1
+		}
+		if !r.roundAt.IsZero() && r.roundAt.Before(next) {
+			next, what = r.roundAt, 2
+		}
+		if next.After(t) {
+			r.now = t
+			return
+		}
+		r.now = next
+		switch what {
+		case 0:
+			r.tr.Sweep()
+			r.sweepAt = r.sweepAt.Add(benchSweep)
+		case 1:
+			a := r.arrivals[0]
+			r.arrivals = r.arrivals[1:]
+			token, _ := r.tr.BeginArrival()
+			r.tr.Arrived(token, a)
+		case 2:
+			r.roundAt, r.lastRound = time.Time{}, r.now
+			r.lookups.round(context.Background(), r.lookups.take())
+		}
+		// A round starts once something is asked, at most one a
+		// DefaultLookupInterval, and answers 5ms later.
+		if r.roundAt.IsZero() && r.lookups.anyAsked() {
+			start := r.now
+			if !r.lastRound.IsZero() {
+				start = maxTime(start, r.lastRound.Add(DefaultLookupInterval))
+			}
+			r.roundAt = start.Add(5*time.Millisecond + 314_159*time.Nanosecond)
+		}
+	}
+}
+
+func benchCommit(b *testing.B, lostAfter, interval time.Duration, memory bool, delay time.Duration) {
+	p := testPipeline() // a polling relay: published_at is looked up
+	p.Relay.PublishedStamp, p.Relay.MaxClockSkew = config.PublishedFromColumn, config.Duration(time.Minute)
+	p.Canary.LostAfter = config.Duration(lostAfter)
+	m, err := NewMetrics(prometheus.NewRegistry(), []config.Pipeline{p})
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := t0.Add(123_456_789 * time.Nanosecond)
+	r := &commitRun{now: start, interval: interval, sweepAt: start.Add(benchSweep + 3_141_592*time.Nanosecond), sent: map[string]Canary{}}
+	r.lookups = NewLookups(LookupsOptions{Read: func(_ context.Context, cs []Canary) (map[string]LookupResult, error) {
+		found := map[string]LookupResult{}
+		for _, c := range cs {
+			// published_at to the microsecond, on the prober clock
+			// through the database's measured offset.
+			found[c.ID] = LookupResult{Stamps: map[string]time.Time{config.StampPublish: c.Committed.Add(benchLatency / 2).Truncate(time.Microsecond).Add(-170_333 * time.Nanosecond)},
+				ErrorBound: 1_234_567 * time.Nanosecond}
+		}
+		return found, nil
+	}})
+	tr, err := NewTracker(TrackerOptions{Pipeline: &p, Instance: "bench", Metrics: m, Now: r.clock, CommitDelay: delay, Lookups: r.lookups})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.tr = tr
+	// Steady state first, in memory: 2 x lost_after of canaries.
+	for range int(2*lostAfter/interval) + 10 {
+		r.canary(b)
+	}
+	clear(r.sent)
+	if !memory {
+		tr.path = filepath.Join(b.TempDir(), p.Name+".json")
+		tr.store.path = tr.path
+		tr.mu.Lock()
+		if err := tr.commitModeAndUnlock(nil, commitSnapshot); err != nil { // the first write: a snapshot for the journal
+			b.Fatal(err)
+		}
+	}
+	st := tr.store.stats
+	wchar, disk := procIO(b)
+	cpu := cpuTime(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for b.Loop() {
+		r.canary(b)
+		n++
+	}
+	b.StopTimer()
+	_, disk2 := procIO(b)
+	_ = wchar
+	st2 := tr.store.stats
+	per := func(v int64) float64 { return float64(v) / float64(n) }
+	b.ReportMetric(per(int64(cpuTime(b)-cpu)), "cpu-ns/canary")
+	b.ReportMetric(per(st2.syncs-st.syncs), "fsyncs/canary")
+	b.ReportMetric(per(st2.bytes-st.bytes), "write-B/canary")
+	b.ReportMetric(per(st2.pages-st.pages), "pages/canary")
+	b.ReportMetric(per(disk2-disk), "disk-B/canary")
+	b.ReportMetric(per(st2.snapshots-st.snapshots), "snapshots/canary")
+	b.ReportMetric(float64(len(tr.j.State().Canaries)), "canaries-kept")
 }

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/outbox-canary/outbox-canary/prober/judge"
@@ -25,8 +27,9 @@ import (
 //     generation;
 //   - the journal, <pipeline>.journal: one line per write since that
 //     snapshot, each holding the canaries changed or forgotten and the
-//     rest of the state (a few hundred bytes), appended and fsynced
-//     (journal.go).
+//     rest of the state (a few hundred bytes), appended and fsynced in
+//     batches (journal.go); or a canary whose insert committed, appended
+//     by Sent at once and fsynced with the next batch.
 //
 // Loading reads the snapshot and replays the journal lines of its
 // generation. When the journal outgrows compactRatio times the snapshot it
@@ -85,11 +88,13 @@ const journalSuffix = ".journal"
 
 // persistStats counts what the store wrote, for benchmarks and tests.
 type persistStats struct {
-	bytes     int64 // handed to write(2)
-	pages     int64 // 4 KiB pages dirtied: what the disk is written, each fsync writing whole pages
-	syncs     int64 // fsyncs of files and directories
-	snapshots int64
-	records   int64
+	bytes         int64 // handed to write(2)
+	pages         int64 // 4 KiB pages dirtied: what the disk is written, each fsync writing whole pages
+	syncs         int64 // fsyncs of files and directories
+	snapshots     int64
+	snapshotBytes int64
+	records       int64 // journal lines, committed canaries' included
+	committed     int64 // journal lines of a committed canary, written without fsync
 }
 
 // stateStore reads and writes one pipeline's snapshot and journal. A file
@@ -116,6 +121,10 @@ type stateStore struct {
 	// of a partition without one starts near the service's start, so the
 	// first offset of a partition is written at once (see Tracker.commitAndUnlock).
 	offsetsOnDisk map[int]bool
+	// writtenMeta is the state but its canaries as the last line or
+	// snapshot wrote it (JSON): a line that records a committed canary
+	// alone repeats it, so that it changes nothing else on replay.
+	writtenMeta []byte
 }
 
 // unwrittenPartition reports whether a partition in next has no offset on
@@ -141,21 +150,23 @@ func (s *stateStore) wrote(next map[int]int64) {
 
 func (s *stateStore) journalPath() string { return s.path + journalSuffix }
 
-// load returns the judge's state from the files, or nil to start afresh.
-func (s *stateStore) load(now time.Time) *judge.State {
+// load returns the judge's state from the files, or nil to start afresh,
+// and the canaries whose commit the journal records but whose Sent was
+// never judged with it (see journalRecord.Committed), by sequence.
+func (s *stateStore) load(now time.Time) (*judge.State, []judge.Sent) {
 	if s.path == "" {
-		return nil
+		return nil, nil
 	}
 	data, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, err := os.Stat(s.journalPath()); err == nil {
 			s.log.Warn("a state journal without its snapshot is ignored; the pipeline starts afresh", "file", s.journalPath())
 		}
-		return nil
+		return nil, nil
 	}
 	if err != nil {
 		s.log.Error("reading the state file failed; starting without it", "file", s.path, "err", err)
-		return nil
+		return nil, nil
 	}
 	var f stateFile
 	reason, detail := "", ""
@@ -173,11 +184,12 @@ func (s *stateStore) load(now time.Time) *judge.State {
 	}
 	if reason != "" {
 		s.moveAside(reason, detail, now)
-		return nil
+		return nil, nil
 	}
 	st := f.Judge
+	var committed []judge.Sent
 	if f.Version == stateVersion {
-		s.replay(st, f.Generation)
+		committed = s.replay(st, f.Generation)
 	} else {
 		s.log.Info("state file of the previous layout (one file rewritten on every change) carried over; the next write replaces it with a snapshot and a journal",
 			"file", s.path, "version", f.Version)
@@ -188,11 +200,11 @@ func (s *stateStore) load(now time.Time) *judge.State {
 		// the last times are the pipeline's, whoever wrote them.
 		s.log.Warn("state file written by another instance id; forgetting its canaries",
 			"file", s.path, "state_instance", f.Instance, "instance", s.instance)
-		st.Canaries = nil
+		st.Canaries, committed = nil, nil
 	}
 	s.wrote(st.Next)
-	s.log.Info("tracker state loaded", "file", s.path, "canaries", len(st.Canaries))
-	return st
+	s.log.Info("tracker state loaded", "file", s.path, "canaries", len(st.Canaries), "committed_not_judged", len(committed))
+	return st, committed
 }
 
 // moveAside renames the snapshot (and its journal, if any) out of the way,
@@ -217,16 +229,20 @@ func (s *stateStore) moveAside(reason, detail string, now time.Time) {
 // stops at the first line that is incomplete or damaged (a crash while it
 // was appended), which is counted and logged: nothing it held had been
 // applied to the metrics, and the messages it recorded are read again.
-func (s *stateStore) replay(st *judge.State, gen string) {
+// It returns the committed canaries no later line holds, by sequence:
+// their Sent was written, its batch never was, so its effects were never
+// applied.
+func (s *stateStore) replay(st *judge.State, gen string) []judge.Sent {
 	data, err := os.ReadFile(s.journalPath())
 	if errors.Is(err, fs.ErrNotExist) {
-		return
+		return nil
 	}
 	if err != nil {
 		s.log.Error("reading the state journal failed; resuming from the snapshot alone (what the journal held since may be counted again)",
 			"file", s.journalPath(), "err", err)
-		return
+		return nil
 	}
+	committed := map[string]judge.Sent{}
 	applied, stale, total := 0, 0, len(data)
 	for len(data) > 0 {
 		rec, recGen, rest, err := readJournalLine(data)
@@ -245,16 +261,29 @@ func (s *stateStore) replay(st *judge.State, gen string) {
 			continue
 		}
 		st.Apply(rec.Canaries, rec.Forgotten, &rec.Meta)
+		for _, c := range rec.Canaries {
+			delete(committed, c.ID)
+		}
+		for _, id := range rec.Forgotten {
+			delete(committed, id)
+		}
+		for _, c := range rec.Committed {
+			committed[c.ID] = c.sent()
+		}
 		applied++
 	}
-	s.log.Debug("state journal replayed", "file", s.journalPath(), "records", applied, "stale_records", stale)
+	s.log.Debug("state journal replayed", "file", s.journalPath(), "records", applied, "stale_records", stale, "committed_not_judged", len(committed))
+	out := slices.Collect(maps.Values(committed))
+	slices.SortFunc(out, func(a, b judge.Sent) int { return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.ID, b.ID)) })
+	return out
 }
 
 // save persists what changed in the judge's state since its last write and
-// marks it persisted: one journal line, or a new snapshot when there is
-// no journal to append to yet or the journal outgrew the snapshot. A
-// failure is counted and returned; the state stays in memory, and the next
-// write is a whole snapshot.
+// marks it persisted: one journal line, fsynced with the lines written
+// since the last fsync, or a new snapshot when there is no journal to
+// append to yet or the journal outgrew the snapshot. A failure is counted
+// and returned; the state stays in memory, and the next write is a whole
+// snapshot.
 func (s *stateStore) save(j *judge.Judge, now time.Time) (err error) {
 	if s.path == "" {
 		j.MarkPersisted(now)
@@ -271,20 +300,65 @@ func (s *stateStore) save(j *judge.Judge, now time.Time) (err error) {
 	d := j.Delta()
 	meta := j.State().Meta()
 	meta.AliveAt = now
-	n, pages, err := s.jrnl.append(s.gen, &journalRecord{Canaries: d.Canaries, Forgotten: d.Forgotten, Meta: meta})
+	metaJSON, err := json.Marshal(&meta)
+	if err != nil {
+		return s.failed(fmt.Errorf("encode state journal record: %w", err))
+	}
+	payload, err := json.Marshal(&journalRecordOut{Canaries: d.Canaries, Forgotten: d.Forgotten, Meta: metaJSON})
+	if err != nil {
+		return s.failed(fmt.Errorf("encode state journal record: %w", err))
+	}
+	n, pages, err := s.jrnl.commit(s.gen, payload)
 	s.stats.bytes += int64(n)
 	s.stats.pages += int64(pages)
 	s.stats.syncs++
 	s.stats.records++
 	if err != nil {
-		// A line may be half written: never append after it.
-		s.jrnl.close()
-		s.jrnl = nil
-		s.m.StateWriteFailures.WithLabelValues(s.pipeline).Inc()
-		return fmt.Errorf("append to state journal %s: %w", s.journalPath(), err)
+		return s.failed(fmt.Errorf("append to state journal %s: %w", s.journalPath(), err))
 	}
+	s.writtenMeta = metaJSON
 	j.MarkPersisted(now)
 	return nil
+}
+
+// canWriteCommitted reports whether a committed canary can be written
+// alone: there is a journal to append it to.
+func (s *stateStore) canWriteCommitted() bool {
+	return s.path != "" && s.jrnl != nil && s.writtenMeta != nil
+}
+
+// writeCommitted appends a line that records a canary whose insert
+// committed, alone, before anything was judged of it, with the rest of
+// the state as the last line left it; it does not fsync it (the next
+// save does) and marks nothing persisted: the canary, and whatever else
+// changed, go into the next line as well. Until that line, replaying the
+// journal hands the canary back as committed and not judged (see
+// journalRecord.Committed).
+func (s *stateStore) writeCommitted(sent judge.Sent) error {
+	payload, err := json.Marshal(&journalRecordOut{Committed: []committedCanary{committedOf(sent)}, Meta: s.writtenMeta})
+	if err != nil {
+		return s.failed(fmt.Errorf("encode state journal record: %w", err))
+	}
+	n, err := s.jrnl.write(s.gen, payload)
+	s.stats.bytes += int64(n)
+	s.stats.records++
+	s.stats.committed++
+	if err != nil {
+		return s.failed(fmt.Errorf("append to state journal %s: %w", s.journalPath(), err))
+	}
+	return nil
+}
+
+// failed counts a failed write and drops the journal, so that the next
+// write is a snapshot: a line may be half written, and nothing is ever
+// appended after it.
+func (s *stateStore) failed(err error) error {
+	if s.jrnl != nil {
+		s.jrnl.close()
+		s.jrnl = nil
+	}
+	s.m.StateWriteFailures.WithLabelValues(s.pipeline).Inc()
+	return err
 }
 
 // snapshot writes the whole state under a new generation, then empties the
@@ -299,12 +373,18 @@ func (s *stateStore) snapshot(j *judge.Judge, now time.Time) error {
 	st.AliveAt = now
 	gen := fmt.Sprintf("%016x", rand.Uint64())
 	data, err := json.Marshal(&stateFile{Version: stateVersion, Pipeline: s.pipeline, Instance: s.instance, Generation: gen, Judge: &st})
+	var metaJSON []byte
+	if err == nil {
+		meta := st.Meta()
+		metaJSON, err = json.Marshal(&meta)
+	}
 	if err == nil {
 		err = writeFileAtomic(s.path, data)
 		s.stats.bytes += int64(len(data))
 		s.stats.pages += int64(pagesSpanned(0, len(data)))
 		s.stats.syncs += 2
 		s.stats.snapshots++
+		s.stats.snapshotBytes += int64(len(data))
 	}
 	if err == nil {
 		if s.jrnl != nil {
@@ -314,10 +394,9 @@ func (s *stateStore) snapshot(j *judge.Judge, now time.Time) error {
 		s.jrnl, err = openJournal(s.journalPath())
 	}
 	if err != nil {
-		s.m.StateWriteFailures.WithLabelValues(s.pipeline).Inc()
-		return fmt.Errorf("write state %s: %w", s.path, err)
+		return s.failed(fmt.Errorf("write state %s: %w", s.path, err))
 	}
-	s.gen, s.snapshotSize = gen, int64(len(data))
+	s.gen, s.snapshotSize, s.writtenMeta = gen, int64(len(data)), metaJSON
 	s.wrote(st.Next)
 	j.MarkPersisted(now)
 	return nil

@@ -57,7 +57,11 @@ func journalLine(t *testing.T, gen string, rec *journalRecord) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := jl.append(gen, rec); err != nil {
+	payload, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := jl.commit(gen, payload); err != nil {
 		t.Fatal(err)
 	}
 	jl.close()
@@ -319,22 +323,64 @@ func TestGroupCommit(t *testing.T) {
 			t.Errorf("%d journal records for the batch, want one", got-records)
 		}
 	})
-	t.Run("Sent writes the waiting batch with its canary before it returns.", func(t *testing.T) {
+	t.Run("Sent writes its canary at once and leaves the fsync and every effect to the batch.", func(t *testing.T) {
 		h := newGroup(t)
-		a := h.send("a", 1)
+		a := h.send("a", 1) // the process's first write: a snapshot, fsynced
 		h.at(300 * time.Millisecond)
 		h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+		syncs := h.tr.store.stats.syncs
 		h.at(500 * time.Millisecond)
 		h.send("b", 2)
+		if got := h.tr.store.stats.syncs; got != syncs {
+			t.Errorf("b's Sent fsynced %d times, want none: its batch does", got-syncs)
+		}
+		if got := h.sli(config.SegmentEndToEnd); got != [2]float64{0, 0} {
+			t.Errorf("end_to_end events %v after b's Sent, want none: a's arrival waits for its batch", got)
+		}
+		if got := h.sent(); got != 1 {
+			t.Errorf("canaries sent %v after b's Sent, want 1: b's waits for its batch", got)
+		}
+		h.restart() // kill -9: b's line was written, the batch never was
+		if n := h.tr.InFlight(); n != 2 {
+			t.Errorf("%d canaries in flight after the restart, want a and b (a's arrival was not written)", n)
+		}
+		h.at(600 * time.Millisecond)
+		h.offset = 1 // the readers start again from the stored offset
+		if out := h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond}); out.Kind != KindFirst {
+			t.Errorf("a read again is %v, want its first arrival", out.Kind)
+		}
+		h.sweep(2 * time.Second)
+		if got := h.sent(); got != 2 {
+			t.Errorf("canaries sent over both processes %v, want 2: b's Sent is judged by the process that loaded it", got)
+		}
 		if got := h.sli(config.SegmentEndToEnd); got != [2]float64{1, 0} {
-			t.Errorf("end_to_end events %v after b's Sent, want a's good", got)
+			t.Errorf("end_to_end events over both processes %v, want a's good once", got)
 		}
-		h.restart() // kill -9: both canaries and a's verdicts are on disk
-		if out := h.tr.Arrived(0, Arrival{CanaryID: "a", Seq: 1, Key: "k", Offset: 0, Consumed: h.clock()}); out.Kind != KindReplay {
-			t.Errorf("a's arrival after the restart is %v, want a replay", out.Kind)
+		h.restart() // kill -9 after the batch: b is written as judged
+		h.sweep(4 * time.Second)
+		if got := h.sent(); got != 2 {
+			t.Errorf("canaries sent over three processes %v, want 2: a canary judged in a batch is not judged again", got)
 		}
-		if n := h.tr.InFlight(); n != 1 {
-			t.Errorf("%d canaries in flight after the restart, want b", n)
+	})
+	t.Run("A pipeline fsyncs once per commit delay, however often it sends.", func(t *testing.T) {
+		h := newGroup(t)
+		h.send("first", 1) // the first write: a snapshot
+		syncs := h.tr.store.stats.syncs
+		var sentAt []float64
+		for i := range 50 { // one canary every 100ms for 5s, swept every 250ms
+			d := time.Duration(i+1) * 100 * time.Millisecond
+			h.at(d)
+			h.send(fmt.Sprintf("c%d", i), uint64(i+2))
+			if d%(250*time.Millisecond) == 0 {
+				h.sweep(d)
+			}
+			sentAt = append(sentAt, h.sent())
+		}
+		if got := h.tr.store.stats.syncs - syncs; got < 4 || got > 5 {
+			t.Errorf("%d fsyncs for 50 canaries in 5s, want one per second of commit delay", got)
+		}
+		if sentAt[0] != 1 || sentAt[len(sentAt)-1] < 40 {
+			t.Errorf("canaries sent as the batches went by: %v; want each counted with its batch, within a second and a sweep", sentAt)
 		}
 	})
 	t.Run("A crash before the batch is written loses nothing and counts the arrival once.", func(t *testing.T) {

@@ -25,20 +25,32 @@ import (
 // lock, and applies the judge's effects to the metrics and the callbacks
 // once the lock is released.
 //
-// Restarts: a change is written (state.go: a journal line, now and then a
-// snapshot) before the effects it produced are applied to the metrics and
-// callbacks, and Sent returns only once its canary is written. Other
-// changes are written in batches (group commit): an arrival, a verdict at a
-// deadline or a lookup's answer waits at most CommitDelay, until the next
-// Sent or sweep, and its effects wait with it. After kill -9 at any instant
-// a canary is neither lost nor counted twice: a message processed before
-// the last write is below the stored next offset and ignored as a replay;
-// one processed after it is read again and judged then, its first judgement
-// never having been applied; a verdict in the state is never emitted again.
-// The span from the last write to the restart is the prober's downtime,
-// which no pipeline segment is charged for. What remains unknown is a crash
-// between a canary's COMMIT and Sent persisting it: the canary then arrives
-// as unknown_canary (skipped), never as an SLI event.
+// Restarts: a change is written and fsynced (state.go: a journal line, now
+// and then a snapshot) before the effects it produced are applied to the
+// metrics and callbacks. Changes are written in batches (group commit): an
+// arrival, a verdict at a deadline or a lookup's answer waits at most
+// CommitDelay, until a sweep or a Sent finds the batch due, and its
+// effects wait with it. Sent returns only once its canary is written
+// (write(2)): alone, at once, not judged, and fsynced with the next batch,
+// where the canary is written again as judged; Sent's effects
+// (canaries_sent, last_sent, insert_to_commit) wait for that batch too. So
+// a pipeline fsyncs at most once per CommitDelay, whatever it sends.
+//
+// After kill -9 at any instant a canary is neither lost nor counted twice:
+// what was written survives the process. A message processed before the
+// last batch is below the stored next offset and ignored as a replay; one
+// processed after it is read again and judged then, its first judgement
+// never having been applied; a verdict in the state is never emitted
+// again; a canary written by Sent whose batch never was is judged again by
+// the next process (its Sent's effects never having been applied). The
+// span from the last batch to the restart is the prober's downtime, which
+// no pipeline segment is charged for. What remains unknown is a crash
+// between a canary's COMMIT and Sent writing it: the canary then arrives
+// as unknown_canary (skipped), never as an SLI event. A crash of the
+// machine (power, kernel), not of the process, loses what was written and
+// not yet fsynced too: the canaries sent in the last CommitDelay, which
+// then arrive as unknown_canary, and nothing else (the batch's effects had
+// not been applied).
 
 // ErrUnknownCanary is returned by Await for a canary id the tracker does not
 // know (never sent through it, or forgotten long after it resolved).
@@ -175,11 +187,12 @@ type TrackerOptions struct {
 	// polling relay's published_at), shared with the other trackers on the
 	// same outbox table. Without it the judge's asks are never answered.
 	Lookups *Lookups
-	// CommitDelay is how long a change other than Sent may wait to be
-	// written with others in one batch (group commit), its effects on the
+	// CommitDelay is how long a change may wait to be written and
+	// fsynced with others in one batch (group commit), its effects on the
 	// metrics and callbacks waiting with it: one fsync per batch instead of
-	// one per change. Zero: DefaultCommitDelay; negative: every change is
-	// written at once. Only with a StatePath.
+	// one per change. Sent writes its canary at once and leaves the fsync
+	// to the batch. Zero: DefaultCommitDelay; negative: every change is
+	// written and fsynced at once. Only with a StatePath.
 	CommitDelay time.Duration
 }
 
@@ -247,8 +260,9 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 		commitDelay: cmp.Or(opts.CommitDelay, DefaultCommitDelay),
 	}
 	t.store = &stateStore{path: opts.StatePath, pipeline: p.Name, instance: opts.Instance, log: opts.Logger, m: opts.Metrics}
-	st := t.store.load(opts.Now())
-	t.j = judge.New(judgeConfig(p, t.plan, t.forget), st, opts.Now())
+	now := opts.Now()
+	st, committed := t.store.load(now)
+	t.j = judge.New(judgeConfig(p, t.plan, t.forget), st, now)
 	// The gauges the stall alert reads come back with their values.
 	restored := t.j.State()
 	for _, g := range []struct {
@@ -258,6 +272,15 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 		if !g.at.IsZero() {
 			g.vec.WithLabelValues(p.Name).Set(unixSeconds(g.at))
 		}
+	}
+	// Canaries the last process wrote at their commit and was killed
+	// before the batch that judged them: it never applied their Sent's
+	// effects, this one does, once its first batch holds them.
+	for _, s := range committed {
+		t.pending = append(t.pending, t.j.Sent(s)...)
+	}
+	if len(t.pending) > 0 {
+		t.pendingSince = now
 	}
 	t.inFlight = t.m.InFlight.WithLabelValues(p.Name)
 	t.inFlight.Set(float64(t.inFlightLocked()))
@@ -342,7 +365,7 @@ type commitMode int
 
 const (
 	commitBatched  commitMode = iota // once the oldest unwritten change waited commitDelay
-	commitNow                        // now (Sent: durable before it returns)
+	commitNow                        // now (a partition's first offset; a Sent that cannot be written alone)
 	commitSnapshot                   // now, as a whole snapshot (shutdown)
 )
 
@@ -354,8 +377,29 @@ func (t *Tracker) commitAndUnlock(fx []judge.Effect) error {
 	return t.commitModeAndUnlock(fx, commitBatched)
 }
 
-// commitModeAndUnlock is commitAndUnlock, writing as mode says.
+// commitModeAndUnlock is commitAndUnlock, writing as mode says. The
+// lookups the judge asked for are made at once rather than with the
+// batch: an ask is no metric and nothing of it is persisted (a restarted
+// process asks again), and a stamp looked up before the batch lets the
+// batch write its canary once, final, rather than arrived and then final.
 func (t *Tracker) commitModeAndUnlock(fx []judge.Effect, mode commitMode) error {
+	var asks []string
+	fx = slices.DeleteFunc(fx, func(e judge.Effect) bool {
+		if e.Kind == judge.EffectLookup {
+			asks = append(asks, e.Canary)
+			return true
+		}
+		return false
+	})
+	err := t.commitLookupsAsideAndUnlock(fx, mode)
+	if len(asks) > 0 && t.lookups != nil {
+		// All of a sweep's asks at once, so one round takes them together.
+		t.lookups.ask(t, asks)
+	}
+	return err
+}
+
+func (t *Tracker) commitLookupsAsideAndUnlock(fx []judge.Effect, mode commitMode) error {
 	t.pending = append(t.pending, fx...)
 	if mode == commitBatched && t.store.unwrittenPartition(t.j.State().Next) {
 		// The first offset of a partition is written at once: a reader
@@ -432,11 +476,11 @@ func (t *Tracker) takeWaiters(reports map[string]Report) map[string][]chan Repor
 	return out
 }
 
-// apply turns the judge's effects into metrics, lookups and callbacks.
+// apply turns the judge's effects into metrics and callbacks (its
+// lookups were asked for as it made them, see commitModeAndUnlock).
 func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters map[string][]chan Report, inFlight int) {
 	name := t.p.Name
 	m := t.m
-	var lookups []string
 	for _, e := range fx {
 		switch e.Kind {
 		case judge.EffectVerdict:
@@ -480,8 +524,6 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 			m.CanariesOutOfOrder.WithLabelValues(name).Inc()
 		case judge.EffectUnknownCanary:
 			m.MessagesSkipped.WithLabelValues(name, ReasonUnknownCanary).Inc() // logged by the consumer, as its other skips
-		case judge.EffectLookup:
-			lookups = append(lookups, e.Canary)
 		case judge.EffectFinal:
 			if r, ok := reports[e.Canary]; ok {
 				if e2e := r.Segments[config.SegmentEndToEnd]; e2e.Outcome == judge.Good {
@@ -497,24 +539,64 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 		}
 	}
 	t.inFlight.Set(float64(inFlight))
-	if len(lookups) > 0 && t.lookups != nil {
-		// All of a sweep's asks at once, so one round takes them together.
-		t.lookups.ask(t, lookups)
-	}
 }
 
-// Sent records a committed canary and persists it durably before
-// returning, so a restart right after still knows it. insert_to_commit is
-// judged here. If the write fails the canary is tracked in memory and the
-// error says so.
+// Sent records a committed canary and writes it before returning, so a
+// process restarted right after still knows it; the fsync, and the
+// effects (canaries_sent, last_sent, insert_to_commit, judged here), wait
+// for the next batch. If the write fails the canary is tracked in memory
+// and the error says so.
 func (t *Tracker) Sent(c Canary) error {
+	s := judge.Sent{ID: c.ID, Key: c.Key, RowID: c.RowID, Seq: c.Seq,
+		InsertStarted: c.InsertStarted, CommitSent: cmp.Or(c.CommitSent, c.Committed), Committed: c.Committed}
 	t.mu.Lock()
-	fx := t.j.Sent(judge.Sent{ID: c.ID, Key: c.Key, RowID: c.RowID, Seq: c.Seq,
-		InsertStarted: c.InsertStarted, CommitSent: cmp.Or(c.CommitSent, c.Committed), Committed: c.Committed})
-	if err := t.commitModeAndUnlock(fx, commitNow); err != nil {
+	if t.batchDueLocked(t.commitDelay - t.commitDelay/8) {
+		// The batch would be written by the next sweep: write it first,
+		// so that it holds the canaries of the last CommitDelay, judged,
+		// and this one starts the next batch rather than being written
+		// twice, committed and then judged. The eighth covers a sweep
+		// and the jitter of the schedule.
+		if err := t.commitModeAndUnlock(nil, commitNow); err != nil {
+			t.log.Error("persisting tracker state failed", "err", err)
+		}
+		t.mu.Lock()
+	}
+	fx := t.j.Sent(s)
+	var err error
+	if t.writeAloneLocked(c.ID) {
+		err = t.store.writeCommitted(s)
+		t.pending = append(t.pending, fx...)
+		if t.pendingSince.IsZero() {
+			t.pendingSince = t.now()
+		}
+		t.mu.Unlock()
+	} else {
+		err = t.commitModeAndUnlock(fx, commitNow)
+	}
+	if err != nil {
 		return fmt.Errorf("canary %s is tracked in memory only: %w", c.ID, err)
 	}
 	return nil
+}
+
+// writeAloneLocked reports whether Sent writes its canary alone and leaves
+// the fsync to the next batch. Not without a journal to append to (the
+// first write of a process, and the one after a failure, are snapshots),
+// nor when every change is written at once, nor when a batch is due (it
+// is written with the canary), nor when an arrival parked for the canary
+// was judged with it (that arrival must be written with its offset).
+func (t *Tracker) writeAloneLocked(id string) bool {
+	if t.path == "" || t.commitDelay < 0 || !t.store.canWriteCommitted() || t.batchDueLocked(t.commitDelay) {
+		return false
+	}
+	c := t.j.Canary(id)
+	return c != nil && !c.Arrived
+}
+
+// batchDueLocked reports whether changes wait to be written and the oldest
+// has waited at least d.
+func (t *Tracker) batchDueLocked(d time.Duration) bool {
+	return t.path != "" && !t.pendingSince.IsZero() && t.now().Sub(t.pendingSince) >= d
 }
 
 // Expect announces a canary whose insert is about to commit, so that its

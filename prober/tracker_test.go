@@ -423,3 +423,12 @@ func TestIntegerStampsAreReadInTheUnitTheirSizeImplies(t *testing.T) {
 		t.Errorf("9999999999999 read as %v, want milliseconds (year 2286, then invalid by max_clock_skew)", got)
 	}
 }
+
+// sent sums canaries_sent over every process so far.
+func (h *harness) sent() float64 {
+	var n float64
+	for _, m := range h.metrics {
+		n += testutil.ToFloat64(m.CanariesSent.WithLabelValues(h.p.Name))
+	}
+	return n
+}

@@ -335,17 +335,23 @@ func (w *world) simulate() *simulation {
 // what changed (the judge's Delta, replayed onto the durable copy as a
 // journal would be), applies effects only once the change that made them
 // is durable, answers lookups, and crashes and restarts with the prober.
-// With groupCommit, changes are written in batches, at Sent and at ticks
-// once the oldest waited that long, as the tracker does; without, after
-// every event.
+// With groupCommit, changes are written in batches, at ticks once the
+// oldest waited that long, as the tracker does; a Sent writes its canary
+// alone at once (it survives the process, committed and not judged), and
+// a process restarted before the batch judges that Sent again. Without,
+// after every event.
 type shellSim struct {
-	sim         *simulation
-	j           *Judge
-	durable     *State   // what the writes so far put on disk
-	applied     []Effect // effects applied, over every process
-	lostFx      []Effect // effects durable but lost in a crash before being applied
-	pending     []Effect // effects of changes not yet durable (group commit)
-	dirty       bool     // a change is not yet written, since dirtyAt
+	sim     *simulation
+	j       *Judge
+	durable *State   // what the writes so far put on disk
+	applied []Effect // effects applied, over every process
+	lostFx  []Effect // effects durable but lost in a crash before being applied
+	pending []Effect // effects of changes not yet durable (group commit)
+	// committed: Sents written alone, whose batch was not written yet; a
+	// restarted process judges them again.
+	committed   []Sent
+	wrote       bool // this process wrote: a Sent can be written alone after it
+	dirty       bool // a change is not yet written, since dirtyAt
 	dirtyAt     time.Duration
 	groupCommit time.Duration
 	lookups     map[string]time.Duration
@@ -365,6 +371,8 @@ func (s *shellSim) persist() {
 	}
 	d := s.j.Delta()
 	s.j.MarkPersisted(at(s.now))
+	s.committed = nil // the batch holds their canaries, as judged
+	s.wrote = true
 	b, err := json.Marshal(journalRecord{Canaries: d.Canaries, Forgotten: d.Forgotten, Meta: s.j.State().Meta()})
 	if err != nil {
 		panic(err)
@@ -442,7 +450,8 @@ func (s *shellSim) checkIndexes() {
 
 // crash keeps what the writes put on disk. Without group commit every
 // change was written; with it, the batch not yet written is lost with its
-// effects, which were never applied: the next process decides again.
+// effects, which were never applied: the next process decides again. The
+// Sents written alone stay: the next process judges them again.
 func (s *shellSim) crash() {
 	if s.groupCommit == 0 {
 		s.persist()
@@ -454,18 +463,22 @@ func (s *shellSim) crash() {
 // apply applies effects once the change that made them is durable. Without
 // group commit every change is written at once; with it, a change waits
 // until Sent (flush) or until the oldest effect waiting is groupCommit old,
-// and a change no effect waits on rides with the next write.
+// and a change no effect waits on rides with the next write. A lookup is
+// asked for at once, as the tracker does: nothing of it is persisted.
 func (s *shellSim) apply(fx []Effect, flush bool) {
-	// The promise is about when the judge asks; with group commit the
-	// shell may perform an ask made before the arrival after it.
-	for _, e := range fx {
-		if e.Kind == EffectLookup {
-			if c := s.j.Canary(e.Canary); c != nil && c.Arrived && at(s.now).Before(c.Consumed.Add(s.sim.w.cfg.LookupSettle)) {
-				s.early = append(s.early, fmt.Sprintf("%s: looked up at %s, arrived at %s, settle %s",
-					e.Canary, s.now, c.Consumed.Sub(m0), s.sim.w.cfg.LookupSettle))
-			}
+	fx = slices.DeleteFunc(slices.Clone(fx), func(e Effect) bool {
+		if e.Kind != EffectLookup {
+			return false
 		}
-	}
+		if c := s.j.Canary(e.Canary); c != nil && c.Arrived && at(s.now).Before(c.Consumed.Add(s.sim.w.cfg.LookupSettle)) {
+			s.early = append(s.early, fmt.Sprintf("%s: looked up at %s, arrived at %s, settle %s",
+				e.Canary, s.now, c.Consumed.Sub(m0), s.sim.w.cfg.LookupSettle))
+		}
+		if _, ok := s.lookups[e.Canary]; !ok {
+			s.lookups[e.Canary] = s.now + 5*time.Millisecond
+		}
+		return true
+	})
 	s.pending = append(s.pending, fx...)
 	if s.j.Dirty() {
 		if s.groupCommit > 0 && !flush {
@@ -483,13 +496,6 @@ func (s *shellSim) apply(fx []Effect, flush bool) {
 	}
 	s.dirty = false
 	fx, s.pending = s.pending, nil
-	for _, e := range fx {
-		if e.Kind == EffectLookup {
-			if _, ok := s.lookups[e.Canary]; !ok {
-				s.lookups[e.Canary] = s.now + 5*time.Millisecond
-			}
-		}
-	}
 	s.applied = append(s.applied, fx...)
 }
 
@@ -507,6 +513,32 @@ func (s *shellSim) restart() {
 	}
 	s.j = New(s.sim.w.cfg, st, at(s.now))
 	s.lookups = map[string]time.Duration{}
+	s.wrote = false
+	for _, c := range s.committed {
+		s.apply(s.j.Sent(c), false)
+	}
+}
+
+// sent plays Tracker.Sent: with group commit the canary is written alone
+// and the fsync and the effects wait for the batch, unless the process has
+// not written yet (its first write is the whole state), a batch is due or
+// an arrival parked for the canary was judged with it. A batch due within
+// an eighth of the delay is written first.
+func (s *shellSim) sent(c Sent) {
+	if s.groupCommit > 0 && s.dirty && s.now-s.dirtyAt >= s.groupCommit-s.groupCommit/8 {
+		s.apply(nil, true)
+	}
+	fx := s.j.Sent(c)
+	due := s.dirty && s.now-s.dirtyAt >= s.groupCommit
+	if s.groupCommit == 0 || !s.wrote || due || s.j.Canary(c.ID).Arrived {
+		s.apply(fx, true)
+		return
+	}
+	s.committed = append(s.committed, c)
+	s.pending = append(s.pending, fx...)
+	if !s.dirty {
+		s.dirty, s.dirtyAt = true, s.now
+	}
 }
 
 // run delivers every event until every canary is final.
@@ -524,8 +556,8 @@ func (s *shellSim) run() {
 		c := c
 		evs = append(evs, event{c.commitSent, 0, func() { s.j.Expect(c.id) }})
 		evs = append(evs, event{c.commitReturned, 1, func() {
-			s.apply(s.j.Sent(Sent{ID: c.id, Key: "k", RowID: c.id, Seq: c.seq,
-				InsertStarted: at(c.insert), CommitSent: at(c.commitSent), Committed: at(c.commitReturned)}), true)
+			s.sent(Sent{ID: c.id, Key: "k", RowID: c.id, Seq: c.seq,
+				InsertStarted: at(c.insert), CommitSent: at(c.commitSent), Committed: at(c.commitReturned)})
 		}})
 	}
 	deliver := func(m *message) {
@@ -785,10 +817,22 @@ func modelFailures(sim *simulation, sh *shellSim) (fails []string, ambiguous int
 			fails = append(fails, fmt.Sprintf("%v: prober_down without a prober downtime", e))
 		}
 	}
-	// Every canary is decided end to end, exactly once.
+	// Every canary is decided end to end, exactly once, and counted sent
+	// exactly once.
 	for _, c := range byID {
 		if _, ok := seen[c.id+"/end_to_end"]; !ok {
 			fails = append(fails, fmt.Sprintf("%s: no end_to_end verdict; truth %+v", c.id, *c))
+		}
+	}
+	sent := map[string]int{}
+	for _, e := range all {
+		if e.Kind == EffectSent {
+			sent[e.Canary]++
+		}
+	}
+	for _, c := range byID {
+		if sent[c.id] != 1 {
+			fails = append(fails, fmt.Sprintf("%s: counted sent %d times, want once", c.id, sent[c.id]))
 		}
 	}
 	return fails, ambiguous
