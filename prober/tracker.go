@@ -196,11 +196,14 @@ type TrackerOptions struct {
 	CommitDelay time.Duration
 }
 
-// DefaultCommitDelay bounds how long an arrival's SLI events wait for the
-// batch that writes them: well under any scrape interval, and long enough
-// that at one canary a second a batch holds a canary's arrival, its
-// verdicts and the next canary's Sent.
-const DefaultCommitDelay = time.Second
+// DefaultCommitDelay bounds how long a change waits for the batch that
+// writes and fsyncs it, and so how late its effects reach /metrics (up to
+// this plus a sweep): well under any scrape interval (15 s and more).
+// Measured (docs/persistence.md): at one canary a second, 2 s makes a batch
+// the two canaries of the last two seconds, judged, on one 4 KiB page,
+// half the fsyncs and half the disk writes of 1 s, which fsyncs a page
+// per canary.
+const DefaultCommitDelay = 2 * time.Second
 
 // Tracker follows the canaries of one pipeline from Sent to arrival or
 // loss. It is safe for concurrent use.

@@ -935,8 +935,11 @@ func runModel(seed uint64, mutate func(*Config)) (fails []string, ambiguous, ver
 	}
 	sim := w.simulate()
 	sh := &shellSim{sim: sim}
-	if seed%2 == 1 {
-		sh.groupCommit = time.Second // as the tracker writes by default
+	switch seed % 4 {
+	case 1:
+		sh.groupCommit = time.Second
+	case 3:
+		sh.groupCommit = 2 * time.Second // as the tracker writes by default
 	}
 	sh.run()
 	fails = append(fails, sh.failures...)
