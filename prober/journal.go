@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/outbox-canary/outbox-canary/prober/judge"
@@ -46,13 +47,51 @@ type journalRecord struct {
 	Meta      judge.State       `json:"meta"`
 }
 
-// journalRecordOut is journalRecord as written: Meta already encoded, as
-// a line of committed canaries repeats the previous line's.
-type journalRecordOut struct {
-	Canaries  []*judge.Canary   `json:"canaries,omitempty"`
-	Forgotten []string          `json:"forgotten,omitempty"`
-	Committed []committedCanary `json:"committed,omitempty"`
-	Meta      json.RawMessage   `json:"meta"`
+// appendRecord appends the JSON of a journalRecord whose Meta is already
+// encoded (a line of a committed canary repeats the previous line's
+// meta): the bytes json.Marshal gives the record, without encoding the
+// meta again nor compacting it as a json.RawMessage would.
+func appendRecord(b []byte, canaries []*judge.Canary, forgotten []string, committed []committedCanary, meta []byte) ([]byte, error) {
+	b = append(b, '{')
+	if len(canaries) > 0 {
+		b = append(b, `"canaries":[`...)
+		for i, c := range canaries {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			cb, err := json.Marshal(c)
+			if err != nil {
+				return b, err
+			}
+			b = append(b, cb...)
+		}
+		b = append(b, "],"...)
+	}
+	if len(forgotten) > 0 {
+		fb, err := json.Marshal(forgotten)
+		if err != nil {
+			return b, err
+		}
+		b = append(b, `"forgotten":`...)
+		b = append(b, fb...)
+		b = append(b, ',')
+	}
+	if len(committed) > 0 {
+		b = append(b, `"committed":[`...)
+		for i, c := range committed {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = c.appendJSON(b); err != nil {
+				return b, err
+			}
+		}
+		b = append(b, "],"...)
+	}
+	b = append(b, `"meta":`...)
+	b = append(b, meta...)
+	return append(b, '}'), nil
 }
 
 // committedCanary is a judge.Sent as a journal line holds it, named as
@@ -70,6 +109,48 @@ type committedCanary struct {
 func committedOf(s judge.Sent) committedCanary {
 	return committedCanary{ID: s.ID, Seq: s.Seq, Key: s.Key, RowID: s.RowID,
 		InsertStarted: s.InsertStarted, CommitSent: s.CommitSent, Committed: s.Committed}
+}
+
+// appendJSON appends c as json.Marshal encodes it, without reflection:
+// Sent writes one per canary.
+func (c committedCanary) appendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, c.ID)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, c.Seq, 10)
+	b = append(b, `,"key":`...)
+	b = appendJSONString(b, c.Key)
+	if c.RowID != "" {
+		b = append(b, `,"row_id":`...)
+		b = appendJSONString(b, c.RowID)
+	}
+	for _, f := range []struct {
+		name string
+		t    time.Time
+	}{{`,"insert_started":`, c.InsertStarted}, {`,"commit_sent":`, c.CommitSent}, {`,"committed":`, c.Committed}} {
+		b = append(b, f.name...)
+		tb, err := f.t.MarshalJSON() // RFC 3339 with nanoseconds; fails outside years 0-9999
+		if err != nil {
+			return b, err
+		}
+		b = append(b, tb...)
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as a JSON string, as json.Marshal does: as is
+// when it holds only printable ASCII that JSON and HTML need not escape
+// (ids, keys, row ids), else through json.Marshal.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 func (c committedCanary) sent() judge.Sent {

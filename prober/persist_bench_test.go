@@ -10,7 +10,9 @@ package prober
 //   - journal: a journal line per change, fsynced, compacted into a
 //     snapshot now and then;
 //   - journal+group: the same, with changes other than Sent written in
-//     batches (group commit, DefaultCommitDelay), as the tracker does.
+//     batches (group commit, DefaultCommitDelay) and Sent written and
+//     fsynced at once, as the tracker did until Sent left its fsync to the
+//     batch (BenchmarkTrackerCommit measures the tracker as it is).
 //
 // Each iteration is one canary: Sent, its arrival 50ms later, and the
 // sweeps every 250ms, on a simulated clock. Besides ns, B and allocs per
@@ -214,7 +216,7 @@ func BenchmarkTrackerPersist(b *testing.B) {
 		{"memory", func(string) persister { return memoryStore{} }, 0},
 		{"rewrite", func(dir string) persister { return &rewriteStore{path: filepath.Join(dir, "payments.json")} }, 0},
 		{"journal", func(dir string) persister { return newBenchStore(dir) }, 0},
-		{"journal+group", func(dir string) persister { return newBenchStore(dir) }, DefaultCommitDelay},
+		{"journal+group", func(dir string) persister { return newBenchStore(dir) }, time.Second},
 		{"journal+group250ms", func(dir string) persister { return newBenchStore(dir) }, 250 * time.Millisecond},
 	}
 	for _, w := range workloads {
@@ -277,8 +279,8 @@ func benchPersist(b *testing.B, lostAfter, interval time.Duration, p persister, 
 // cpu-ns (user and system time of the process: the wait for an fsync is
 // not CPU), fsyncs, write-B (bytes handed to write(2)), pages (4 KiB pages
 // an fsync had to write: the pages written since the previous one), disk-B
-// (what the kernel accounts as written, /proc/self/io write_bytes) and
-// snapshots.
+// (what the kernel accounts as written, /proc/self/io write_bytes),
+// snapshots and their bytes.
 //
 // The workloads "steady" and "scale" are the canary scenarios of
 // make bench-service, per pipeline (10 pipelines @every 1s, 300 @every
@@ -456,5 +458,57 @@ func benchCommit(b *testing.B, lostAfter, interval time.Duration, memory bool, d
 	b.ReportMetric(per(st2.pages-st.pages), "pages/canary")
 	b.ReportMetric(per(disk2-disk), "disk-B/canary")
 	b.ReportMetric(per(st2.snapshots-st.snapshots), "snapshots/canary")
+	b.ReportMetric(per(st2.snapshotBytes-st.snapshotBytes), "snapshot-B/canary")
 	b.ReportMetric(float64(len(tr.j.State().Canaries)), "canaries-kept")
+}
+
+// BenchmarkJournalRecordEncoding compares the encoding of the two kinds of
+// journal line, a committed canary (one per Sent) and a batch of two
+// final canaries, through json.Marshal of the whole record and through
+// appendRecord (the meta encoded once, the committed canary without
+// reflection).
+func BenchmarkJournalRecordEncoding(b *testing.B) {
+	at := time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
+	meta := judge.State{Next: map[int]int64{0: 7, 1: 8, 2: 9}, LastSeq: map[string]uint64{"canary-key": 3}, AliveAt: at,
+		LastSent: at, LastReceived: at, LastSuccess: at}
+	metaJSON, err := json.Marshal(&meta)
+	if err != nil {
+		b.Fatal(err)
+	}
+	final := func(id string) *judge.Canary {
+		v := func() *judge.Verdict { return &judge.Verdict{Outcome: judge.Good, At: at, Observed: true} }
+		return &judge.Canary{ID: id, Seq: 1, Key: "canary-key", RowID: "1000001", InsertStarted: at, CommitSent: at, Committed: at,
+			Stamps: map[string]time.Time{"publish": at, "read": at}, StampError: map[string]time.Duration{"publish": time.Millisecond},
+			Arrived: true, Consumed: at, Offset: 1, Final: true, FinalAt: at,
+			Verdicts: map[string]*judge.Verdict{"insert_to_commit": v(), "commit_to_read": v(), "read_to_publish": v(), "publish_to_consume": v(), "end_to_end": v()},
+			Lookup:   judge.Lookup{Due: at, Attempts: 1}}
+	}
+	committed := []committedCanary{{ID: "019ad2c4-0000-7000-8001-000000000001", Seq: 1, Key: "canary-key", RowID: "1000001",
+		InsertStarted: at, CommitSent: at, Committed: at}}
+	batch := []*judge.Canary{final("019ad2c4-0000-7000-8001-000000000001"), final("019ad2c4-0000-7000-8001-000000000002")}
+	var buf []byte
+	for _, tc := range []struct {
+		name string
+		rec  journalRecord
+	}{
+		{"committed", journalRecord{Committed: committed, Meta: meta}},
+		{"batch", journalRecord{Canaries: batch, Meta: meta}},
+	} {
+		b.Run(tc.name+"/json.Marshal", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := json.Marshal(&tc.rec); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tc.name+"/appendRecord", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if buf, err = appendRecord(buf[:0], tc.rec.Canaries, tc.rec.Forgotten, tc.rec.Committed, metaJSON); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -125,6 +125,7 @@ type stateStore struct {
 	// snapshot wrote it (JSON): a line that records a committed canary
 	// alone repeats it, so that it changes nothing else on replay.
 	writtenMeta []byte
+	payload     []byte // the record being written, reused
 }
 
 // unwrittenPartition reports whether a partition in next has no offset on
@@ -304,7 +305,8 @@ func (s *stateStore) save(j *judge.Judge, now time.Time) (err error) {
 	if err != nil {
 		return s.failed(fmt.Errorf("encode state journal record: %w", err))
 	}
-	payload, err := json.Marshal(&journalRecordOut{Canaries: d.Canaries, Forgotten: d.Forgotten, Meta: metaJSON})
+	s.payload, err = appendRecord(s.payload[:0], d.Canaries, d.Forgotten, nil, metaJSON)
+	payload := s.payload
 	if err != nil {
 		return s.failed(fmt.Errorf("encode state journal record: %w", err))
 	}
@@ -335,7 +337,9 @@ func (s *stateStore) canWriteCommitted() bool {
 // journal hands the canary back as committed and not judged (see
 // journalRecord.Committed).
 func (s *stateStore) writeCommitted(sent judge.Sent) error {
-	payload, err := json.Marshal(&journalRecordOut{Committed: []committedCanary{committedOf(sent)}, Meta: s.writtenMeta})
+	var err error
+	s.payload, err = appendRecord(s.payload[:0], nil, nil, []committedCanary{committedOf(sent)}, s.writtenMeta)
+	payload := s.payload
 	if err != nil {
 		return s.failed(fmt.Errorf("encode state journal record: %w", err))
 	}

@@ -444,3 +444,42 @@ func TestGroupCommit(t *testing.T) {
 		}
 	})
 }
+
+func TestAJournalRecordIsEncodedAsJSONMarshalEncodesIt(t *testing.T) {
+	at := time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
+	meta := judge.State{Next: map[int]int64{0: 7, 2: 9}, LastSeq: map[string]uint64{"k": 3}, AliveAt: at, LastSent: at.Add(-time.Second)}
+	canary := &judge.Canary{ID: "019ad2c4-0000-7000-8001-000000000001", Seq: 1, Key: "k", Committed: at, Arrived: true,
+		Stamps: map[string]time.Time{"publish": at, "read": at}, Verdicts: map[string]*judge.Verdict{"end_to_end": {Outcome: "good", At: at}}}
+	cases := []struct {
+		name string
+		rec  journalRecord
+	}{
+		{"A batch of canaries and forgotten ones.", journalRecord{Canaries: []*judge.Canary{canary, {ID: "b", Seq: 2}}, Forgotten: []string{"x", "y"}, Meta: meta}},
+		{"A line of nothing but the rest of the state.", journalRecord{Meta: judge.State{}}},
+		{"A committed canary.", journalRecord{Committed: []committedCanary{{ID: "019ad2c4-0000-7000-8001-000000000002", Seq: 2, Key: "canary-key",
+			RowID: "1000002", InsertStarted: at.Add(-2 * time.Millisecond), CommitSent: at.Add(-time.Millisecond), Committed: at}}, Meta: meta}},
+		{"A committed canary without a row id, at a zoned time.", journalRecord{Committed: []committedCanary{{ID: "c", Seq: 3, Key: "k",
+			Committed: at.In(time.FixedZone("x", 3600))}}, Meta: meta}},
+		{"Ids and keys JSON or HTML must escape.", journalRecord{Committed: []committedCanary{{ID: "a\"b\\c<d>&e\u2028f\x01g", Seq: 4, Key: "ключ",
+			RowID: "r\tn", Committed: at}}, Forgotten: []string{"<&>"}, Meta: meta}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			want, err := json.Marshal(&tc.rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			metaJSON, err := json.Marshal(&tc.rec.Meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := appendRecord(nil, tc.rec.Canaries, tc.rec.Forgotten, tc.rec.Committed, metaJSON)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("encoded\n  %s\nwant, as json.Marshal encodes it,\n  %s", got, want)
+			}
+		})
+	}
+}
