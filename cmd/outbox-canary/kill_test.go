@@ -37,14 +37,23 @@ import (
 // budgeted segment.
 //
 // The first process's counters die with it, so its last scrape is taken
-// just after it reported a new canary sent, and it is killed at once: the
-// next send is a schedule period (1s) away, and with the relay paused and
-// deadlines 20s out nothing else changes its counters in between. The
+// just after it reported a new canary sent, and it is stopped at once. The
 // outbox table is the ground truth of how many canaries were committed: a
 // canary committed by the first process but not persisted in its state, or
-// sent after its last scrape, leaves the table ahead of the sum of the
-// processes' canaries_sent and fails the test, as does a loss (never back
-// to zero in flight) or a double count (more events than canaries).
+// counted sent by neither process, or by both, leaves the table out of
+// step with the sum of the processes' canaries_sent and fails the test, as
+// does a loss (never back to zero in flight) or a double count (more
+// events than canaries).
+//
+// canaries_sent moves with the batch that fsyncs a canary, up to
+// prober.DefaultCommitDelay after its Sent wrote it. Killed with -9, the
+// first process never counts a canary whose batch it did not write; the
+// second judges it again and counts it. On SIGTERM the first process
+// writes that batch as it stops and counts the canary then, after its last
+// scrape: so it sends every 3s, and the scrape that shows a canary counted
+// (its batch, 2s after its send) comes with nothing else waiting and the
+// next send a second away. With the relay paused and deadlines 20s out
+// nothing else changes its counters in between.
 func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
 	bin := stacktest.BuildCommand(t, "outbox-canary")
 	cases := []struct {
@@ -52,11 +61,13 @@ func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
 		stop func(p *canaryProcess) error
 		// graceful: the first process must exit 0 on its own.
 		graceful bool
+		// schedule of the first process (see the test's comment).
+		schedule string
 	}{
 		{"kill -9 with canaries in flight loses none and counts none twice.",
-			func(p *canaryProcess) error { return p.cmd.Process.Kill() }, false},
+			func(p *canaryProcess) error { return p.cmd.Process.Kill() }, false, "@every 1s"},
 		{"SIGTERM with canaries in flight loses none and counts none twice.",
-			func(p *canaryProcess) error { return p.cmd.Process.Signal(syscall.SIGTERM) }, true},
+			func(p *canaryProcess) error { return p.cmd.Process.Signal(syscall.SIGTERM) }, true, "@every 3s"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,6 +78,9 @@ func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
 			}
 			t.Cleanup(pool.Close)
 
+			if tc.schedule != "@every 1s" {
+				rewriteSchedule(t, path, "@every 1s", tc.schedule)
+			}
 			first := startBinary(t, bin, path)
 			// Some canaries resolved before the restart: their events must
 			// not be counted again by the second process.
@@ -92,10 +106,10 @@ func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
 			// Gaps between the second process's canaries longer than the
 			// state's group commit: an arrival's effects wait up to
 			// prober.DefaultCommitDelay (plus a sweep) for the batch that
-			// writes them, and a Sent writes the batch waiting, so at one
+			// writes them, and a Sent writes the batch once due, so at one
 			// canary a second the previous one is still in flight when
 			// the next is sent, and nothing in flight never comes.
-			rewriteSchedule(t, path, "@every 1s", "@every 5s")
+			rewriteSchedule(t, path, tc.schedule, "@every 5s")
 			second := startBinary(t, bin, path)
 			second.waitFor(t, "the second process to serve", func(counts) bool { return true })
 			faults.Resume()
