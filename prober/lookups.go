@@ -39,12 +39,12 @@ const (
 //
 // The wait delays the verdicts that need published_at, and the SLI events
 // move with them: at most this second on top of the settle time
-// (LookupSettle, 500 ms), the sweep tick (250 ms) and the group commit
-// (DefaultCommitDelay, 1 s), some 3 s after arrival at worst, well under a
-// scrape interval (15 s and more). It equals the commit delay the events
-// already wait, and lies between the settle time and the judge's longest
-// retry spacing (judge.LookupRetryMax, 10 s), so the retries keep their
-// order. A longer one would serve more canaries per statement only for
+// (LookupSettle, 500 ms), the sweep tick (250 ms) and the group commit the
+// answer's effects wait for (DefaultCommitDelay, 2 s, and a sweep; the ask
+// itself does not wait for it), some 4 s after arrival at worst, well
+// under a scrape interval (15 s and more). It lies between the settle time
+// and the judge's longest retry spacing (judge.LookupRetryMax, 10 s), so
+// the retries keep their order. A longer one would serve more canaries per statement only for
 // tables busier than one canary a second, at the price of later events.
 const DefaultLookupInterval = time.Second
 
