@@ -319,17 +319,18 @@ func BenchmarkTrackerCommit(b *testing.B) {
 
 // commitRun drives a Tracker as the service does, on a simulated clock.
 type commitRun struct {
-	tr        *Tracker
-	now       time.Time
-	interval  time.Duration
-	seq       uint64
-	offset    int64
-	sweepAt   time.Time
-	arrivals  []Arrival // due in order
-	lookups   *Lookups
-	roundAt   time.Time // when the next lookup round answers; zero: none asked
-	lastRound time.Time
-	sent      map[string]Canary
+	tr       *Tracker
+	now      time.Time
+	interval time.Duration
+	seq      uint64
+	offset   int64
+	sweepAt  time.Time
+	arrivals []Arrival // due in order
+	lookups  *Lookups
+	// The next lookup round starts at roundStart and answers at roundAt
+	// (zero: nothing asked); lastRound is when the last one started.
+	roundStart, roundAt, lastRound time.Time
+	sent                           map[string]Canary
 }
 
 func (r *commitRun) clock() time.Time { return r.now }
@@ -384,17 +385,18 @@ func (r *commitRun) until(t time.Time) {
 			token, _ := r.tr.BeginArrival()
 			r.tr.Arrived(token, a)
 		case 2:
-			r.roundAt, r.lastRound = time.Time{}, r.now
+			r.roundAt, r.lastRound = time.Time{}, r.roundStart
 			r.lookups.round(context.Background(), r.lookups.take())
 		}
 		// A round starts once something is asked, at most one a
-		// DefaultLookupInterval, and answers 5ms later.
+		// DefaultLookupInterval (from start to start, as Lookups.Run
+		// spaces them), and answers 5ms later.
 		if r.roundAt.IsZero() && r.lookups.anyAsked() {
-			start := r.now
+			r.roundStart = r.now
 			if !r.lastRound.IsZero() {
-				start = maxTime(start, r.lastRound.Add(DefaultLookupInterval))
+				r.roundStart = maxTime(r.roundStart, r.lastRound.Add(DefaultLookupInterval))
 			}
-			r.roundAt = start.Add(5*time.Millisecond + 314_159*time.Nanosecond)
+			r.roundAt = r.roundStart.Add(5*time.Millisecond + 314_159*time.Nanosecond)
 		}
 	}
 }
