@@ -402,6 +402,8 @@ func (t *Tracker) commitModeAndUnlock(fx []judge.Effect, mode commitMode) error 
 	return err
 }
 
+// commitLookupsAsideAndUnlock is commitModeAndUnlock once the lookups
+// are taken out of fx.
 func (t *Tracker) commitLookupsAsideAndUnlock(fx []judge.Effect, mode commitMode) error {
 	t.pending = append(t.pending, fx...)
 	if mode == commitBatched && t.store.unwrittenPartition(t.j.State().Next) {
