@@ -59,11 +59,10 @@ func appendRecord(b []byte, canaries []*judge.Canary, forgotten []string, commit
 			if i > 0 {
 				b = append(b, ',')
 			}
-			cb, err := json.Marshal(c)
-			if err != nil {
+			var err error
+			if b, err = appendCanary(b, c); err != nil {
 				return b, err
 			}
-			b = append(b, cb...)
 		}
 		b = append(b, "],"...)
 	}

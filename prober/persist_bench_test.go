@@ -514,3 +514,44 @@ func BenchmarkJournalRecordEncoding(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSnapshotEncoding encodes the snapshot of a pipeline at one
+// canary a second with lost_after 5m (600 final canaries) through
+// json.Marshal and through appendStateFile.
+func BenchmarkSnapshotEncoding(b *testing.B) {
+	at := time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
+	st := judge.State{Canaries: map[string]*judge.Canary{}, Next: map[int]int64{0: 7, 1: 8, 2: 9}, LastSeq: map[string]uint64{"canary-key": 600},
+		AliveAt: at, LastSent: at, LastReceived: at, LastSuccess: at}
+	for i := range 600 {
+		v := func() *judge.Verdict { return &judge.Verdict{Outcome: judge.Good, At: at, Observed: true} }
+		id := fmt.Sprintf("019ad2c4-0000-7000-8001-%012d", i)
+		st.Canaries[id] = &judge.Canary{ID: id, Seq: uint64(i), Key: "canary-key", RowID: strconv.Itoa(1_000_000 + i), InsertStarted: at, CommitSent: at, Committed: at,
+			Stamps: map[string]time.Time{"publish": at, "read": at}, StampError: map[string]time.Duration{"publish": time.Millisecond},
+			Arrived: true, Consumed: at, Offset: int64(i), Final: true, FinalAt: at,
+			Verdicts: map[string]*judge.Verdict{"insert_to_commit": v(), "commit_to_read": v(), "read_to_publish": v(), "publish_to_consume": v(), "end_to_end": v()},
+			Lookup:   judge.Lookup{Due: at, Attempts: 1}}
+	}
+	f := &stateFile{Version: stateVersion, Pipeline: "orders", Instance: "bench", Generation: "00000000000000aa", Judge: &st}
+	meta := st.Meta()
+	metaJSON, err := json.Marshal(&meta)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(f); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("appendStateFile", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			if buf, err = appendStateFile(buf[:0], f, metaJSON); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -376,11 +376,11 @@ func (s *stateStore) snapshot(j *judge.Judge, now time.Time) error {
 	st := *j.State()
 	st.AliveAt = now
 	gen := fmt.Sprintf("%016x", rand.Uint64())
-	data, err := json.Marshal(&stateFile{Version: stateVersion, Pipeline: s.pipeline, Instance: s.instance, Generation: gen, Judge: &st})
-	var metaJSON []byte
+	meta := st.Meta()
+	metaJSON, err := json.Marshal(&meta)
+	var data []byte
 	if err == nil {
-		meta := st.Meta()
-		metaJSON, err = json.Marshal(&meta)
+		data, err = appendStateFile(nil, &stateFile{Version: stateVersion, Pipeline: s.pipeline, Instance: s.instance, Generation: gen, Judge: &st}, metaJSON)
 	}
 	if err == nil {
 		err = writeFileAtomic(s.path, data)

@@ -1,0 +1,280 @@
+package prober
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/outbox-canary/outbox-canary/prober/judge"
+)
+
+// appendCanary appends a canary's record as encoding/json encodes it
+// (judge.Canary's fields in their order, with their names, omitempty and
+// omitzero, map keys sorted), without reflection: a batch encodes every
+// canary it writes, and json.Marshal was most of its CPU.
+// TestCanaryRecordsAreEncodedAsJSONMarshalEncodesThem holds it to
+// json.Marshal on random canaries whose every field is filled by
+// reflection, so a field added to the judge's record and not here fails.
+func appendCanary(b []byte, c *judge.Canary) ([]byte, error) {
+	if c == nil {
+		return append(b, "null"...), nil
+	}
+	var err error
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, c.ID)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, c.Seq, 10)
+	b = append(b, `,"key":`...)
+	b = appendJSONString(b, c.Key)
+	if c.RowID != "" {
+		b = append(b, `,"row_id":`...)
+		b = appendJSONString(b, c.RowID)
+	}
+	if b, err = appendTimeField(b, `,"insert_started":`, c.InsertStarted); err != nil {
+		return b, err
+	}
+	if b, err = appendTimeField(b, `,"commit_sent":`, c.CommitSent); err != nil {
+		return b, err
+	}
+	if b, err = appendTimeField(b, `,"committed":`, c.Committed); err != nil {
+		return b, err
+	}
+	if len(c.Stamps) > 0 {
+		b = append(b, `,"stamps":{`...)
+		for i, k := range sortedKeys(c.Stamps) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			if b, err = appendTimeField(b, ":", c.Stamps[k]); err != nil {
+				return b, err
+			}
+		}
+		b = append(b, '}')
+	}
+	if len(c.StampError) > 0 {
+		b = append(b, `,"stamp_error":{`...)
+		for i, k := range sortedKeys(c.StampError) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = strconv.AppendInt(b, int64(c.StampError[k]), 10)
+		}
+		b = append(b, '}')
+	}
+	if len(c.Invalid) > 0 {
+		b = append(b, `,"invalid":{`...)
+		for i, k := range sortedKeys(c.Invalid) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendJSONString(b, c.Invalid[k])
+		}
+		b = append(b, '}')
+	}
+	if c.Arrived {
+		b = append(b, `,"arrived":true`...)
+	}
+	if !c.Consumed.IsZero() {
+		if b, err = appendTimeField(b, `,"consumed":`, c.Consumed); err != nil {
+			return b, err
+		}
+	}
+	if c.Partition != 0 {
+		b = append(b, `,"partition":`...)
+		b = strconv.AppendInt(b, int64(c.Partition), 10)
+	}
+	if c.Offset != 0 {
+		b = append(b, `,"offset":`...)
+		b = strconv.AppendInt(b, c.Offset, 10)
+	}
+	if c.Tainted != "" {
+		b = append(b, `,"tainted":`...)
+		b = appendJSONString(b, c.Tainted)
+	}
+	if c.Lost {
+		b = append(b, `,"lost":true`...)
+	}
+	if c.OutOfOrder {
+		b = append(b, `,"out_of_order":true`...)
+	}
+	if c.Final {
+		b = append(b, `,"final":true`...)
+	}
+	if !c.FinalAt.IsZero() {
+		if b, err = appendTimeField(b, `,"final_at":`, c.FinalAt); err != nil {
+			return b, err
+		}
+	}
+	if len(c.Verdicts) > 0 {
+		b = append(b, `,"verdicts":{`...)
+		for i, k := range sortedKeys(c.Verdicts) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			if b, err = appendVerdict(b, c.Verdicts[k]); err != nil {
+				return b, err
+			}
+		}
+		b = append(b, '}')
+	}
+	if c.Lookup != (judge.Lookup{}) { // omitzero: the struct's zero value
+		if b, err = appendLookup(append(b, `,"lookup":`...), c.Lookup); err != nil {
+			return b, err
+		}
+	}
+	return append(b, '}'), nil
+}
+
+func appendVerdict(b []byte, v *judge.Verdict) ([]byte, error) {
+	if v == nil {
+		return append(b, "null"...), nil
+	}
+	o := objectAppender{b: append(b, '{')}
+	if v.Outcome != "" {
+		o.appendString("outcome", v.Outcome)
+	}
+	if v.Reason != "" {
+		o.appendString("reason", v.Reason)
+	}
+	if !v.At.IsZero() {
+		o.appendTime("at", v.At)
+	}
+	if v.Observed {
+		o.appendTrue("observed")
+	}
+	return append(o.b, '}'), o.err
+}
+
+func appendLookup(b []byte, l judge.Lookup) ([]byte, error) {
+	o := objectAppender{b: append(b, '{')}
+	if l.Pending {
+		o.appendTrue("pending")
+	}
+	if !l.Due.IsZero() {
+		o.appendTime("due", l.Due)
+	}
+	if l.Retries != 0 {
+		o.appendInt("retries", int64(l.Retries))
+	}
+	if l.Attempts != 0 {
+		o.appendInt("attempts", int64(l.Attempts))
+	}
+	if l.Unavailable {
+		o.appendTrue("unavailable")
+	}
+	return append(o.b, '}'), o.err
+}
+
+// objectAppender appends the members of a JSON object whose every member
+// may be omitted, commas between them.
+type objectAppender struct {
+	b   []byte
+	n   int
+	err error
+}
+
+func (o *objectAppender) name(name string) {
+	if o.n > 0 {
+		o.b = append(o.b, ',')
+	}
+	o.n++
+	o.b = append(o.b, '"')
+	o.b = append(o.b, name...) // our own names: nothing to escape
+	o.b = append(o.b, `":`...)
+}
+
+func (o *objectAppender) appendString(name, v string) {
+	o.name(name)
+	o.b = appendJSONString(o.b, v)
+}
+
+func (o *objectAppender) appendInt(name string, v int64) {
+	o.name(name)
+	o.b = strconv.AppendInt(o.b, v, 10)
+}
+
+func (o *objectAppender) appendTrue(name string) {
+	o.name(name)
+	o.b = append(o.b, "true"...)
+}
+
+func (o *objectAppender) appendTime(name string, t time.Time) {
+	o.name(name)
+	if o.err == nil {
+		o.b, o.err = appendTimeField(o.b, "", t)
+	}
+}
+
+// appendTimeField appends prefix and t as time.Time's MarshalJSON does
+// (RFC 3339 with nanoseconds, quoted; an error outside years 0-9999).
+func appendTimeField(b []byte, prefix string, t time.Time) ([]byte, error) {
+	b = append(b, prefix...)
+	b = append(b, '"')
+	b, err := t.AppendText(b)
+	return append(b, '"'), err
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// appendStateFile appends a snapshot as encoding/json encodes f, its
+// canaries through appendCanary and the rest of its state from meta, the
+// JSON of f.Judge.Meta() (which a snapshot keeps for the journal lines
+// after it): a snapshot is every remembered canary.
+// TestSnapshotsAreEncodedAsJSONMarshalEncodesThem holds it to json.Marshal.
+func appendStateFile(b []byte, f *stateFile, meta []byte) ([]byte, error) {
+	b = append(b, `{"version":`...)
+	b = strconv.AppendInt(b, int64(f.Version), 10)
+	b = append(b, `,"pipeline":`...)
+	b = appendJSONString(b, f.Pipeline)
+	b = append(b, `,"instance":`...)
+	b = appendJSONString(b, f.Instance)
+	if f.Generation != "" {
+		b = append(b, `,"generation":`...)
+		b = appendJSONString(b, f.Generation)
+	}
+	b = append(b, `,"judge":`...)
+	if f.Judge == nil {
+		return append(b, "null}"...), nil
+	}
+	// The meta's first member is its canaries, null (State.Meta): the
+	// canaries go in their place, the rest follows as it is.
+	const noCanaries = `{"canaries":null`
+	if len(meta) < len(noCanaries) || string(meta[:len(noCanaries)]) != noCanaries {
+		return b, fmt.Errorf("encode state: the rest of the state does not start with %s", noCanaries)
+	}
+	b = append(b, `{"canaries":`...)
+	if f.Judge.Canaries == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '{')
+		for i, id := range sortedKeys(f.Judge.Canaries) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, id)
+			b = append(b, ':')
+			var err error
+			if b, err = appendCanary(b, f.Judge.Canaries[id]); err != nil {
+				return b, err
+			}
+		}
+		b = append(b, '}')
+	}
+	b = append(b, meta[len(noCanaries):]...)
+	return append(b, '}'), nil
+}
