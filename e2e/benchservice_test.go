@@ -122,7 +122,8 @@ type benchSettings struct {
 	ReceiveFirstWithin time.Duration
 	// ProfileSeconds > 0 starts the prober with --web.enable-pprof and
 	// saves a CPU profile of that many seconds from the start of each
-	// canary scenario's measured span, and a heap profile at its end, in
+	// scenario's measured span (the foreign one's from SIGCONT: make it
+	// longer than the skipping takes), and a heap profile at its end, in
 	// the run's log directory (for finding where the cost is; the
 	// profiling itself costs CPU, so not for the figures).
 	ProfileSeconds int
@@ -1180,6 +1181,13 @@ func (b *bench) runForeign(t *testing.T) *benchResult {
 		}
 		return uint64(st.UTime + st.STime)
 	}
+	// The profile is asked for while the prober is stopped: the kernel
+	// accepts the connection and holds the request, so the profile starts
+	// as the prober resumes and covers the skipping from its first message.
+	profiled := b.startProfiles(t, benchForeign, addr)
+	if b.settings.ProfileSeconds > 0 {
+		time.Sleep(time.Second) // for the request to reach the prober's socket
+	}
 	cpu0 := ticks()
 	resumed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
@@ -1199,6 +1207,10 @@ func (b *bench) runForeign(t *testing.T) *benchResult {
 	})
 	elapsed := time.Since(resumed).Seconds()
 	cpu := float64(ticks()-cpu0) / userHZ
+	if p := b.settings.ProfileSeconds; p > 0 && float64(p) < elapsed {
+		t.Logf("foreign: the CPU profile covers the first %d s of the %.1f s of skipping (BENCH_PROFILE_SECONDS)", p, elapsed)
+	}
+	profiled()
 	res.Foreign.ProberSeconds, res.Foreign.ProberCPUSeconds, res.Foreign.ProberRate = elapsed, cpu, float64(n)/elapsed
 	res.Foreign.SkipReasons = map[string]float64{}
 	for _, s := range last.series(slo.MetricMessagesSkipped) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -447,9 +448,11 @@ func (c *Consumer) initialOffset(ctx context.Context, partition int) (int64, err
 func (c *Consumer) readPartition(ctx context.Context, partition int, start int64, stored bool) {
 	c.log.Info("reading canary partition", "topic", c.p.Kafka.Topic, "partition", partition,
 		"offset", start, "from_state", stored)
+	r := c.newPartitionReader(partition)
 	err := c.cluster.Fetcher().Read(ctx, kafkaclient.ReadOptions{
 		Topic: c.p.Kafka.Topic, Partition: partition, Offset: start,
-		Handle: func(msg kafka.Message) { c.Handle(ctx, msg) },
+		Handle:  func(msg kafka.Message) { r.handle(ctx, msg) },
+		Handled: r.handled,
 		OnRetry: func(err error) {
 			c.log.Debug("kafka fetch failed; retrying", "partition", partition, "err", kafkaclient.Explain(err, c.p.Kafka))
 		},
@@ -465,33 +468,84 @@ func (c *Consumer) readPartition(ctx context.Context, partition int, start int64
 	}
 }
 
-// Handle classifies one message of the canary topic and hands our canaries
-// to the tracker. Everything else is counted by reason and skipped: a
-// message on the topic never stops the consumer. The consume stamp is taken
-// first, behind the tracker's fence, and the arrival is registered before
-// any I/O: a canary consumed before its deadline is never judged late.
-//
-// A flood of foreign messages goes through here too, so a message that
-// cannot hold a canary is screened out by a byte search before any
-// decoding, its skip counted on a counter looked up once, and what it was
-// is worked out only when the skip is logged.
+// Handle classifies one message of the canary topic, as a partition's
+// reader does (partitionReader), and records it with the tracker at once.
 func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
-	token, consumed := c.tracker.BeginArrival()
-	if err := screen(msg.Value); err != nil {
-		c.skip(token, consumed, msg, skipReason(err), skipDetail{err: err, value: msg.Value, signer: c.signer})
+	r := c.newPartitionReader(msg.Partition)
+	r.handle(ctx, msg)
+	r.handled(msg.Offset + 1)
+}
+
+// partitionReader handles the messages of one partition, a fetch at a
+// time, on the partition's goroutine.
+//
+// Everything else than this pipeline's canaries is counted by reason and
+// skipped: a message on the topic never stops the consumer. A flood of
+// foreign messages goes through here too, so a message that cannot hold
+// a canary is screened out by a byte search before any decoding, and
+// costs no lock, clock or allocation of its own: the skips of a fetch are
+// recorded with the tracker once, after its last message (handled), and
+// counted and logged once per run of one reason. What a skipped message
+// was is worked out only when its skip is logged.
+type partitionReader struct {
+	c         *Consumer
+	partition int
+	// reading: a fetch's messages are being handled, replayBelow and
+	// debug are set for it.
+	reading bool
+	// replayBelow: the messages below it were processed before a restart.
+	replayBelow int64
+	// debug: every skip is logged, at debug level.
+	debug   bool
+	skipped int     // skips of this fetch
+	run     skipRun // the latest skips, all of one reason
+}
+
+// skipRun is skips of one reason in a row, counted and logged together.
+type skipRun struct {
+	reason string
+	n      int
+	first  kafka.Message
+	detail skipDetail
+}
+
+func (c *Consumer) newPartitionReader(partition int) *partitionReader {
+	return &partitionReader{c: c, partition: partition}
+}
+
+// handle classifies one message. A message that may be a canary takes the
+// consume stamp first, behind the tracker's fence, and its arrival is
+// registered before any I/O: a canary consumed before its deadline is
+// never judged late.
+func (r *partitionReader) handle(ctx context.Context, msg kafka.Message) {
+	c := r.c
+	if !r.reading {
+		r.reading = true
+		r.replayBelow = math.MinInt64
+		if next, ok := c.tracker.NextOffset(r.partition); ok {
+			r.replayBelow = next
+		}
+		r.debug = c.log.Enabled(ctx, slog.LevelDebug)
+	}
+	if reason, err := screen(msg.Value); err != nil {
+		r.skip(msg, reason, skipDetail{err: err, value: msg.Value, signer: c.signer})
 		return
 	}
+	token, consumed := c.tracker.BeginArrival()
 	payload, err := c.signer.DecodeMessage(msg.Value)
 	if err != nil {
-		c.skip(token, consumed, msg, skipReason(err), skipDetail{err: err})
+		c.tracker.EndArrival(token)
+		r.skip(msg, skipReason(err), skipDetail{err: err})
 		return
 	}
 	switch {
 	case payload.Instance != c.instance:
-		c.skip(token, consumed, msg, ReasonForeignInstance, skipDetail{field: "instance", name: payload.Instance})
+		c.tracker.EndArrival(token)
+		r.skip(msg, ReasonForeignInstance, skipDetail{field: "instance", name: payload.Instance})
 		return
 	case payload.Pipeline != c.p.Name:
-		c.skip(token, consumed, msg, ReasonUnknownPipeline, skipDetail{field: "pipeline", name: payload.Pipeline})
+		c.tracker.EndArrival(token)
+		r.skip(msg, ReasonUnknownPipeline, skipDetail{field: "pipeline", name: payload.Pipeline})
 		return
 	}
 	a := Arrival{
@@ -511,6 +565,53 @@ func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 		return
 	}
 	c.log.Debug("canary arrived", "canary", a.CanaryID, "partition", a.Partition, "offset", a.Offset, "kind", out.Kind)
+}
+
+// skip counts and logs a message that is not one of this pipeline's
+// canaries, unless it is a replay (counted before a restart).
+func (r *partitionReader) skip(msg kafka.Message, reason string, detail skipDetail) {
+	if msg.Offset < r.replayBelow {
+		return
+	}
+	r.skipped++
+	if r.debug {
+		r.c.countSkips(reason, 1)
+		r.c.skips.logSkip(r.c.log, r.c.now(), msg, reason, detail)
+		return
+	}
+	if r.run.n > 0 && r.run.reason != reason {
+		r.endRun()
+	}
+	if r.run.n == 0 {
+		r.run = skipRun{reason: reason, first: msg, detail: detail}
+	}
+	r.run.n++
+}
+
+func (r *partitionReader) endRun() {
+	if r.run.n == 0 {
+		return
+	}
+	r.c.countSkips(r.run.reason, r.run.n)
+	r.c.skips.logRun(r.c.log, r.c.now(), r.run.first, r.run.reason, r.run.detail, r.run.n)
+	r.run = skipRun{}
+}
+
+// handled ends a fetch: every message below next was handled. The tracker
+// stores the offset, so a restart neither reads nor counts the skips
+// again.
+func (r *partitionReader) handled(next int64) {
+	r.endRun()
+	r.c.tracker.Skipped(r.partition, next, r.skipped)
+	r.skipped, r.reading = 0, false
+}
+
+func (c *Consumer) countSkips(reason string, n int) {
+	if counter, ok := c.skipped[reason]; ok {
+		counter.Add(float64(n))
+		return
+	}
+	c.metrics.MessagesSkipped.WithLabelValues(c.p.Name, reason).Add(float64(n))
 }
 
 // skipReason is the skip reason of a DecodeMessage or screen error.
@@ -547,21 +648,6 @@ func (d skipDetail) String() string {
 		return d.err.Error()
 	}
 	return d.field + " " + d.name
-}
-
-// skip counts and logs a message that is not one of this pipeline's
-// canaries. The tracker stores its offset, so a restart neither reads nor
-// counts it again.
-func (c *Consumer) skip(token uint64, consumed time.Time, msg kafka.Message, reason string, detail skipDetail) {
-	if replay := c.tracker.Skipped(token, msg.Partition, msg.Offset); replay {
-		return
-	}
-	if n, ok := c.skipped[reason]; ok {
-		n.Inc()
-	} else {
-		c.metrics.MessagesSkipped.WithLabelValues(c.p.Name, reason).Inc()
-	}
-	c.skips.logSkip(c.log, consumed, msg, reason, detail)
 }
 
 // stamps reads the header and record-timestamp stamps of a message. A

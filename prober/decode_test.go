@@ -202,20 +202,46 @@ func TestSkipLogWarnsAtTheFirstSkipOfEachReasonThenAtMostEveryInterval(t *testin
 		name           string
 		reason         string
 		at             time.Duration
+		n              int // skips in a row, the way a fetch's are logged
 		wantWarn       bool
 		wantSuppressed int
 	}{
-		{"The first malformed message warns.", ReasonMalformed, 0, true, 0},
-		{"The second, a second later, does not.", ReasonMalformed, time.Second, false, 0},
-		{"The first framed value warns although malformed ones were just warned about.", ReasonUnsupportedEncoding, time.Second, true, 0},
-		{"A third malformed message within the interval does not warn.", ReasonMalformed, skipWarnEvery - time.Second, false, 0},
-		{"Once the interval has passed, one warns again and counts the two it kept quiet.", ReasonMalformed, skipWarnEvery, true, 2},
-		{"Right after that reminder, quiet again.", ReasonMalformed, skipWarnEvery + time.Second, false, 0},
+		{"The first malformed message warns.", ReasonMalformed, 0, 1, true, 0},
+		{"The second, a second later, does not.", ReasonMalformed, time.Second, 1, false, 0},
+		{"The first framed value warns although malformed ones were just warned about.", ReasonUnsupportedEncoding, time.Second, 1, true, 0},
+		{"A third malformed message within the interval does not warn.", ReasonMalformed, skipWarnEvery - time.Second, 1, false, 0},
+		{"Once the interval has passed, one warns again and counts the two it kept quiet.", ReasonMalformed, skipWarnEvery, 1, true, 2},
+		{"Right after that reminder, quiet again.", ReasonMalformed, skipWarnEvery + time.Second, 1, false, 0},
+		{"A fetch of 1000 framed values within the interval warns of none.", ReasonUnsupportedEncoding, 2 * time.Second, 1000, false, 0},
+		{"The next reminder counts each of them.", ReasonUnsupportedEncoding, skipWarnEvery + time.Second, 10, true, 1000},
+		{"The reminder after that counts the nine that followed its first in its fetch.", ReasonUnsupportedEncoding, 2*skipWarnEvery + time.Second, 1, true, 9},
 	}
 	for _, s := range steps {
-		warn, suppressed := l.warn(s.reason, t0.Add(s.at))
+		warn, suppressed := l.warn(s.reason, t0.Add(s.at), s.n)
 		if warn != s.wantWarn || suppressed != s.wantSuppressed {
-			t.Errorf("%s warn(%s, +%s) = %t, %d; want %t, %d", s.name, s.reason, s.at, warn, suppressed, s.wantWarn, s.wantSuppressed)
+			t.Errorf("%s warn(%s, +%s, %d) = %t, %d; want %t, %d", s.name, s.reason, s.at, s.n, warn, suppressed, s.wantWarn, s.wantSuppressed)
+		}
+	}
+}
+
+func TestScreenSkipsForTheReasonDecodeMessageGives(t *testing.T) {
+	_, signer := goldenSigned(t)
+	values := foreignValues(t)
+	values["empty"] = nil
+	values["spaces"] = []byte("  \n")
+	values["short frame"] = []byte{0, 1}
+	for name, value := range values {
+		reason, err := screen(value)
+		if err == nil {
+			continue // left to DecodeMessage
+		}
+		_, decodeErr := signer.DecodeMessage(value)
+		if decodeErr == nil {
+			t.Errorf("%s: screened out (%v), but DecodeMessage reads a canary", name, err)
+			continue
+		}
+		if want := skipReason(decodeErr); reason != want || skipReason(err) != want {
+			t.Errorf("%s: screen says %s (%v), DecodeMessage %s (%v)", name, reason, err, want, decodeErr)
 		}
 	}
 }
@@ -266,9 +292,10 @@ func BenchmarkDecodeForeign(b *testing.B) {
 }
 
 // BenchmarkConsumerSkipsForeign is the consumer's whole path for a
-// message that is not this instance's canary: consume stamp, decode or
-// pre-check, the tracker's offset, the skip counter and the skip log (at
-// info level, as a service runs).
+// message that is not this instance's canary, handed over as a partition's
+// reader gets them, in fetches (of 1000 here): decode or pre-check, the
+// tracker's offset, the skip counter and the skip log (at info level, as a
+// service runs).
 func BenchmarkConsumerSkipsForeign(b *testing.B) {
 	cfg := stacktest.UnreachableConfig(b, "")
 	p := &cfg.Pipelines[0]
@@ -297,6 +324,8 @@ func BenchmarkConsumerSkipsForeign(b *testing.B) {
 	}
 	ctx := context.Background()
 	offset := int64(0)
+	const fetched = 1000
+	r := c.newPartitionReader(0)
 	for name, value := range foreignValues(b) {
 		b.Run(name, func(b *testing.B) {
 			msg := kafka.Message{Topic: p.Kafka.Topic, Partition: 0, Key: []byte("order-184467"), Value: value}
@@ -304,8 +333,12 @@ func BenchmarkConsumerSkipsForeign(b *testing.B) {
 			for b.Loop() {
 				msg.Offset = offset
 				offset++
-				c.Handle(ctx, msg)
+				r.handle(ctx, msg)
+				if offset%fetched == 0 {
+					r.handled(offset)
+				}
 			}
+			r.handled(offset)
 		})
 	}
 }

@@ -30,9 +30,10 @@ type skipCount struct {
 	suppressed int // skipped since the last warning
 }
 
-// warn reports whether this skip is to be logged at warn level, and how
-// many of its reason went by unwarned since the last warning.
-func (l *skipLog) warn(reason string, now time.Time) (bool, int) {
+// warn reports whether the first of n skips of a reason in a row is to
+// be logged at warn level, and how many of its reason went by unwarned
+// before it since the last warning. The other n-1 go by unwarned.
+func (l *skipLog) warn(reason string, now time.Time, n int) (bool, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.reasons == nil {
@@ -40,16 +41,16 @@ func (l *skipLog) warn(reason string, now time.Time) (bool, int) {
 	}
 	c, seen := l.reasons[reason]
 	if !seen {
-		l.reasons[reason] = &skipCount{warned: now}
+		l.reasons[reason] = &skipCount{warned: now, suppressed: n - 1}
 		return true, 0
 	}
 	if now.Sub(c.warned) < skipWarnEvery {
-		c.suppressed++
+		c.suppressed += n
 		return false, 0
 	}
-	n := c.suppressed
-	c.warned, c.suppressed = now, 0
-	return true, n
+	before := c.suppressed
+	c.warned, c.suppressed = now, n-1
+	return true, before
 }
 
 // logSkip logs a skipped message: at warn level, with what to do, for the
@@ -59,7 +60,7 @@ func (l *skipLog) warn(reason string, now time.Time) (bool, int) {
 // info level costs no formatting. The consumer's logger already names the
 // pipeline.
 func (l *skipLog) logSkip(log *slog.Logger, now time.Time, msg kafka.Message, reason string, detail skipDetail) {
-	warn, suppressed := l.warn(reason, now)
+	warn, suppressed := l.warn(reason, now, 1)
 	if !warn && !log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
@@ -69,6 +70,22 @@ func (l *skipLog) logSkip(log *slog.Logger, now time.Time, msg kafka.Message, re
 		log.Debug("message on the canary topic skipped", args...)
 		return
 	}
+	warnSkip(log, reason, suppressed, args)
+}
+
+// logRun logs n skips of one reason in a row, first the first of them, as
+// logSkip would when debug logging is off: the first may be warned about,
+// the others go by unwarned, to be counted in the next warning.
+func (l *skipLog) logRun(log *slog.Logger, now time.Time, first kafka.Message, reason string, detail skipDetail, n int) {
+	warn, suppressed := l.warn(reason, now, n)
+	if !warn {
+		return
+	}
+	warnSkip(log, reason, suppressed, []any{"topic", first.Topic, "partition", first.Partition, "offset", first.Offset,
+		"reason", reason, "detail", detail.String()})
+}
+
+func warnSkip(log *slog.Logger, reason string, suppressed int, args []any) {
 	if suppressed > 0 {
 		args = append(args, "skipped_since_last_warning", suppressed)
 	}

@@ -635,17 +635,26 @@ func (t *Tracker) Arrived(token uint64, a Arrival) Outcome {
 	return Outcome{Kind: kind, CanaryID: a.CanaryID}
 }
 
-// Skipped records that the message at this offset was read and skipped
-// (not one of our canaries), so a restart does not read and count it
-// again, and lowers its fence. It reports whether the offset was already
-// processed before a restart; if so the caller must not count the skip.
-// The offset is written with the next batch (within CommitDelay): a crash
-// before it re-counts the skips since the last write.
-func (t *Tracker) Skipped(token uint64, partition int, offset int64) (replay bool) {
+// Skipped records that every message of a partition below next was read,
+// skipped of them skipped (not our canaries; the others came through
+// Arrived), so that a restart neither reads nor counts them again. The
+// consumer records a whole fetch at once: a skipped message takes no
+// lock of its own. The offset is written with the next batch (within
+// CommitDelay): a crash before it re-counts the skips since the last
+// write.
+func (t *Tracker) Skipped(partition int, next int64, skipped int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.EndArrival(token)
-	return t.j.Skipped(partition, offset)
+	t.j.Skipped(partition, next, skipped)
+}
+
+// NextOffset returns the next offset of a partition to process, if it has
+// one: a message below it was processed before a restart, and is read
+// again as a replay.
+func (t *Tracker) NextOffset(partition int) (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.j.NextOffset(partition)
 }
 
 // ResetOffset makes next the next offset to read from a partition even if

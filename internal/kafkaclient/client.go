@@ -10,11 +10,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol/fetch"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
@@ -164,31 +164,53 @@ func QueryConsumerLag(ctx context.Context, client *kafka.Client, g config.Consum
 	return lag, nil
 }
 
-// recordTime reads the timestamp of the record at offset.
+// recordTime reads the timestamp of the record at offset. It fetches
+// through the client's transport rather than with kafka.Client.Fetch,
+// which cannot read the fetch responses of this package (records.go).
 func recordTime(ctx context.Context, client *kafka.Client, topic string, partition int, offset int64) (time.Time, error) {
-	res, err := client.Fetch(ctx, &kafka.FetchRequest{
-		Topic: topic, Partition: partition, Offset: offset,
-		MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 500 * time.Millisecond,
+	rt := client.Transport
+	if rt == nil {
+		rt = kafka.DefaultTransport
+	}
+	const maxBytes = 1 << 20
+	m, err := rt.RoundTrip(ctx, client.Addr, &fetch.Request{ReplicaID: -1, MaxWaitTime: 500, MinBytes: 1, MaxBytes: maxBytes,
+		SessionID: -1, SessionEpoch: -1, Topics: []fetch.RequestTopic{{Topic: topic, Partitions: []fetch.RequestPartition{{
+			Partition: int32(partition), CurrentLeaderEpoch: -1, FetchOffset: offset, LogStartOffset: -1, PartitionMaxBytes: maxBytes}}}}})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("fetch: %w", err)
+	}
+	res, ok := m.(*fetchResponse)
+	if !ok {
+		return time.Time{}, fmt.Errorf("fetch: unexpected response %T", m)
+	}
+	if res.ErrorCode != 0 {
+		return time.Time{}, fmt.Errorf("fetch: %w", kafka.Error(res.ErrorCode))
+	}
+	if len(res.Topics) != 1 || len(res.Topics[0].Partitions) != 1 {
+		return time.Time{}, errors.New("fetch: the answer holds no partition")
+	}
+	p := &res.Topics[0].Partitions[0]
+	if p.ErrorCode != 0 {
+		return time.Time{}, kafka.Error(p.ErrorCode)
+	}
+	rs, err := scanRecords(p.Records)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var at time.Time
+	found := false
+	err = eachMessage(rs, topic, partition, p.HighWatermark, offset, func(m kafka.Message) {
+		if !found {
+			at, found = m.Time, true
+		}
 	})
 	if err != nil {
 		return time.Time{}, err
 	}
-	if res.Error != nil {
-		return time.Time{}, res.Error
+	if !found {
+		return time.Time{}, fmt.Errorf("no record at offset %d", offset)
 	}
-	for {
-		r, err := res.Records.ReadRecord()
-		if errors.Is(err, io.EOF) {
-			return time.Time{}, fmt.Errorf("no record at offset %d", offset)
-		}
-		if err != nil {
-			return time.Time{}, err
-		}
-		// A fetch returns whole batches, which may start before offset.
-		if r.Offset >= offset {
-			return r.Time, nil
-		}
-	}
+	return at, nil
 }
 
 // HighWatermarks returns, per partition of topic, the offset the next

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/fetch"
 )
 
@@ -73,9 +71,14 @@ type subscription struct {
 	onRetry func(error)
 }
 
+// batch is what one fetch returned for a subscription's partition: its
+// records are read on the subscription's goroutine, not the broker's.
 type batch struct {
-	msgs []kafka.Message
-	err  error
+	records recordSet
+	topic   string
+	hwm     int64
+	from    int64 // the first offset wanted: the fetch's offset
+	err     error
 }
 
 func newFetcher(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, client *kafka.Client) *Fetcher {
@@ -93,6 +96,11 @@ type ReadOptions struct {
 	// Handle is called with every message of the partition from Offset
 	// on, in order, one at a time.
 	Handle func(kafka.Message)
+	// Handled, optional, is called after the messages of each fetch were
+	// handed to Handle, with the offset the next fetch starts at: past the
+	// last message, and past the records that are no messages
+	// (transaction markers), which Handle never sees.
+	Handled func(next int64)
 	// OnRetry, optional, hears of the errors after which the partition is
 	// fetched again (a broker down, a leader moving).
 	OnRetry func(error)
@@ -118,8 +126,10 @@ type Mark struct {
 // Read reads one partition until ctx is done (it then returns nil) or the
 // partition cannot be read on from where it is: an offset beyond the
 // partition's end (kafka.OffsetOutOfRange: the topic was recreated), which
-// the caller resolves by reading again from an offset it chooses. Other
-// failures (a broker down, a leader moving) are retried with backoff.
+// the caller resolves by reading again from an offset it chooses, or
+// records that cannot be read although their checksum holds (a producer's
+// bug). Other failures (a broker down, a leader moving) are retried with
+// backoff.
 func (f *Fetcher) Read(ctx context.Context, o ReadOptions) error {
 	if o.Handle == nil {
 		return errors.New("fetcher: Handle is required")
@@ -141,11 +151,14 @@ func (f *Fetcher) Read(ctx context.Context, o ReadOptions) error {
 			if b.err != nil {
 				return b.err
 			}
-			for _, m := range b.msgs {
-				if ctx.Err() != nil {
-					return nil
-				}
-				o.Handle(m)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err := eachMessage(b.records, b.topic, o.Partition, b.hwm, b.from, o.Handle); err != nil {
+				return fmt.Errorf("topic %s partition %d: %w", b.topic, o.Partition, err)
+			}
+			if o.Handled != nil {
+				o.Handled(b.records.next)
 			}
 			f.mu.Lock()
 			s.queued--
@@ -363,7 +376,7 @@ func (f *Fetcher) fetch(parts map[topicPartition]*subscription) error {
 		f.wake(f.wakeSup) // a leader may have moved
 		return fmt.Errorf("fetch: %w", err)
 	}
-	res, ok := m.(*fetch.Response)
+	res, ok := m.(*fetchResponse)
 	if !ok {
 		return fmt.Errorf("fetch: unexpected response %T", m)
 	}
@@ -384,7 +397,7 @@ func (f *Fetcher) fetch(parts map[topicPartition]*subscription) error {
 	return nil
 }
 
-func (f *Fetcher) deliver(s *subscription, topic string, p *fetch.ResponsePartition) {
+func (f *Fetcher) deliver(s *subscription, topic string, p *fetchResponsePartition) {
 	if p.ErrorCode == 0 && s.onMark != nil {
 		f.mu.Lock()
 		at := s.sentAt
@@ -406,75 +419,20 @@ func (f *Fetcher) deliver(s *subscription, topic string, p *fetch.ResponsePartit
 		f.wake(f.wakeSup)
 		return
 	}
-	if p.RecordSet.Records == nil {
+	if len(p.Records) == 0 {
 		return
 	}
-	f.mu.Lock()
-	next := s.next
-	f.mu.Unlock()
-	var msgs []kafka.Message
-	err := readRecords(p.RecordSet.Records, func(r *protocol.Record) error {
-		// A fetch returns whole batches, which may start before next.
-		if r.Offset < next {
-			return nil
-		}
-		m, err := message(topic, int(p.Partition), p.HighWatermark, r)
-		if err != nil {
-			return err
-		}
-		msgs = append(msgs, m)
-		return nil
-	})
-	if err != nil && len(msgs) == 0 {
-		f.retryLater(map[topicPartition]*subscription{s.tp: s}, fmt.Errorf("topic %s partition %d: read records: %w", topic, p.Partition, err), fetchBackoffMin)
-		return
-	}
-	if len(msgs) == 0 {
+	rs, err := scanRecords(p.Records)
+	if err != nil {
+		f.retryLater(map[topicPartition]*subscription{s.tp: s}, fmt.Errorf("topic %s partition %d: %w", topic, p.Partition, err), fetchBackoffMin)
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if s.removed || s.next != next {
+	if s.removed || rs.next <= s.next {
 		return
 	}
-	s.next = msgs[len(msgs)-1].Offset + 1
 	s.queued++
-	s.batches <- batch{msgs: msgs}
-}
-
-func readRecords(rr protocol.RecordReader, each func(*protocol.Record) error) error {
-	for {
-		r, err := rr.ReadRecord()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		if err := each(r); err != nil {
-			return err
-		}
-	}
-}
-
-func message(topic string, partition int, hwm int64, r *protocol.Record) (kafka.Message, error) {
-	m := kafka.Message{Topic: topic, Partition: partition, Offset: r.Offset, HighWaterMark: hwm, Time: r.Time}
-	var err error
-	if r.Key != nil {
-		if m.Key, err = protocol.ReadAll(r.Key); err != nil {
-			return m, err
-		}
-	}
-	if r.Value != nil {
-		if m.Value, err = protocol.ReadAll(r.Value); err != nil {
-			return m, err
-		}
-	}
-	if len(r.Headers) > 0 {
-		m.Headers = make([]kafka.Header, len(r.Headers))
-		for i, h := range r.Headers {
-			m.Headers[i] = kafka.Header{Key: h.Key, Value: h.Value}
-		}
-	}
-	return m, nil
+	s.batches <- batch{records: rs, topic: topic, hwm: p.HighWatermark, from: s.next}
+	s.next = rs.next
 }

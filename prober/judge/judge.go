@@ -285,15 +285,12 @@ func (j *Judge) Arrived(a Arrival) (Kind, []Effect) {
 	return kind, j.take()
 }
 
-// Skipped records a message that is not one of our canaries; it reports
-// whether the offset was already processed before a restart.
-func (j *Judge) Skipped(partition int, offset int64) (replay bool) {
-	if j.isReplay(partition, offset) {
-		return true
-	}
-	j.advance(partition, offset)
-	j.pos.skips++
-	return false
+// Skipped records that every message of a partition below next was
+// processed, skips of them not our canaries (the canaries came through
+// Arrived). It never moves a partition's next offset back.
+func (j *Judge) Skipped(partition int, next int64, skips int) {
+	j.advance(partition, next-1)
+	j.pos.skips += skips
 }
 
 // ResetOffset makes next the next offset of a partition even if lower (the
@@ -305,6 +302,12 @@ func (j *Judge) ResetOffset(partition int, next int64) {
 
 // NextOffsets returns, per partition, the next offset to process.
 func (j *Judge) NextOffsets() map[int]int64 { return maps.Clone(j.st.Next) }
+
+// NextOffset returns a partition's next offset to process, if it has one.
+func (j *Judge) NextOffset(partition int) (int64, bool) {
+	next, ok := j.st.Next[partition]
+	return next, ok
+}
 
 func (j *Judge) isReplay(partition int, offset int64) bool {
 	next, ok := j.st.Next[partition]

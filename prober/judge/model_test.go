@@ -562,7 +562,7 @@ func (s *shellSim) run() {
 	}
 	deliver := func(m *message) {
 		if m.canary < 0 {
-			s.j.Skipped(0, m.offset) // written with the next write
+			s.j.Skipped(0, m.offset+1, 1) // written with the next write
 			return
 		}
 		c := s.sim.truths[m.canary]
