@@ -256,7 +256,7 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 		return nil, errors.New("tracker: metrics were not created for this pipeline")
 	}
 	t := &Tracker{
-		p: p, plan: planOf(p), m: opts.Metrics, now: opts.Now, log: opts.Logger, path: opts.StatePath,
+		p: p, plan: planOf(p), m: opts.Metrics, now: func() time.Time { return wallClock(opts.Now()) }, log: opts.Logger, path: opts.StatePath,
 		lookups: opts.Lookups, onDone: opts.OnDone, forget: 2 * time.Duration(p.Canary.LostAfter),
 		fence:       map[uint64]time.Time{},
 		waiters:     map[string][]chan Report{},
@@ -553,7 +553,7 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 // and the error says so.
 func (t *Tracker) Sent(c Canary) error {
 	s := judge.Sent{ID: c.ID, Key: c.Key, RowID: c.RowID, Seq: c.Seq,
-		InsertStarted: c.InsertStarted, CommitSent: cmp.Or(c.CommitSent, c.Committed), Committed: c.Committed}
+		InsertStarted: wallClock(c.InsertStarted), CommitSent: wallClock(cmp.Or(c.CommitSent, c.Committed)), Committed: wallClock(c.Committed)}
 	t.mu.Lock()
 	if t.batchDueLocked(t.commitDelay - t.commitDelay/8) {
 		// The batch would be written by the next sweep: write it first,
@@ -883,5 +883,14 @@ func (t *Tracker) report(c *judge.Canary) Report {
 	}
 	return rep
 }
+
+// wallClock drops a local time's monotonic reading. The relay's and the
+// database's stamps are wall-clock times, and a segment between one of
+// them and a local stamp is measured on the wall clock; a local segment
+// measured on the monotonic clock would then disagree with them by the
+// clock's slew in between (microseconds), so that commit_to_publish +
+// publish_to_consume would not add up to end_to_end. A restored state has
+// no monotonic readings either.
+func wallClock(t time.Time) time.Time { return t.Round(0) }
 
 func unixSeconds(ts time.Time) float64 { return float64(ts.UnixNano()) / 1e9 }
