@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/outbox-canary/outbox-canary/prober/judge"
@@ -113,26 +112,9 @@ func committedOf(s judge.Sent) committedCanary {
 // appendJSON appends c as json.Marshal encodes it, without reflection:
 // Sent writes one per canary.
 func (c committedCanary) appendJSON(b []byte) ([]byte, error) {
-	b = append(b, `{"id":`...)
-	b = appendJSONString(b, c.ID)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendUint(b, c.Seq, 10)
-	b = append(b, `,"key":`...)
-	b = appendJSONString(b, c.Key)
-	if c.RowID != "" {
-		b = append(b, `,"row_id":`...)
-		b = appendJSONString(b, c.RowID)
-	}
-	for _, f := range []struct {
-		name string
-		t    time.Time
-	}{{`,"insert_started":`, c.InsertStarted}, {`,"commit_sent":`, c.CommitSent}, {`,"committed":`, c.Committed}} {
-		b = append(b, f.name...)
-		tb, err := f.t.MarshalJSON() // RFC 3339 with nanoseconds; fails outside years 0-9999
-		if err != nil {
-			return b, err
-		}
-		b = append(b, tb...)
+	b, err := appendCommitFields(b, c)
+	if err != nil {
+		return b, err
 	}
 	return append(b, '}'), nil
 }

@@ -20,24 +20,9 @@ func appendCanary(b []byte, c *judge.Canary) ([]byte, error) {
 	if c == nil {
 		return append(b, "null"...), nil
 	}
-	var err error
-	b = append(b, `{"id":`...)
-	b = appendJSONString(b, c.ID)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendUint(b, c.Seq, 10)
-	b = append(b, `,"key":`...)
-	b = appendJSONString(b, c.Key)
-	if c.RowID != "" {
-		b = append(b, `,"row_id":`...)
-		b = appendJSONString(b, c.RowID)
-	}
-	if b, err = appendTimeField(b, `,"insert_started":`, c.InsertStarted); err != nil {
-		return b, err
-	}
-	if b, err = appendTimeField(b, `,"commit_sent":`, c.CommitSent); err != nil {
-		return b, err
-	}
-	if b, err = appendTimeField(b, `,"committed":`, c.Committed); err != nil {
+	b, err := appendCommitFields(b, committedCanary{ID: c.ID, Seq: c.Seq, Key: c.Key, RowID: c.RowID,
+		InsertStarted: c.InsertStarted, CommitSent: c.CommitSent, Committed: c.Committed})
+	if err != nil {
 		return b, err
 	}
 	if len(c.Stamps) > 0 {
@@ -215,6 +200,32 @@ func (o *objectAppender) appendTime(name string, t time.Time) {
 
 // appendTimeField appends prefix and t as time.Time's MarshalJSON does
 // (RFC 3339 with nanoseconds, quoted; an error outside years 0-9999).
+// appendCommitFields opens a canary's object with the fields it has from
+// its commit on, in the order json.Marshal writes them: a committed
+// canary's whole line, and the start of a judged canary's.
+func appendCommitFields(b []byte, c committedCanary) ([]byte, error) {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, c.ID)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, c.Seq, 10)
+	b = append(b, `,"key":`...)
+	b = appendJSONString(b, c.Key)
+	if c.RowID != "" {
+		b = append(b, `,"row_id":`...)
+		b = appendJSONString(b, c.RowID)
+	}
+	var err error
+	for _, f := range []struct {
+		prefix string
+		t      time.Time
+	}{{`,"insert_started":`, c.InsertStarted}, {`,"commit_sent":`, c.CommitSent}, {`,"committed":`, c.Committed}} {
+		if b, err = appendTimeField(b, f.prefix, f.t); err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+}
+
 func appendTimeField(b []byte, prefix string, t time.Time) ([]byte, error) {
 	b = append(b, prefix...)
 	b = append(b, '"')
