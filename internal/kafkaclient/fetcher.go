@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -50,6 +51,11 @@ type Fetcher struct {
 	loops   map[int]chan struct{} // broker id -> wakes its loop
 	wakeSup chan struct{}
 	started bool
+	// changes counts the events that may change which partitions a
+	// broker loop fetches (a reader added or removed, a leader moved, a
+	// handler full or no longer full, a retry set): a loop looks over
+	// every partition again only after one. Bumped under mu.
+	changes atomic.Uint64
 }
 
 // Fetch sizes. A fetch returns as soon as one partition has a record;
@@ -93,12 +99,38 @@ type subscription struct {
 	queued  int       // batches sent to batches, not yet handled
 	retryAt time.Time // no fetch before
 	removed bool
-	sentAt  time.Time // when the fetch in flight for it was sent
-	// The latest fetch's word on the partition's end (Mark): markAt is
-	// zero before the first.
+	// live is the partition's place in a broker loop's fetch session while
+	// it is fetched for this subscription and its high watermark is known:
+	// its Mark is then the session's latest answer. Otherwise the Mark is
+	// markAt, hwm and markErr (markAt zero before the first fetch).
+	live    *sessionPart
 	markAt  time.Time
 	hwm     int64
 	markErr error
+}
+
+// mark is the subscription's Mark, if a fetch said anything yet.
+func (s *subscription) mark() (Mark, bool) {
+	if sp := s.live; sp != nil {
+		return Mark{At: sp.sess.answeredAt, HighWatermark: sp.hwm}, true
+	}
+	if s.markAt.IsZero() {
+		return Mark{}, false
+	}
+	m := Mark{At: s.markAt, Err: s.markErr}
+	if m.Err == nil {
+		m.HighWatermark = s.hwm
+	}
+	return m, true
+}
+
+// freeze keeps the subscription's Mark as the session last said it, as
+// the partition leaves the session.
+func (s *subscription) freeze() {
+	if sp := s.live; sp != nil {
+		s.markAt, s.hwm, s.markErr = sp.sess.answeredAt, sp.hwm, nil
+		s.live = nil
+	}
 }
 
 // batch is what one fetch returned for a subscription's partition: its
@@ -134,7 +166,9 @@ type ReadOptions struct {
 	// OnRetry, optional, hears of the errors after which the partition is
 	// fetched again (a broker down, a leader moving).
 	OnRetry func(error)
-	// Now is the clock of Mark.At (default time.Now).
+	// Now is the clock of Mark.At (default time.Now). Every Read of one
+	// Fetcher must use the same clock (the service's): a fetch reads it
+	// once for all its partitions.
 	Now func() time.Time
 }
 
@@ -160,16 +194,13 @@ func (f *Fetcher) Marks(topic string) map[int]Mark {
 	out := map[int]Mark{}
 	for _, p := range f.byTopic[topic] {
 		for _, s := range p.subs {
-			if s.markAt.IsZero() {
+			m, ok := s.mark()
+			if !ok {
 				continue
 			}
 			// Two readers of one partition: the older word.
-			if m, ok := out[p.tp.partition]; ok && !s.markAt.Before(m.At) {
+			if prev, ok := out[p.tp.partition]; ok && !m.At.Before(prev.At) {
 				continue
-			}
-			m := Mark{At: s.markAt, Err: s.markErr}
-			if m.Err == nil {
-				m.HighWatermark = s.hwm
 			}
 			out[p.tp.partition] = m
 		}
@@ -214,6 +245,9 @@ func (f *Fetcher) Read(ctx context.Context, o ReadOptions) error {
 				o.Handled(b.records.next)
 			}
 			f.mu.Lock()
+			if s.queued == subscriptionQueue {
+				f.changes.Add(1) // fetched again
+			}
 			s.queued--
 			f.mu.Unlock()
 			f.wakeLoops()
@@ -235,6 +269,7 @@ func (f *Fetcher) add(s *subscription, tp topicPartition) {
 	}
 	s.part = p
 	p.subs = append(p.subs, s)
+	f.changes.Add(1)
 	if !f.started {
 		f.started = true
 		f.wg.Add(1)
@@ -248,6 +283,7 @@ func (f *Fetcher) remove(s *subscription) {
 	f.mu.Lock()
 	s.removed = true
 	s.part.subs = slices.DeleteFunc(s.part.subs, func(o *subscription) bool { return o == s })
+	f.changes.Add(1)
 	f.mu.Unlock()
 }
 
@@ -318,9 +354,13 @@ func (f *Fetcher) resolveLeaders() {
 	defer f.mu.Unlock()
 	f.leaders = leaders
 	for _, p := range f.list {
-		p.leader = -1
-		if leader, ok := leaders[p.tp]; ok {
+		leader, ok := leaders[p.tp]
+		if !ok {
+			leader = -1
+		}
+		if p.leader != leader {
 			p.leader = leader
+			f.changes.Add(1)
 		}
 	}
 	for _, id := range leaders {
@@ -337,14 +377,22 @@ func (f *Fetcher) resolveLeaders() {
 }
 
 // brokerLoop fetches, one request at a time, every partition the broker
-// leads whose handler has room, until the Fetcher closes.
+// leads whose handler has room, until the Fetcher closes. It looks over
+// every partition (pending) only after a change that may alter which
+// (Fetcher.changes) or once a retry is due; otherwise each fetch is the
+// last one's, with the offsets that moved.
 func (f *Fetcher) brokerLoop(id int, wake chan struct{}) {
 	backoff := fetchBackoffMin
 	sess := newFetchSession()
 	var want []wanted
+	var retryAt time.Time
+	scanned := uint64(math.MaxUint64)
 	for {
-		var retryAt time.Time
-		want, retryAt = f.pending(id, want[:0])
+		if c := f.changes.Load(); c != scanned || (!retryAt.IsZero() && !time.Now().Before(retryAt)) {
+			scanned = c // before the scan: a change during it is seen next time
+			want, retryAt = f.pending(id, want[:0])
+			sess.rescanned = true
+		}
 		if len(want) == 0 {
 			var timer <-chan time.Time
 			if !retryAt.IsZero() {
@@ -373,7 +421,7 @@ func (f *Fetcher) brokerLoop(id int, wake chan struct{}) {
 			for i, w := range want {
 				subs[i] = w.s
 			}
-			f.retryLater(subs, err, backoff)
+			f.retryLater(subs, err, sess.sentAt, backoff)
 			backoff = min(2*backoff, fetchBackoffMax)
 		}
 	}
@@ -424,18 +472,20 @@ func (f *Fetcher) pending(id int, want []wanted) ([]wanted, time.Time) {
 }
 
 // retryLater keeps the subscriptions' partitions out of fetches for a
-// while, after err.
-func (f *Fetcher) retryLater(subs []*subscription, err error, after time.Duration) {
+// while, after err, which the fetch sent at sentAt met.
+func (f *Fetcher) retryLater(subs []*subscription, err error, sentAt time.Time, after time.Duration) {
 	at := time.Now().Add(after)
 	var hear []func(error)
 	f.mu.Lock()
 	for _, s := range subs {
 		s.retryAt = at
-		s.markAt, s.markErr = s.sentAt, err
+		s.live = nil
+		s.markAt, s.markErr = sentAt, err
 		if s.onRetry != nil {
 			hear = append(hear, s.onRetry)
 		}
 	}
+	f.changes.Add(1)
 	f.mu.Unlock()
 	for _, h := range hear {
 		h(err)
@@ -451,14 +501,25 @@ type fetchSession struct {
 	epoch int32
 	parts map[*partition]*sessionPart
 	fetch uint64 // counts the fetches, for sessionPart.fetch
+	// rescanned: want was built anew (pending) since the last fetch, so
+	// every partition is compared with the session; otherwise only those
+	// in moved, whose offset the last answer moved.
+	rescanned bool
+	moved     []*partition
+	sentAt    time.Time // when the latest fetch was sent
+	// answeredAt is when the latest answered fetch was sent: every
+	// partition of the session was as the broker said then. Guarded by
+	// Fetcher.mu (Marks reads it).
+	answeredAt time.Time
 }
 
 type sessionPart struct {
+	sess   *fetchSession
 	held   bool  // the broker holds it (else it is about to be added)
 	offset int64 // the fetch offset the broker holds
-	hwm    int64 // the high watermark last answered, -1 before any
-	// fetch is the fetch that last wanted it; sub the subscription that
-	// fetch was for.
+	hwm    int64 // the high watermark last answered, -1 before any; guarded by Fetcher.mu
+	// fetch is the fetch that last wanted it, when want was built anew;
+	// sub the subscription it is fetched for.
 	fetch uint64
 	sub   *subscription
 }
@@ -469,10 +530,16 @@ func newFetchSession() *fetchSession {
 
 // restart makes the next fetch a full one, which closes the session and
 // opens a new one: after a request whose effect on the session is
-// unknown.
+// unknown. Called with Fetcher.mu held.
 func (s *fetchSession) restart() {
+	for _, sp := range s.parts {
+		if sp.sub.live == sp {
+			sp.sub.freeze()
+		}
+	}
 	s.epoch = 0
 	clear(s.parts)
+	s.moved = s.moved[:0]
 }
 
 // Fetch session errors (KIP-227): the broker evicted the session, or a
@@ -492,66 +559,84 @@ var errSessionLost = errors.New("fetch session lost")
 // subscription's.
 func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 	full := sess.epoch == 0
-	if full {
-		clear(sess.parts)
-	}
 	sess.fetch++
 	var sent, forgotten []*partition
 	f.mu.Lock()
-	for i := range want {
-		w := &want[i]
-		w.s.sentAt = w.s.now()
-		sp, ok := sess.parts[w.p]
-		if !ok {
-			sp = &sessionPart{hwm: -1}
-			sess.parts[w.p] = sp
+	sess.sentAt = want[0].s.now()
+	if full || sess.rescanned {
+		sess.rescanned = false
+		for i := range want {
+			w := &want[i]
+			sp, ok := sess.parts[w.p]
+			if !ok {
+				sp = &sessionPart{sess: sess, hwm: -1}
+				sess.parts[w.p] = sp
+			}
+			if sp.sub != w.s {
+				if sp.sub != nil && sp.sub.live == sp {
+					sp.sub.freeze()
+				}
+				sp.sub = w.s
+			}
+			if sp.hwm >= 0 {
+				w.s.live = sp // the session's word holds whichever reader it is fetched for
+			}
+			sp.fetch = sess.fetch
+			if !sp.held || sp.offset != w.s.next {
+				sp.offset = w.s.next
+				sent = append(sent, w.p)
+			}
 		}
-		sp.fetch, sp.sub, w.sp = sess.fetch, w.s, sp
-		if !sp.held || sp.offset != w.s.next {
-			sp.offset = w.s.next
-			sent = append(sent, w.p)
+		for p, sp := range sess.parts {
+			if sp.fetch != sess.fetch {
+				if sp.sub.live == sp {
+					sp.sub.freeze()
+				}
+				forgotten = append(forgotten, p)
+			}
+		}
+	} else {
+		for _, p := range sess.moved {
+			if sp, ok := sess.parts[p]; ok && sp.offset != sp.sub.next {
+				sp.offset = sp.sub.next
+				sent = append(sent, p)
+			}
 		}
 	}
+	sess.moved = sess.moved[:0]
 	if len(sent) == 0 {
 		// The transport sends a fetch to the leader of its partitions: one
 		// that names none would go to any broker, in no session.
 		sent = append(sent, want[0].p)
 	}
 	req := &fetch.Request{ReplicaID: -1, MaxWaitTime: int32(FetchMaxWait / time.Millisecond), MinBytes: 1,
-		MaxBytes: fetchMaxBytes, SessionID: sess.id, SessionEpoch: sess.epoch, Topics: requestTopics(sent, sess.parts)}
+		MaxBytes: fetchMaxBytes, SessionID: sess.id, SessionEpoch: sess.epoch,
+		Topics: requestTopics(sent, sess.parts), ForgottenTopics: forgottenTopics(forgotten)}
 	f.mu.Unlock()
-	for p, sp := range sess.parts {
-		if sp.fetch != sess.fetch {
-			forgotten = append(forgotten, p)
-		}
-	}
-	req.ForgottenTopics = forgottenTopics(forgotten)
 
 	ctx, cancel := context.WithTimeout(f.ctx, FetchMaxWait+10*time.Second)
 	defer cancel()
 	m, err := f.rt.RoundTrip(ctx, f.addr, req)
-	if err != nil {
-		sess.restart()
-		f.wake(f.wakeSup) // a leader may have moved
-		return fmt.Errorf("fetch: %w", err)
-	}
 	res, ok := m.(*fetchResponse)
-	if !ok {
-		sess.restart()
-		return fmt.Errorf("fetch: unexpected response %T", m)
-	}
-	switch res.ErrorCode {
-	case 0:
-	case errorFetchSessionIDNotFound:
+	switch {
+	case err != nil:
+		err = fmt.Errorf("fetch: %w", err)
+		f.wake(f.wakeSup) // a leader may have moved
+	case !ok:
+		err = fmt.Errorf("fetch: unexpected response %T", m)
+	case res.ErrorCode == errorFetchSessionIDNotFound:
 		sess.id = 0
+		err = errSessionLost
+	case res.ErrorCode == errorInvalidFetchSessionEpoch:
+		err = errSessionLost
+	case res.ErrorCode != 0:
+		err = fmt.Errorf("fetch: %w", kafka.Error(res.ErrorCode))
+	}
+	if err != nil {
+		f.mu.Lock()
 		sess.restart()
-		return errSessionLost
-	case errorInvalidFetchSessionEpoch:
-		sess.restart()
-		return errSessionLost
-	default:
-		sess.restart()
-		return fmt.Errorf("fetch: %w", kafka.Error(res.ErrorCode))
+		f.mu.Unlock()
+		return err
 	}
 	sess.answered(full, res.SessionID, sent, forgotten)
 
@@ -561,30 +646,30 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 	}
 	var answers []answer
 	f.mu.Lock()
+	// Every partition of the session is as the broker last said, as of
+	// this fetch: the marks of those with a known high watermark move on
+	// with it.
+	sess.answeredAt = sess.sentAt
 	for i := range res.Topics {
 		t := &res.Topics[i]
 		for j := range t.Partitions {
 			rp := &t.Partitions[j]
-			p := f.parts[topicPartition{t.Topic, int(rp.Partition)}]
-			if sp, ok := sess.parts[p]; ok && sp.fetch == sess.fetch {
-				if rp.ErrorCode == 0 {
-					sp.hwm = rp.HighWatermark
-				}
-				answers = append(answers, answer{rp, sp})
+			sp, ok := sess.parts[f.parts[topicPartition{t.Topic, int(rp.Partition)}]]
+			if !ok {
+				continue
 			}
-		}
-	}
-	// Every partition of the session is as the broker last said, as of
-	// this fetch: its mark moves on, before an error of this answer sets
-	// it.
-	for _, w := range want {
-		if w.sp.hwm >= 0 {
-			w.s.markAt, w.s.hwm, w.s.markErr = w.s.sentAt, w.sp.hwm, nil
+			if rp.ErrorCode == 0 {
+				sp.hwm = rp.HighWatermark
+				sp.sub.live = sp
+			}
+			answers = append(answers, answer{rp, sp})
 		}
 	}
 	f.mu.Unlock()
 	for _, a := range answers {
-		f.deliver(a.sp.sub, a.p)
+		if f.deliver(a.sp.sub, a.p, sess.sentAt) {
+			sess.moved = append(sess.moved, a.sp.sub.part)
+		}
 	}
 	return nil
 }
@@ -640,37 +725,47 @@ func forgottenTopics(parts []*partition) []fetch.RequestForgottenTopic {
 	return topics
 }
 
-func (f *Fetcher) deliver(s *subscription, p *fetchResponsePartition) {
+// deliver hands a partition's answer to a fetch sent at sentAt to s, and
+// reports whether it moved s's offset.
+func (f *Fetcher) deliver(s *subscription, p *fetchResponsePartition, sentAt time.Time) bool {
 	topic := s.part.tp.topic
 	if p.ErrorCode != 0 {
 		err := kafka.Error(p.ErrorCode)
 		if errors.Is(err, kafka.OffsetOutOfRange) {
 			f.mu.Lock()
 			if !s.removed {
-				s.queued++
-				s.batches <- batch{err: fmt.Errorf("topic %s partition %d offset %d: %w", topic, p.Partition, s.next, err)}
+				f.queue(s, batch{err: fmt.Errorf("topic %s partition %d offset %d: %w", topic, p.Partition, s.next, err)})
 			}
 			f.mu.Unlock()
-			return
+			return false
 		}
-		f.retryLater([]*subscription{s}, fmt.Errorf("topic %s partition %d: %w", topic, p.Partition, err), fetchBackoffMin)
+		f.retryLater([]*subscription{s}, fmt.Errorf("topic %s partition %d: %w", topic, p.Partition, err), sentAt, fetchBackoffMin)
 		f.wake(f.wakeSup)
-		return
+		return false
 	}
 	if len(p.Records) == 0 {
-		return
+		return false
 	}
 	rs, err := scanRecords(p.Records)
 	if err != nil {
-		f.retryLater([]*subscription{s}, fmt.Errorf("topic %s partition %d: %w", topic, p.Partition, err), fetchBackoffMin)
-		return
+		f.retryLater([]*subscription{s}, fmt.Errorf("topic %s partition %d: %w", topic, p.Partition, err), sentAt, fetchBackoffMin)
+		return false
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if s.removed || rs.next <= s.next {
-		return
+		return false
 	}
-	s.queued++
-	s.batches <- batch{records: rs, topic: topic, hwm: p.HighWatermark, from: s.next}
+	f.queue(s, batch{records: rs, topic: topic, hwm: p.HighWatermark, from: s.next})
 	s.next = rs.next
+	return true
+}
+
+// queue sends b to s, which has room; called with f.mu held.
+func (f *Fetcher) queue(s *subscription, b batch) {
+	s.queued++
+	if s.queued == subscriptionQueue {
+		f.changes.Add(1) // out of fetches until its handler has room
+	}
+	s.batches <- b
 }

@@ -32,8 +32,11 @@ type fakeBroker struct {
 	sessions map[int32]*fakeSession
 	nextID   int32
 	failNext int16 // the error code of the next fetch's answer
-	changed  chan struct{}
-	requests []fakeRequest
+	// failPart: the next answer holds this partition with this error.
+	failPart     topicPartition
+	failPartCode int16
+	changed      chan struct{}
+	requests     []fakeRequest
 }
 
 type fakeSession struct {
@@ -89,6 +92,14 @@ func (b *fakeBroker) produce(t testing.TB, tp topicPartition, n int, marker bool
 func (b *fakeBroker) fail(code int16) {
 	b.mu.Lock()
 	b.failNext = code
+	b.mu.Unlock()
+}
+
+func (b *fakeBroker) failPartition(tp topicPartition, code int16) {
+	b.mu.Lock()
+	b.failPart, b.failPartCode = tp, code
+	close(b.changed)
+	b.changed = make(chan struct{})
 	b.mu.Unlock()
 }
 
@@ -184,6 +195,14 @@ func (b *fakeBroker) fetch(ctx context.Context, r *fetch.Request) (kafka.Respons
 	expired := false
 	for {
 		res := &fetchResponse{SessionID: id}
+		if code := b.failPartCode; code != 0 {
+			if _, ok := sess.parts[b.failPart]; ok {
+				b.failPartCode = 0
+				res.Topics = append(res.Topics, fetchResponseTopic{Topic: b.failPart.topic, Partitions: []fetchResponsePartition{
+					{Partition: int32(b.failPart.partition), ErrorCode: code, HighWatermark: -1}}})
+				return answer(res)
+			}
+		}
 		for tp, p := range sess.parts {
 			end := b.ends[tp]
 			if !rec.full && p.offset >= end && p.hwmSent == end {
@@ -536,4 +555,85 @@ func TestFetcherSessionOnTheBroker(t *testing.T) {
 			t.Errorf("fetch %d after the session settled: full %t, %d partitions named, %d answered; want one at most", i, full[i], named[i], answered[i])
 		}
 	}
+}
+
+func TestFetcherRetriesAPartitionThatFailedOutsideTheSessionAndTakesItBack(t *testing.T) {
+	t.Parallel()
+	const topic, partitions = "canaries", 3
+	b := newFakeBroker(topic, partitions)
+	r := readFake(t, b, topic, partitions, nil)
+	r.waitMarks(t, topic, partitions, time.Time{})
+	tp := topicPartition{topic, 1}
+	b.failPartition(tp, int16(kafka.NotLeaderForPartition))
+	stacktest.Eventually(t, 10*time.Second, "the failure heard", func() (bool, string) {
+		return r.retries.Load() == 1, fmt.Sprint(r.retries.Load())
+	})
+	if m := r.f.Marks(topic)[1]; m.Err == nil {
+		t.Errorf("partition 1: mark %+v right after its failure, want the error", m)
+	}
+	b.produce(t, tp, 2, false)
+	stacktest.Eventually(t, 10*time.Second, "the messages handled", func() (bool, string) {
+		return len(r.offsets(1)) == 2, fmt.Sprint(r.offsets(1))
+	})
+	marks := r.waitMarks(t, topic, partitions, time.Now())
+	if m := marks[1]; m.Err != nil || m.HighWatermark != 2 {
+		t.Errorf("partition 1: mark %+v once read again, want high watermark 2 and no error", m)
+	}
+	reqs := b.fetches()
+	failed := slices.IndexFunc(reqs, func(r fakeRequest) bool {
+		return slices.Contains(r.answered, tp) && r.errorCode == 0 && len(r.named) >= 0
+	})
+	forgot := slices.IndexFunc(reqs, func(r fakeRequest) bool { return slices.Contains(r.forgotten, tp) })
+	back := slices.IndexFunc(reqs, func(r fakeRequest) bool { _, ok := r.named[tp]; return ok && !r.full })
+	if failed < 0 || forgot < 0 || back < forgot {
+		t.Errorf("fetches %+v: want partition 1 forgotten while its retry waits, then named again", reqs)
+	}
+}
+
+func TestFetcherMarksAReplacedReaderFromTheSession(t *testing.T) {
+	t.Parallel()
+	const topic = "canaries"
+	b := newFakeBroker(topic, 2)
+	tp := topicPartition{topic, 0}
+	b.produce(t, tp, 3, false)
+	fctx, stop := context.WithCancel(context.Background())
+	addr := kafka.TCP("fake:9092")
+	f := newFetcher(fctx, b, addr, &kafka.Client{Addr: addr, Transport: b})
+	defer func() {
+		stop()
+		f.wait()
+	}()
+	read := func(ctx context.Context, p int, offset int64, got chan<- int64) {
+		if err := f.Read(ctx, ReadOptions{Topic: topic, Partition: p, Offset: offset, Handle: func(m kafka.Message) { got <- m.Offset }}); err != nil {
+			t.Errorf("read %d: %v", p, err)
+		}
+	}
+	other := make(chan int64, 10)
+	octx, ocancel := context.WithCancel(context.Background())
+	odone := make(chan struct{})
+	go func() { defer close(odone); read(octx, 1, 0, other) }() // keeps the session busy
+	defer func() { ocancel(); <-odone }()
+
+	first := make(chan int64, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); read(ctx, 0, 0, first) }()
+	for range 3 {
+		<-first
+	}
+	cancel()
+	<-done
+
+	second := make(chan int64, 10)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done2 := make(chan struct{})
+	// Started again where the first stopped, as after the consumer
+	// restarted a reader: nothing moves, so no answer names the
+	// partition; its mark is the session's.
+	go func() { defer close(done2); read(ctx2, 0, 3, second) }()
+	defer func() { cancel2(); <-done2 }()
+	stacktest.Eventually(t, 10*time.Second, "the replaced reader marked", func() (bool, string) {
+		m, ok := f.Marks(topic)[0]
+		return ok && m.HighWatermark == 3 && m.Err == nil, fmt.Sprintf("%+v", m)
+	})
 }
