@@ -394,17 +394,8 @@ func (f *Fetcher) brokerLoop(id int, wake chan struct{}) {
 			sess.rescanned = true
 		}
 		if len(want) == 0 {
-			var timer <-chan time.Time
-			if !retryAt.IsZero() {
-				t := time.NewTimer(time.Until(retryAt))
-				defer t.Stop()
-				timer = t.C
-			}
-			select {
-			case <-f.ctx.Done():
+			if !f.idle(wake, retryAt) {
 				return
-			case <-wake:
-			case <-timer:
 			}
 			continue
 		}
@@ -425,6 +416,24 @@ func (f *Fetcher) brokerLoop(id int, wake chan struct{}) {
 			backoff = min(2*backoff, fetchBackoffMax)
 		}
 	}
+}
+
+// idle waits for a wake-up or until retryAt (unless zero); false when the
+// Fetcher closed.
+func (f *Fetcher) idle(wake chan struct{}, retryAt time.Time) bool {
+	var timer <-chan time.Time
+	if !retryAt.IsZero() {
+		t := time.NewTimer(time.Until(retryAt))
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-f.ctx.Done():
+		return false
+	case <-wake:
+	case <-timer:
+	}
+	return true
 }
 
 // wanted is a partition due for a fetch, and the subscription it is
@@ -733,7 +742,7 @@ func (f *Fetcher) deliver(s *subscription, p *fetchResponsePartition, sentAt tim
 		err := kafka.Error(p.ErrorCode)
 		if errors.Is(err, kafka.OffsetOutOfRange) {
 			f.mu.Lock()
-			if !s.removed {
+			if !s.removed && s.queued < subscriptionQueue {
 				f.queue(s, batch{err: fmt.Errorf("topic %s partition %d offset %d: %w", topic, p.Partition, s.next, err)})
 			}
 			f.mu.Unlock()
@@ -753,7 +762,9 @@ func (f *Fetcher) deliver(s *subscription, p *fetchResponsePartition, sentAt tim
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if s.removed || rs.next <= s.next {
+	// A full queue: only when two broker loops fetched it (its leader
+	// moved); the records are fetched again.
+	if s.removed || rs.next <= s.next || s.queued >= subscriptionQueue {
 		return false
 	}
 	f.queue(s, batch{records: rs, topic: topic, hwm: p.HighWatermark, from: s.next})
@@ -761,7 +772,8 @@ func (f *Fetcher) deliver(s *subscription, p *fetchResponsePartition, sentAt tim
 	return true
 }
 
-// queue sends b to s, which has room; called with f.mu held.
+// queue sends b to s, which has room (a send never blocks under the
+// lock); called with f.mu held.
 func (f *Fetcher) queue(s *subscription, b batch) {
 	s.queued++
 	if s.queued == subscriptionQueue {
