@@ -769,6 +769,9 @@ func (f *Fetcher) deliver(s *subscription, p *fetchResponsePartition, sentAt tim
 	}
 	f.queue(s, batch{records: rs, topic: topic, hwm: p.HighWatermark, from: s.next})
 	s.next = rs.next
+	if len(s.part.subs) > 1 {
+		f.changes.Add(1) // another reader of the partition may be furthest behind now
+	}
 	return true
 }
 

@@ -637,3 +637,42 @@ func TestFetcherMarksAReplacedReaderFromTheSession(t *testing.T) {
 		return ok && m.HighWatermark == 3 && m.Err == nil, fmt.Sprintf("%+v", m)
 	})
 }
+
+func TestFetcherFeedsTwoReadersOfOnePartition(t *testing.T) {
+	t.Parallel()
+	const topic = "canaries"
+	b := newFakeBroker(topic, 1)
+	fctx, stop := context.WithCancel(context.Background())
+	addr := kafka.TCP("fake:9092")
+	f := newFetcher(fctx, b, addr, &kafka.Client{Addr: addr, Transport: b})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		stop()
+		f.wait()
+	}()
+	// Two pipelines on one canary topic: each reader sees every message.
+	got := [2]chan int64{make(chan int64, 10), make(chan int64, 10)}
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = f.Read(ctx, ReadOptions{Topic: topic, Partition: 0, Handle: func(m kafka.Message) { got[i] <- m.Offset }})
+		}()
+	}
+	for n := range int64(5) {
+		b.produce(t, topicPartition{topic, 0}, 1, false)
+		for i := range got {
+			select {
+			case o := <-got[i]:
+				if o != n {
+					t.Fatalf("reader %d: offset %d, want %d", i, o, n)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("reader %d never got offset %d", i, n)
+			}
+		}
+	}
+}
