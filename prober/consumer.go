@@ -98,8 +98,6 @@ type Consumer struct {
 	mu      sync.Mutex
 	healthy bool
 	reason  string
-	// marks is the latest fetch's word on each partition read.
-	marks map[int]kafkaclient.Mark
 	// markErr is why the latest fetch of some partition failed, nil when
 	// every one worked: the brokers' metadata comes from the transport's
 	// cache, so the fetches are the requests that find a broker gone.
@@ -129,7 +127,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 		p: o.Pipeline, instance: o.Instance, signer: o.Signer, tracker: o.Tracker, metrics: o.Metrics,
 		cluster: o.Cluster, client: o.Cluster.Client(o.Pipeline.Kafka, kafkaRequestTimeout),
 		now: o.Now, log: o.Logger, since: o.Since, skipped: skipped,
-		reason: "not connected to Kafka yet", readers: map[int]bool{}, starts: map[int]int64{}, marks: map[int]kafkaclient.Mark{},
+		reason: "not connected to Kafka yet", readers: map[int]bool{}, starts: map[int]int64{},
 	}, nil
 }
 
@@ -170,7 +168,7 @@ func (c *Consumer) setHealth(ok bool, reason string) {
 
 // positionInterval is how often the readers' position is reported: how
 // soon after a deadline the judge can tell which side of publish a missing
-// canary is on. It comes from the high watermarks every fetch carries
+// canary is on. It comes from the high watermarks the fetches carry
 // (kafkaclient.Mark), so it costs no request; an idle fetch returns every
 // kafkaclient.FetchMaxWait.
 const positionInterval = kafkaclient.FetchMaxWait
@@ -191,13 +189,6 @@ func (c *Consumer) samplePositions(ctx context.Context) {
 	}
 }
 
-// mark records what a fetch said of a partition's end.
-func (c *Consumer) mark(partition int, m kafkaclient.Mark) {
-	c.mu.Lock()
-	c.marks[partition] = m
-	c.mu.Unlock()
-}
-
 // samplePosition compares the latest high watermark of every partition
 // read with what the tracker has processed: caught up when every partition
 // was processed up to its high watermark, so every message acknowledged
@@ -205,6 +196,7 @@ func (c *Consumer) mark(partition int, m kafkaclient.Mark) {
 // been handed to the tracker. A position no newer than last is not
 // reported again; the time of the one reported is returned.
 func (c *Consumer) samplePosition(last time.Time) time.Time {
+	marks := c.cluster.Fetcher().Marks(c.p.Kafka.Topic)
 	c.mu.Lock()
 	starts := maps.Clone(c.starts)
 	var at time.Time
@@ -212,7 +204,7 @@ func (c *Consumer) samplePosition(last time.Time) time.Time {
 	hwm := make(map[int]int64, len(starts))
 	complete := len(starts) > 0
 	for p := range starts {
-		m, ok := c.marks[p]
+		m, ok := marks[p]
 		if !ok {
 			complete = false
 			break
@@ -456,14 +448,12 @@ func (c *Consumer) readPartition(ctx context.Context, partition int, start int64
 		OnRetry: func(err error) {
 			c.log.Debug("kafka fetch failed; retrying", "partition", partition, "err", kafkaclient.Explain(err, c.p.Kafka))
 		},
-		OnMark: func(m kafkaclient.Mark) { c.mark(partition, m) },
-		Now:    c.now,
+		Now: c.now,
 	})
 	if ctx.Err() == nil {
 		c.log.Warn("kafka reader stopped", "partition", partition, "err", err)
 		c.mu.Lock()
 		delete(c.readers, partition)
-		delete(c.marks, partition)
 		c.mu.Unlock()
 	}
 }

@@ -3,6 +3,7 @@ package prober
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -186,6 +187,97 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 	}
 	if got := tr.StartOffsets()[0]; got != int64(len(cases)) {
 		t.Errorf("next offset = %d, want %d: skipped messages advance it too", got, len(cases))
+	}
+}
+
+// TestAFetchOfForeignMessagesIsRecordedOnceAndNotRecountedAfterARestart:
+// a partition's reader records a fetch's skips with the tracker after its
+// last message, raising no fence for a message screened out; the offset
+// survives a restart, and a reader that starts below it counts no replay.
+func TestAFetchOfForeignMessagesIsRecordedOnceAndNotRecountedAfterARestart(t *testing.T) {
+	cfg := unitConfig(t, "")
+	p := &cfg.Pipelines[0]
+	state := filepath.Join(t.TempDir(), "orders.json")
+	signer, _ := NewSigner([]byte("unit-key"))
+	clusters, err := kafkaclient.NewClusters([]config.Kafka{p.Kafka}, []string{p.Kafka.Topic}) // connects to nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clusters.Close()
+	cluster, err := clusters.For(p.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type life struct {
+		m    *Metrics
+		tr   *Tracker
+		c    *Consumer
+		logs *stacktest.SyncBuffer
+	}
+	start := func() life {
+		m, err := NewMetrics(prometheus.NewRegistry(), cfg.Pipelines)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := NewTracker(TrackerOptions{Pipeline: p, Instance: "unit", Metrics: m, StatePath: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs := &stacktest.SyncBuffer{}
+		c, err := NewConsumer(ConsumerOptions{Pipeline: p, Instance: "unit", Signer: signer, Tracker: tr, Metrics: m, Cluster: cluster,
+			Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return life{m, tr, c, logs}
+	}
+	skipped := func(l life, reason string) float64 {
+		return testutil.ToFloat64(l.m.MessagesSkipped.WithLabelValues("orders", reason))
+	}
+	value := func(offset int64) []byte {
+		if offset%3 == 2 {
+			return []byte("\x00\x00\x00\x00\x2a\x02shipped") // schema registry
+		}
+		return []byte(`{"order_id":184467,"status":"shipped"}`)
+	}
+	fetch := func(l life, from, next int64) {
+		r := l.c.newPartitionReader(0)
+		for o := from; o < next; o++ {
+			r.handle(context.Background(), kafka.Message{Topic: p.Kafka.Topic, Partition: 0, Offset: o, Value: value(o)})
+			l.tr.fenceMu.Lock()
+			fenced := len(l.tr.fence)
+			l.tr.fenceMu.Unlock()
+			if fenced != 0 {
+				t.Fatalf("offset %d: %d consume stamps fenced, want none for a message screened out", o, fenced)
+			}
+		}
+		r.handled(next)
+	}
+
+	first := start()
+	fetch(first, 0, 30)
+	if got := [2]float64{skipped(first, ReasonMalformed), skipped(first, ReasonUnsupportedEncoding)}; got != [2]float64{20, 10} {
+		t.Errorf("skipped malformed, unsupported = %v, want [20 10]", got)
+	}
+	for _, reason := range []string{ReasonMalformed, ReasonUnsupportedEncoding} {
+		if n := strings.Count(first.logs.String(), "message on the canary topic skipped ("+reason+")"); n != 1 {
+			t.Errorf("%d warnings of %s, want 1:\n%s", n, reason, first.logs.String())
+		}
+	}
+	if next, _ := first.tr.NextOffset(0); next != 30 {
+		t.Errorf("next offset %d after the fetch, want 30", next)
+	}
+	if err := first.tr.Flush(); err != nil { // SIGTERM
+		t.Fatal(err)
+	}
+
+	second := start()
+	if next := second.tr.StartOffsets()[0]; next != 30 {
+		t.Fatalf("next offset %d after the restart, want 30", next)
+	}
+	fetch(second, 27, 33) // a reader started below: 27 to 29 are replays
+	if got := [2]float64{skipped(second, ReasonMalformed), skipped(second, ReasonUnsupportedEncoding)}; got != [2]float64{2, 1} {
+		t.Errorf("skipped malformed, unsupported after the restart = %v, want [2 1]: the replays are not counted again", got)
 	}
 }
 

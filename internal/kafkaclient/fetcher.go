@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -14,10 +17,17 @@ import (
 
 // Fetcher reads partitions, of any number of topics, of one cluster with
 // one fetch request per broker at a time on the cluster's shared
-// transport: every partition led by a broker is in the same request, so
-// the canary readers of hundreds of pipelines hold one connection per
-// broker, where a kafka-go Reader per partition holds one each (and
-// buffers of its own).
+// transport: every partition led by a broker is in the same fetch
+// session, so the canary readers of hundreds of pipelines hold one
+// connection per broker, where a kafka-go Reader per partition holds one
+// each (and buffers of its own).
+//
+// A fetch session (KIP-227) keeps the partitions and their offsets on the
+// broker: after the first fetch, a request names only the partitions
+// whose offset moved, and the answer only those with records or a new
+// high watermark. A canary's arrival then costs a request and an answer
+// of one partition, not of every partition the broker leads (900 at 300
+// pipelines).
 //
 // Like a partition Reader without a group, a Fetcher only reads: where a
 // partition starts, and what was read, is its caller's (the tracker
@@ -29,12 +39,23 @@ type Fetcher struct {
 	client *kafka.Client // leaders, from the transport's metadata cache
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	subs    map[*subscription]struct{}
+	mu sync.Mutex
+	// parts holds every partition ever read, never removed (at most the
+	// configuration's): a fetch session knows a partition by its
+	// *partition. list holds them too, for the fetches to go through
+	// without hashing a topic name per partition.
+	parts   map[topicPartition]*partition
+	list    []*partition
+	byTopic map[string][]*partition // for Marks
 	leaders map[topicPartition]int
 	loops   map[int]chan struct{} // broker id -> wakes its loop
 	wakeSup chan struct{}
 	started bool
+	// changes counts the events that may change which partitions a
+	// broker loop fetches (a reader added or removed, a leader moved, a
+	// handler full or no longer full, a retry set): a loop looks over
+	// every partition again only after one. Bumped under mu.
+	changes atomic.Uint64
 }
 
 // Fetch sizes. A fetch returns as soon as one partition has a record;
@@ -58,17 +79,58 @@ type topicPartition struct {
 	partition int
 }
 
+// partition is one partition read, by one or more subscriptions (two
+// while a reader is replaced); guarded by Fetcher.mu.
+type partition struct {
+	tp     topicPartition
+	leader int // the broker that leads it, -1 when unknown
+	subs   []*subscription
+}
+
+// subscription is one Read. The fields below batches are guarded by
+// Fetcher.mu.
 type subscription struct {
-	tp      topicPartition
+	part    *partition
 	now     func() time.Time
-	onMark  func(Mark)
-	sentAt  time.Time // when the fetch in flight for it was sent; guarded by Fetcher.mu
-	next    int64     // the offset of the next fetch; guarded by Fetcher.mu
-	queued  int       // batches sent to batches, not yet handled
-	retryAt time.Time
-	removed bool
 	batches chan batch
 	onRetry func(error)
+
+	next    int64     // the offset of the next fetch
+	queued  int       // batches sent to batches, not yet handled
+	retryAt time.Time // no fetch before
+	removed bool
+	// live is the partition's place in a broker loop's fetch session while
+	// it is fetched for this subscription and its high watermark is known:
+	// its Mark is then the session's latest answer. Otherwise the Mark is
+	// markAt, hwm and markErr (markAt zero before the first fetch).
+	live    *sessionPart
+	markAt  time.Time
+	hwm     int64
+	markErr error
+}
+
+// mark is the subscription's Mark, if a fetch said anything yet.
+func (s *subscription) mark() (Mark, bool) {
+	if sp := s.live; sp != nil {
+		return Mark{At: sp.sess.answeredAt, HighWatermark: sp.hwm}, true
+	}
+	if s.markAt.IsZero() {
+		return Mark{}, false
+	}
+	m := Mark{At: s.markAt, Err: s.markErr}
+	if m.Err == nil {
+		m.HighWatermark = s.hwm
+	}
+	return m, true
+}
+
+// freeze keeps the subscription's Mark as the session last said it, as
+// the partition leaves the session.
+func (s *subscription) freeze() {
+	if sp := s.live; sp != nil {
+		s.markAt, s.hwm, s.markErr = sp.sess.answeredAt, sp.hwm, nil
+		s.live = nil
+	}
 }
 
 // batch is what one fetch returned for a subscription's partition: its
@@ -83,8 +145,8 @@ type batch struct {
 
 func newFetcher(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, client *kafka.Client) *Fetcher {
 	return &Fetcher{ctx: ctx, rt: rt, addr: addr, client: client,
-		subs: map[*subscription]struct{}{}, leaders: map[topicPartition]int{}, loops: map[int]chan struct{}{},
-		wakeSup: make(chan struct{}, 1)}
+		parts: map[topicPartition]*partition{}, byTopic: map[string][]*partition{}, leaders: map[topicPartition]int{},
+		loops: map[int]chan struct{}{}, wakeSup: make(chan struct{}, 1)}
 }
 
 // ReadOptions says what Read reads and where its messages go.
@@ -104,23 +166,46 @@ type ReadOptions struct {
 	// OnRetry, optional, hears of the errors after which the partition is
 	// fetched again (a broker down, a leader moving).
 	OnRetry func(error)
-	// OnMark, optional, is called after every fetch of the partition with
-	// its high watermark, or with why the fetch failed. It must not block.
-	OnMark func(Mark)
-	// Now is the clock of Mark.At (default time.Now).
+	// Now is the clock of Mark.At (default time.Now). Every Read of one
+	// Fetcher must use the same clock (the service's): a fetch reads it
+	// once for all its partitions.
 	Now func() time.Time
 }
 
-// Mark is what one fetch says of a partition's end: every message the
+// Mark is what the fetches say of a partition's end: every message the
 // broker acknowledged before At lies below HighWatermark (At is when the
-// fetch was sent; the broker answers with the high watermark of its
-// answer's time, which is no lower). Err is set, and HighWatermark not,
-// when the fetch failed. Every fetch carries it, so the readers' position
-// costs no request of its own.
+// latest fetch was sent; the broker answers with the high watermark of
+// its answer's time, which is no lower, and leaves a partition out of its
+// answer only while its high watermark stays as it last said). Err is
+// set, and HighWatermark not, when that fetch failed. The fetches carry
+// it, so the readers' position costs no request of its own.
 type Mark struct {
 	At            time.Time
 	HighWatermark int64
 	Err           error
+}
+
+// Marks returns the Mark of each partition of topic being read; a
+// partition not fetched yet is absent. It reads what the fetches left, so
+// it costs no request.
+func (f *Fetcher) Marks(topic string) map[int]Mark {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[int]Mark{}
+	for _, p := range f.byTopic[topic] {
+		for _, s := range p.subs {
+			m, ok := s.mark()
+			if !ok {
+				continue
+			}
+			// Two readers of one partition: the older word.
+			if prev, ok := out[p.tp.partition]; ok && !m.At.Before(prev.At) {
+				continue
+			}
+			out[p.tp.partition] = m
+		}
+	}
+	return out
 }
 
 // Read reads one partition until ctx is done (it then returns nil) or the
@@ -137,9 +222,8 @@ func (f *Fetcher) Read(ctx context.Context, o ReadOptions) error {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &subscription{tp: topicPartition{o.Topic, o.Partition}, next: o.Offset, now: o.Now, onMark: o.OnMark,
-		batches: make(chan batch, subscriptionQueue), onRetry: o.OnRetry}
-	f.add(s)
+	s := &subscription{next: o.Offset, now: o.Now, batches: make(chan batch, subscriptionQueue), onRetry: o.OnRetry}
+	f.add(s, topicPartition{o.Topic, o.Partition})
 	defer f.remove(s)
 	for {
 		select {
@@ -161,6 +245,9 @@ func (f *Fetcher) Read(ctx context.Context, o ReadOptions) error {
 				o.Handled(b.records.next)
 			}
 			f.mu.Lock()
+			if s.queued == subscriptionQueue {
+				f.changes.Add(1) // fetched again
+			}
 			s.queued--
 			f.mu.Unlock()
 			f.wakeLoops()
@@ -168,9 +255,21 @@ func (f *Fetcher) Read(ctx context.Context, o ReadOptions) error {
 	}
 }
 
-func (f *Fetcher) add(s *subscription) {
+func (f *Fetcher) add(s *subscription, tp topicPartition) {
 	f.mu.Lock()
-	f.subs[s] = struct{}{}
+	p, ok := f.parts[tp]
+	if !ok {
+		p = &partition{tp: tp, leader: -1}
+		if leader, ok := f.leaders[tp]; ok {
+			p.leader = leader
+		}
+		f.parts[tp] = p
+		f.list = append(f.list, p)
+		f.byTopic[tp.topic] = append(f.byTopic[tp.topic], p)
+	}
+	s.part = p
+	p.subs = append(p.subs, s)
+	f.changes.Add(1)
 	if !f.started {
 		f.started = true
 		f.wg.Add(1)
@@ -183,7 +282,8 @@ func (f *Fetcher) add(s *subscription) {
 func (f *Fetcher) remove(s *subscription) {
 	f.mu.Lock()
 	s.removed = true
-	delete(f.subs, s)
+	s.part.subs = slices.DeleteFunc(s.part.subs, func(o *subscription) bool { return o == s })
+	f.changes.Add(1)
 	f.mu.Unlock()
 }
 
@@ -223,17 +323,15 @@ func (f *Fetcher) supervise() {
 
 func (f *Fetcher) resolveLeaders() {
 	f.mu.Lock()
-	topicSet := map[string]bool{}
-	for s := range f.subs {
-		topicSet[s.tp.topic] = true
+	topics := make([]string, 0, len(f.byTopic))
+	for t, ps := range f.byTopic {
+		if slices.ContainsFunc(ps, func(p *partition) bool { return len(p.subs) > 0 }) {
+			topics = append(topics, t)
+		}
 	}
 	f.mu.Unlock()
-	if len(topicSet) == 0 {
+	if len(topics) == 0 {
 		return
-	}
-	topics := make([]string, 0, len(topicSet))
-	for t := range topicSet {
-		topics = append(topics, t)
 	}
 	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
 	meta, err := f.client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
@@ -255,6 +353,16 @@ func (f *Fetcher) resolveLeaders() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.leaders = leaders
+	for _, p := range f.list {
+		leader, ok := leaders[p.tp]
+		if !ok {
+			leader = -1
+		}
+		if p.leader != leader {
+			p.leader = leader
+			f.changes.Add(1)
+		}
+	}
 	for _, id := range leaders {
 		if _, ok := f.loops[id]; !ok {
 			w := make(chan struct{}, 1)
@@ -269,170 +377,410 @@ func (f *Fetcher) resolveLeaders() {
 }
 
 // brokerLoop fetches, one request at a time, every partition the broker
-// leads whose handler has room, until the Fetcher closes.
+// leads whose handler has room, until the Fetcher closes. It looks over
+// every partition (pending) only after a change that may alter which
+// (Fetcher.changes) or once a retry is due; otherwise each fetch is the
+// last one's, with the offsets that moved.
 func (f *Fetcher) brokerLoop(id int, wake chan struct{}) {
 	backoff := fetchBackoffMin
+	sess := newFetchSession()
+	var want []wanted
+	var retryAt time.Time
+	scanned := uint64(math.MaxUint64)
 	for {
-		parts, retryAt := f.pending(id)
-		if len(parts) == 0 {
-			var timer <-chan time.Time
-			if !retryAt.IsZero() {
-				t := time.NewTimer(time.Until(retryAt))
-				defer t.Stop()
-				timer = t.C
-			}
-			select {
-			case <-f.ctx.Done():
+		if c := f.changes.Load(); c != scanned || (!retryAt.IsZero() && !time.Now().Before(retryAt)) {
+			scanned = c // before the scan: a change during it is seen next time
+			want, retryAt = f.pending(id, want[:0])
+			sess.rescanned = true
+		}
+		if len(want) == 0 {
+			if !f.idle(wake, retryAt) {
 				return
-			case <-wake:
-			case <-timer:
 			}
 			continue
 		}
-		if err := f.fetch(parts); err != nil {
-			if f.ctx.Err() != nil {
-				return
+		err := f.fetch(sess, want)
+		switch {
+		case err == nil:
+			backoff = fetchBackoffMin
+		case f.ctx.Err() != nil:
+			return
+		case errors.Is(err, errSessionLost):
+			// Answered: the next fetch, a full one, opens a new session.
+		default:
+			subs := make([]*subscription, len(want))
+			for i, w := range want {
+				subs[i] = w.s
 			}
-			f.retryLater(parts, err, backoff)
+			f.retryLater(subs, err, sess.sentAt, backoff)
 			backoff = min(2*backoff, fetchBackoffMax)
-			continue
 		}
-		backoff = fetchBackoffMin
 	}
 }
 
-// pending lists the partitions led by broker id that are due for a fetch:
-// one subscription per partition (the one furthest behind, when two
-// readers read the same partition), none whose handler is full or whose
-// retry is not due. Otherwise it returns when the next retry is due.
-func (f *Fetcher) pending(id int) (map[topicPartition]*subscription, time.Time) {
+// idle waits for a wake-up or until retryAt (unless zero); false when the
+// Fetcher closed.
+func (f *Fetcher) idle(wake chan struct{}, retryAt time.Time) bool {
+	var timer <-chan time.Time
+	if !retryAt.IsZero() {
+		t := time.NewTimer(time.Until(retryAt))
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-f.ctx.Done():
+		return false
+	case <-wake:
+	case <-timer:
+	}
+	return true
+}
+
+// wanted is a partition due for a fetch, and the subscription it is
+// fetched for.
+type wanted struct {
+	p  *partition
+	s  *subscription
+	sp *sessionPart // set by fetch
+}
+
+// pending appends to want the partitions led by broker id that are due
+// for a fetch: one subscription per partition (the one furthest behind,
+// when two readers read the same partition), none whose handler is full
+// or whose retry is not due. Otherwise it returns when the next retry is
+// due.
+func (f *Fetcher) pending(id int, want []wanted) ([]wanted, time.Time) {
 	now := time.Now()
 	var retryAt time.Time
-	parts := map[topicPartition]*subscription{}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for s := range f.subs {
-		if leader, ok := f.leaders[s.tp]; !ok || leader != id || s.queued >= subscriptionQueue {
+	for _, p := range f.list {
+		if p.leader != id {
 			continue
 		}
-		if s.retryAt.After(now) {
-			if retryAt.IsZero() || s.retryAt.Before(retryAt) {
-				retryAt = s.retryAt
+		var pick *subscription
+		for _, s := range p.subs {
+			if s.queued >= subscriptionQueue {
+				continue
 			}
-			continue
+			if s.retryAt.After(now) {
+				if retryAt.IsZero() || s.retryAt.Before(retryAt) {
+					retryAt = s.retryAt
+				}
+				continue
+			}
+			if pick == nil || s.next < pick.next {
+				pick = s
+			}
 		}
-		if other, ok := parts[s.tp]; !ok || s.next < other.next {
-			parts[s.tp] = s
+		if pick != nil {
+			want = append(want, wanted{p: p, s: pick})
 		}
 	}
-	return parts, retryAt
+	return want, retryAt
 }
 
-func (f *Fetcher) retryLater(parts map[topicPartition]*subscription, err error, after time.Duration) {
+// retryLater keeps the subscriptions' partitions out of fetches for a
+// while, after err, which the fetch sent at sentAt met.
+func (f *Fetcher) retryLater(subs []*subscription, err error, sentAt time.Time, after time.Duration) {
 	at := time.Now().Add(after)
-	type heard struct {
-		s      *subscription
-		sentAt time.Time
-	}
+	var hear []func(error)
 	f.mu.Lock()
-	var hear []heard
-	for _, s := range parts {
+	for _, s := range subs {
 		s.retryAt = at
-		hear = append(hear, heard{s, s.sentAt})
+		s.live = nil
+		s.markAt, s.markErr = sentAt, err
+		if s.onRetry != nil {
+			hear = append(hear, s.onRetry)
+		}
 	}
+	f.changes.Add(1)
 	f.mu.Unlock()
 	for _, h := range hear {
-		if h.s.onRetry != nil {
-			h.s.onRetry(err)
-		}
-		if h.s.onMark != nil {
-			h.s.onMark(Mark{At: h.sentAt, Err: err})
-		}
+		h(err)
 	}
 }
 
-// fetch sends one fetch request for parts and hands each partition's
-// records to its subscription. An error of the whole request is returned;
-// a partition's own error is its subscription's.
-func (f *Fetcher) fetch(parts map[topicPartition]*subscription) error {
-	byTopic := map[string][]fetch.RequestPartition{}
+// fetchSession is a broker loop's fetch session: what the broker holds of
+// it, as of the last answer.
+type fetchSession struct {
+	id int32
+	// epoch of the next request; 0: a full fetch, which opens a new
+	// session (and closes id's, if any).
+	epoch int32
+	parts map[*partition]*sessionPart
+	fetch uint64 // counts the fetches, for sessionPart.fetch
+	// rescanned: want was built anew (pending) since the last fetch, so
+	// every partition is compared with the session; otherwise only those
+	// in moved, whose offset the last answer moved.
+	rescanned bool
+	moved     []*partition
+	sentAt    time.Time // when the latest fetch was sent
+	// answeredAt is when the latest answered fetch was sent: every
+	// partition of the session was as the broker said then. Guarded by
+	// Fetcher.mu (Marks reads it).
+	answeredAt time.Time
+}
+
+type sessionPart struct {
+	sess   *fetchSession
+	held   bool  // the broker holds it (else it is about to be added)
+	offset int64 // the fetch offset the broker holds
+	hwm    int64 // the high watermark last answered, -1 before any; guarded by Fetcher.mu
+	// fetch is the fetch that last wanted it, when want was built anew;
+	// sub the subscription it is fetched for.
+	fetch uint64
+	sub   *subscription
+}
+
+func newFetchSession() *fetchSession {
+	return &fetchSession{parts: map[*partition]*sessionPart{}}
+}
+
+// restart makes the next fetch a full one, which closes the session and
+// opens a new one: after a request whose effect on the session is
+// unknown. Called with Fetcher.mu held.
+func (s *fetchSession) restart() {
+	for _, sp := range s.parts {
+		if sp.sub.live == sp {
+			sp.sub.freeze()
+		}
+	}
+	s.epoch = 0
+	clear(s.parts)
+	s.moved = s.moved[:0]
+}
+
+// Fetch session errors (KIP-227): the broker evicted the session, or a
+// request went missing. Either is answered by a full fetch.
+const (
+	errorFetchSessionIDNotFound    = 70
+	errorInvalidFetchSessionEpoch  = 71
+	fetchSessionEpochAfterMaxValue = 1
+)
+
+var errSessionLost = errors.New("fetch session lost")
+
+// fetch sends one fetch request for want in the broker's session and
+// hands each partition's records to its subscription. An error of the
+// whole request is returned (errSessionLost when the broker lost the
+// session: the next fetch opens another); a partition's own error is its
+// subscription's.
+func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
+	full := sess.epoch == 0
+	sess.fetch++
+	var sent, forgotten []*partition
 	f.mu.Lock()
-	for tp, s := range parts {
-		s.sentAt = s.now()
-		byTopic[tp.topic] = append(byTopic[tp.topic], fetch.RequestPartition{
-			Partition: int32(tp.partition), CurrentLeaderEpoch: -1, FetchOffset: s.next,
-			LogStartOffset: -1, PartitionMaxBytes: fetchPartitionMaxBytes})
+	sess.sentAt = want[0].s.now()
+	if full || sess.rescanned {
+		sess.rescanned = false
+		for i := range want {
+			w := &want[i]
+			sp, ok := sess.parts[w.p]
+			if !ok {
+				sp = &sessionPart{sess: sess, hwm: -1}
+				sess.parts[w.p] = sp
+			}
+			if sp.sub != w.s {
+				if sp.sub != nil && sp.sub.live == sp {
+					sp.sub.freeze()
+				}
+				sp.sub = w.s
+			}
+			if sp.hwm >= 0 {
+				w.s.live = sp // the session's word holds whichever reader it is fetched for
+			}
+			sp.fetch = sess.fetch
+			if !sp.held || sp.offset != w.s.next {
+				sp.offset = w.s.next
+				sent = append(sent, w.p)
+			}
+		}
+		for p, sp := range sess.parts {
+			if sp.fetch != sess.fetch {
+				if sp.sub.live == sp {
+					sp.sub.freeze()
+				}
+				forgotten = append(forgotten, p)
+			}
+		}
+	} else {
+		for _, p := range sess.moved {
+			if sp, ok := sess.parts[p]; ok && sp.offset != sp.sub.next {
+				sp.offset = sp.sub.next
+				sent = append(sent, p)
+			}
+		}
 	}
-	f.mu.Unlock()
+	sess.moved = sess.moved[:0]
+	if len(sent) == 0 {
+		// The transport sends a fetch to the leader of its partitions: one
+		// that names none would go to any broker, in no session.
+		sent = append(sent, want[0].p)
+	}
 	req := &fetch.Request{ReplicaID: -1, MaxWaitTime: int32(FetchMaxWait / time.Millisecond), MinBytes: 1,
-		MaxBytes: fetchMaxBytes, SessionID: -1, SessionEpoch: -1}
-	for topic, ps := range byTopic {
-		req.Topics = append(req.Topics, fetch.RequestTopic{Topic: topic, Partitions: ps})
-	}
+		MaxBytes: fetchMaxBytes, SessionID: sess.id, SessionEpoch: sess.epoch,
+		Topics: requestTopics(sent, sess.parts), ForgottenTopics: forgottenTopics(forgotten)}
+	f.mu.Unlock()
+
 	ctx, cancel := context.WithTimeout(f.ctx, FetchMaxWait+10*time.Second)
 	defer cancel()
 	m, err := f.rt.RoundTrip(ctx, f.addr, req)
-	if err != nil {
-		f.wake(f.wakeSup) // a leader may have moved
-		return fmt.Errorf("fetch: %w", err)
-	}
 	res, ok := m.(*fetchResponse)
-	if !ok {
-		return fmt.Errorf("fetch: unexpected response %T", m)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("fetch: %w", err)
+		f.wake(f.wakeSup) // a leader may have moved
+	case !ok:
+		err = fmt.Errorf("fetch: unexpected response %T", m)
+	case res.ErrorCode == errorFetchSessionIDNotFound:
+		sess.id = 0
+		err = errSessionLost
+	case res.ErrorCode == errorInvalidFetchSessionEpoch:
+		err = errSessionLost
+	case res.ErrorCode != 0:
+		err = fmt.Errorf("fetch: %w", kafka.Error(res.ErrorCode))
 	}
-	if res.ErrorCode != 0 {
-		return fmt.Errorf("fetch: %w", kafka.Error(res.ErrorCode))
+	if err != nil {
+		f.mu.Lock()
+		sess.restart()
+		f.mu.Unlock()
+		return err
 	}
+	sess.answered(full, res.SessionID, sent, forgotten)
+
+	type answer struct {
+		p  *fetchResponsePartition
+		sp *sessionPart
+	}
+	var answers []answer
+	f.mu.Lock()
+	// Every partition of the session is as the broker last said, as of
+	// this fetch: the marks of those with a known high watermark move on
+	// with it.
+	sess.answeredAt = sess.sentAt
 	for i := range res.Topics {
 		t := &res.Topics[i]
 		for j := range t.Partitions {
-			p := &t.Partitions[j]
-			s, ok := parts[topicPartition{t.Topic, int(p.Partition)}]
+			rp := &t.Partitions[j]
+			sp, ok := sess.parts[f.parts[topicPartition{t.Topic, int(rp.Partition)}]]
 			if !ok {
 				continue
 			}
-			f.deliver(s, t.Topic, p)
+			if rp.ErrorCode == 0 {
+				sp.hwm = rp.HighWatermark
+				sp.sub.live = sp
+			}
+			answers = append(answers, answer{rp, sp})
+		}
+	}
+	f.mu.Unlock()
+	for _, a := range answers {
+		if f.deliver(a.sp.sub, a.p, sess.sentAt) {
+			sess.moved = append(sess.moved, a.sp.sub.part)
 		}
 	}
 	return nil
 }
 
-func (f *Fetcher) deliver(s *subscription, topic string, p *fetchResponsePartition) {
-	if p.ErrorCode == 0 && s.onMark != nil {
-		f.mu.Lock()
-		at := s.sentAt
-		f.mu.Unlock()
-		s.onMark(Mark{At: at, HighWatermark: p.HighWatermark})
+// answered records what a successful answer made of the session.
+func (s *fetchSession) answered(full bool, id int32, sent, forgotten []*partition) {
+	if full {
+		// No id: the broker keeps no session (its cache is full), and the
+		// next fetch is a full one again.
+		s.id, s.epoch = id, 0
+		if id != 0 {
+			s.epoch = 1
+		}
+	} else if s.epoch++; s.epoch == math.MaxInt32 {
+		s.epoch = fetchSessionEpochAfterMaxValue
 	}
+	for _, p := range sent {
+		s.parts[p].held = true
+	}
+	for _, p := range forgotten {
+		delete(s.parts, p)
+	}
+}
+
+func requestTopics(sent []*partition, parts map[*partition]*sessionPart) []fetch.RequestTopic {
+	var topics []fetch.RequestTopic
+	index := map[string]int{}
+	for _, p := range sent {
+		i, ok := index[p.tp.topic]
+		if !ok {
+			i = len(topics)
+			index[p.tp.topic] = i
+			topics = append(topics, fetch.RequestTopic{Topic: p.tp.topic})
+		}
+		topics[i].Partitions = append(topics[i].Partitions, fetch.RequestPartition{Partition: int32(p.tp.partition),
+			CurrentLeaderEpoch: -1, FetchOffset: parts[p].offset, LogStartOffset: -1, PartitionMaxBytes: fetchPartitionMaxBytes})
+	}
+	return topics
+}
+
+func forgottenTopics(parts []*partition) []fetch.RequestForgottenTopic {
+	var topics []fetch.RequestForgottenTopic
+	index := map[string]int{}
+	for _, p := range parts {
+		i, ok := index[p.tp.topic]
+		if !ok {
+			i = len(topics)
+			index[p.tp.topic] = i
+			topics = append(topics, fetch.RequestForgottenTopic{Topic: p.tp.topic})
+		}
+		topics[i].Partitions = append(topics[i].Partitions, int32(p.tp.partition))
+	}
+	return topics
+}
+
+// deliver hands a partition's answer to a fetch sent at sentAt to s, and
+// reports whether it moved s's offset.
+func (f *Fetcher) deliver(s *subscription, p *fetchResponsePartition, sentAt time.Time) bool {
+	topic := s.part.tp.topic
 	if p.ErrorCode != 0 {
 		err := kafka.Error(p.ErrorCode)
 		if errors.Is(err, kafka.OffsetOutOfRange) {
 			f.mu.Lock()
-			if !s.removed {
-				s.queued++
-				s.batches <- batch{err: fmt.Errorf("topic %s partition %d offset %d: %w", topic, p.Partition, s.next, err)}
+			if !s.removed && s.queued < subscriptionQueue {
+				f.queue(s, batch{err: fmt.Errorf("topic %s partition %d offset %d: %w", topic, p.Partition, s.next, err)})
 			}
 			f.mu.Unlock()
-			return
+			return false
 		}
-		f.retryLater(map[topicPartition]*subscription{s.tp: s}, fmt.Errorf("topic %s partition %d: %w", topic, p.Partition, err), fetchBackoffMin)
+		f.retryLater([]*subscription{s}, fmt.Errorf("topic %s partition %d: %w", topic, p.Partition, err), sentAt, fetchBackoffMin)
 		f.wake(f.wakeSup)
-		return
+		return false
 	}
 	if len(p.Records) == 0 {
-		return
+		return false
 	}
 	rs, err := scanRecords(p.Records)
 	if err != nil {
-		f.retryLater(map[topicPartition]*subscription{s.tp: s}, fmt.Errorf("topic %s partition %d: %w", topic, p.Partition, err), fetchBackoffMin)
-		return
+		f.retryLater([]*subscription{s}, fmt.Errorf("topic %s partition %d: %w", topic, p.Partition, err), sentAt, fetchBackoffMin)
+		return false
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if s.removed || rs.next <= s.next {
-		return
+	// A full queue: only when two broker loops fetched it (its leader
+	// moved); the records are fetched again.
+	if s.removed || rs.next <= s.next || s.queued >= subscriptionQueue {
+		return false
 	}
-	s.queued++
-	s.batches <- batch{records: rs, topic: topic, hwm: p.HighWatermark, from: s.next}
+	f.queue(s, batch{records: rs, topic: topic, hwm: p.HighWatermark, from: s.next})
 	s.next = rs.next
+	if len(s.part.subs) > 1 {
+		f.changes.Add(1) // another reader of the partition may be furthest behind now
+	}
+	return true
+}
+
+// queue sends b to s, which has room (a send never blocks under the
+// lock); called with f.mu held.
+func (f *Fetcher) queue(s *subscription, b batch) {
+	s.queued++
+	if s.queued == subscriptionQueue {
+		f.changes.Add(1) // out of fetches until its handler has room
+	}
+	s.batches <- b
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -47,19 +49,14 @@ func TestFetcherReadsEveryPartitionOfSeveralTopicsInOrder(t *testing.T) {
 	var mu sync.Mutex
 	got := map[string]int{}
 	last := map[string]int64{}
+	var marked atomic.Bool
 	var wg sync.WaitGroup
 	for topic, parts := range topics {
 		for p := range parts {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				var marked atomic.Bool
 				err := cluster.Fetcher().Read(ctx, ReadOptions{Topic: topic, Partition: p, Offset: 0,
-					OnMark: func(m Mark) {
-						if m.Err == nil && m.HighWatermark > 0 {
-							marked.Store(true)
-						}
-					},
 					Handle: func(m kafka.Message) {
 						mu.Lock()
 						defer mu.Unlock()
@@ -73,19 +70,28 @@ func TestFetcherReadsEveryPartitionOfSeveralTopicsInOrder(t *testing.T) {
 						last[key] = m.Offset
 						got[m.Topic]++
 						if got[names[0]] == n && got[names[1]] == n {
+							marked.Store(true)
+							for topic, parts := range topics {
+								marks := cluster.Fetcher().Marks(topic)
+								for p := range parts {
+									if m, ok := marks[p]; !ok || m.Err != nil || m.HighWatermark <= 0 {
+										t.Errorf("%s/%d: mark %+v (present %t), want the high watermark of the fetches", topic, p, m, ok)
+									}
+								}
+							}
 							cancel()
 						}
 					}})
 				if err != nil {
 					t.Errorf("read %s/%d: %v", topic, p, err)
 				}
-				if !marked.Load() {
-					t.Errorf("%s/%d: no fetch reported the partition's high watermark", topic, p)
-				}
 			}()
 		}
 	}
 	wg.Wait()
+	if !marked.Load() {
+		t.Error("the marks were not checked: not every message was read")
+	}
 	for _, topic := range names {
 		if got[topic] != n {
 			t.Errorf("%s: read %d messages, want %d", topic, got[topic], n)
@@ -99,4 +105,95 @@ func TestFetcherReadsEveryPartitionOfSeveralTopicsInOrder(t *testing.T) {
 	if !errors.Is(err, kafka.OffsetOutOfRange) {
 		t.Errorf("reading from beyond the end: %v, want OffsetOutOfRange (the caller picks a new offset)", err)
 	}
+}
+
+// BenchmarkFetcherCanaryAmong900Partitions is what fetching costs the
+// prober at the scale of issue 14, 300 pipelines of 3 partitions: one
+// Fetcher reads 900 partitions (20 topics of 45 here, to create them
+// sooner) of the stack's broker, and each op produces one message to one
+// of them and waits until it is handed over. cpu-ms/op is the process's
+// CPU time per message, producing included (produce-only measures that
+// alone); idle-cpu-ms/s what the 900 idle partitions cost a second.
+func BenchmarkFetcherCanaryAmong900Partitions(b *testing.B) {
+	st := stacktest.Load(b)
+	const topicsN, partitions = 20, 45
+	topics := make([]string, topicsN)
+	for i := range topics {
+		topics[i] = st.NewTopic(b, partitions, nil)
+	}
+	k := config.Kafka{Brokers: st.KafkaBrokers, ClientID: "fetcher-bench"}
+	clusters, err := NewClusters([]config.Kafka{k}, topics)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer clusters.Close()
+	cluster, err := clusters.For(k)
+	if err != nil {
+		b.Fatal(err)
+	}
+	producer := &kafka.Client{Addr: kafka.TCP(st.KafkaBrokers...), Transport: &kafka.Transport{}, Timeout: serverWait}
+	produce := func(i int) {
+		res, err := producer.Produce(context.Background(), &kafka.ProduceRequest{Topic: topics[i%topicsN], Partition: (i / topicsN) % partitions,
+			RequiredAcks: kafka.RequireOne, Records: kafka.NewRecordReader(kafka.Record{Value: kafka.NewBytes([]byte("canary"))})})
+		if err == nil {
+			err = res.Error
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			b.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	b.Run("produce-only", func(b *testing.B) {
+		start := cpu()
+		for i := 0; b.Loop(); i++ {
+			produce(i)
+		}
+		b.ReportMetric(float64((cpu()-start).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	arrived := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for _, topic := range topics {
+		ends, err := HighWatermarks(ctx, producer, topic) // past produce-only's messages
+		if err != nil {
+			b.Fatal(err)
+		}
+		for p := range partitions {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = cluster.Fetcher().Read(ctx, ReadOptions{Topic: topic, Partition: p, Offset: ends[p],
+					Handle: func(kafka.Message) { arrived <- struct{}{} }})
+			}()
+		}
+	}
+	stacktest.Eventually(b, serverWait, "every partition fetched", func() (bool, string) {
+		n := 0
+		for _, topic := range topics {
+			n += len(cluster.Fetcher().Marks(topic))
+		}
+		return n == topicsN*partitions, fmt.Sprintf("%d partitions fetched", n)
+	})
+	b.Run("fetch", func(b *testing.B) {
+		start := cpu()
+		for i := 0; b.Loop(); i++ {
+			produce(i)
+			<-arrived
+		}
+		b.ReportMetric(float64((cpu()-start).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+		idle := cpu()
+		time.Sleep(5 * time.Second)
+		b.ReportMetric(float64((cpu()-idle).Microseconds())/1000/5, "idle-cpu-ms/s")
+	})
 }
