@@ -106,6 +106,9 @@ type Consumer struct {
 	// starts is where each running reader began: what precedes it was
 	// never ours to read.
 	starts map[int]int64
+
+	// lastPosition is the time of the position reported last.
+	lastPosition time.Time
 }
 
 // NewConsumer checks its options; Run starts consuming.
@@ -170,23 +173,15 @@ func (c *Consumer) setHealth(ok bool, reason string) {
 // soon after a deadline the judge can tell which side of publish a missing
 // canary is on. It comes from the high watermarks the fetches carry
 // (kafkaclient.Mark), so it costs no request; an idle fetch returns every
-// kafkaclient.FetchMaxWait.
+// kafkaclient.FetchMaxWait. Service.samplePositions reports every
+// pipeline's on one timer.
 const positionInterval = kafkaclient.FetchMaxWait
 
-// samplePositions reports the readers' position to the tracker every
-// positionInterval until ctx is done.
-func (c *Consumer) samplePositions(ctx context.Context) {
-	t := time.NewTicker(positionInterval)
-	defer t.Stop()
-	var last time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			last = c.samplePosition(last)
-		}
-	}
+// samplePositionOnce reports the readers' position to the tracker unless
+// it is no newer than the one reported last. Only Service.samplePositions
+// calls it, from one goroutine.
+func (c *Consumer) samplePositionOnce() {
+	c.lastPosition = c.samplePosition(c.lastPosition)
 }
 
 // samplePosition compares the latest high watermark of every partition
@@ -252,8 +247,6 @@ func (c *Consumer) samplePosition(last time.Time) time.Time {
 func (c *Consumer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Add(1)
-	go func() { defer wg.Done(); c.samplePositions(ctx) }()
 	retryWait := retry.Backoff(500*time.Millisecond, 10*time.Second)
 	for {
 		err := c.check(ctx, &wg)
