@@ -226,11 +226,11 @@ func renderBenchScenario(p func(string, ...any), r *benchResult) {
 	}
 	p("\n\n")
 	if len(r.Windows) > 0 {
-		p("| minutes | CPU %% | VmRSS max (anon + file) | VmHWM | Go heap in use, goroutines | writes | PG sockets / sessions | Kafka per broker | sent | received | insert→commit p99 | prober_lag | late | lost | insert failures |\n")
+		p("| minutes | CPU %% (of it kernel) | VmRSS max (anon + file) | VmHWM | Go heap in use, goroutines | writes | PG sockets / sessions | Kafka per broker | sent | received | insert→commit p99 | prober_lag | late | lost | insert failures |\n")
 		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, w := range r.Windows {
-			p("| %g–%g | %.2f | %.1f MiB (%.1f + %.1f) | %.1f MiB | %.1f MiB, %.0f | %.1f KB/s | %d / %d | %d | %.0f | %.0f | %s | %.0f | %.0f | %.0f | %.0f |\n",
-				w.FromMinute, w.ToMinute, w.CPUPercent, mib(w.RSSMaxBytes), mib(w.RSSAnonBytes), mib(w.RSSFileBytes), mib(w.HWMBytes),
+			p("| %g–%g | %.2f (%s) | %.1f MiB (%.1f + %.1f) | %.1f MiB | %.1f MiB, %.0f | %.1f KB/s | %d / %d | %d | %.0f | %.0f | %s | %.0f | %.0f | %.0f | %.0f |\n",
+				w.FromMinute, w.ToMinute, w.CPUPercent, kernelShare(w), mib(w.RSSMaxBytes), mib(w.RSSAnonBytes), mib(w.RSSFileBytes), mib(w.HWMBytes),
 				w.HeapInuseBytes/(1<<20), w.Goroutines, w.WriteBytesPerSec/1000,
 				w.PGSocketsMax, w.PGSessionsMax, w.KafkaPerBrokerMax, w.Sent, w.Received,
 				fmtSeconds(w.InsertCommitP99), w.ProberLag, w.Late, w.Lost, w.InsertFailures)
@@ -303,4 +303,13 @@ func fmtCalls(c map[string]int) string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, ", ")
+}
+
+// kernelShare is a window's CPU in the kernel, or "n/a" for runs taken
+// before the benchmark split it out.
+func kernelShare(w benchWindow) string {
+	if w.CPUSystemPercent == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", w.CPUSystemPercent)
 }

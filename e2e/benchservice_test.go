@@ -397,9 +397,12 @@ type benchResult struct {
 type benchWindow struct {
 	FromMinute, ToMinute float64
 	CPUPercent           float64 `json:"cpu_percent"`
-	RSSMaxBytes          uint64  `json:"rss_max_bytes"`
-	RSSEndBytes          uint64  `json:"rss_end_bytes"`
-	HWMBytes             uint64  `json:"hwm_bytes"`
+	// CPUSystemPercent is the part of CPUPercent spent in the kernel:
+	// syscalls, and the loopback network's work done on the prober's time.
+	CPUSystemPercent float64 `json:"cpu_system_percent,omitempty"`
+	RSSMaxBytes      uint64  `json:"rss_max_bytes"`
+	RSSEndBytes      uint64  `json:"rss_end_bytes"`
+	HWMBytes         uint64  `json:"hwm_bytes"`
 	// The largest sample's VmRSS split: anonymous memory (heap, stacks)
 	// and file-backed pages (the mapped binary), from /proc/<pid>/status.
 	RSSAnonBytes uint64 `json:"rss_anon_bytes,omitempty"`
@@ -720,8 +723,8 @@ func (b *bench) runCanaryScenario(t *testing.T, sc canaryScenario) *benchResult 
 		w := win.close(elapsed, cur, m)
 		res.Windows = append(res.Windows, w)
 		res.LoadDuring = append(res.LoadDuring, w.LoadMax)
-		t.Logf("%s: minutes %.1f-%.1f: CPU %.2f%%, RSS max %.1f MiB, HWM %.1f MiB, writes %.1f KB/s, PG sockets %d (sessions %d), Kafka %d per broker, sent %.0f, insert->commit p99 %s, prober_lag %.0f, insert failures %.0f",
-			sc.Name, w.FromMinute, w.ToMinute, w.CPUPercent, mib(w.RSSMaxBytes), mib(w.HWMBytes), w.WriteBytesPerSec/1000,
+		t.Logf("%s: minutes %.1f-%.1f: CPU %.2f%% (kernel %.2f%%), RSS max %.1f MiB, HWM %.1f MiB, writes %.1f KB/s, PG sockets %d (sessions %d), Kafka %d per broker, sent %.0f, insert->commit p99 %s, prober_lag %.0f, insert failures %.0f",
+			sc.Name, w.FromMinute, w.ToMinute, w.CPUPercent, w.CPUSystemPercent, mib(w.RSSMaxBytes), mib(w.HWMBytes), w.WriteBytesPerSec/1000,
 			w.PGSocketsMax, w.PGSessionsMax, w.KafkaPerBrokerMax, w.Sent, fmtSeconds(w.InsertCommitP99), w.ProberLag, w.InsertFailures)
 		if elapsed >= sc.Duration-time.Second/2 {
 			res.Statements = b.readStatements(t, m.sum(slo.MetricCanariesSent)-runStart.sum(slo.MetricCanariesSent))
@@ -779,6 +782,7 @@ func (b *bench) startProfiles(t *testing.T, tag, addr string) func() {
 type procSample struct {
 	at               time.Time
 	cpuTicks         uint64
+	systemTicks      uint64 // of cpuTicks, in the kernel
 	rss, hwm         uint64
 	rssAnon, rssFile uint64
 	writeBytes       uint64
@@ -802,6 +806,7 @@ func (b *bench) sampleProc(t *testing.T, pid int) procSample {
 		t.Fatalf("prober /proc/%d/stat: %v (did it exit? see its log in %s)", pid, err, b.dir)
 	}
 	s.cpuTicks = uint64(stat.UTime + stat.STime)
+	s.systemTicks = uint64(stat.STime)
 	status, err := p.NewStatus()
 	if err != nil {
 		t.Fatal(err)
@@ -909,6 +914,7 @@ func (a *windowAcc) close(elapsed time.Duration, last procSample, m benchMetrics
 	w.FromMinute, w.ToMinute = roundTenth(a.from.Minutes()), roundTenth(elapsed.Minutes())
 	secs := last.at.Sub(a.firstSample).Seconds()
 	w.CPUPercent = float64(last.cpuTicks-a.first.cpuTicks) / userHZ / secs * 100
+	w.CPUSystemPercent = float64(last.systemTicks-a.first.systemTicks) / userHZ / secs * 100
 	w.RSSEndBytes, w.HWMBytes = last.rss, last.hwm
 	w.Goroutines, w.HeapInuseBytes = m.sum("go_goroutines"), m.sum("go_memstats_heap_inuse_bytes")
 	w.WriteBytesPerSec = float64(last.writeBytes-a.first.writeBytes) / secs
