@@ -281,11 +281,12 @@ func BenchmarkPublishedRoundOf10Tables(b *testing.B) {
 	var cs []Canary
 	for i := range tables {
 		schema := fmt.Sprintf("r%d", i)
-		var id string
-		if err := pool.QueryRow(ctx, fmt.Sprintf("CREATE SCHEMA %[1]s; SET search_path TO %[1]s; %[2]s; RESET search_path;", schema, outboxsql.SchemaA)+
-			fmt.Sprintf("INSERT INTO %s.outbox (aggregate_type, aggregate_id, payload, published_at) SELECT 'o', 'k', '{}', now() FROM generate_series(1, 1000) RETURNING id::text", schema)).Scan(&id); err != nil {
+		if _, err := pool.Exec(ctx, fmt.Sprintf("CREATE SCHEMA %[1]s; SET search_path TO %[1]s; %[2]s; RESET search_path;"+
+			"INSERT INTO %[1]s.outbox (aggregate_type, aggregate_id, payload, published_at) SELECT 'o', 'k', '{}', now() FROM generate_series(1, 1000)",
+			schema, outboxsql.SchemaA)); err != nil {
 			b.Fatal(err)
 		}
+		const id = "500"
 		p := onTable(fmt.Sprintf("p%d", i), schema+".outbox", "id", "published_at")
 		whole.add(p, clock)
 		one := newPublishedDatabase(q, slog.New(slog.DiscardHandler))
