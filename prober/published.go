@@ -219,17 +219,19 @@ func (pd *publishedDatabase) readGroup(ctx context.Context, g *tableGroup, pendi
 	if n == 0 {
 		return nil
 	}
-	if g.alone == 0 {
+	// A group of one table is read by the table's own statement: its
+	// failure is that table's, like any table's read alone.
+	if g.alone == 0 && len(g.tables) > 1 {
 		args := make([]any, len(g.tables))
 		for i, t := range g.tables {
 			ids := pending[t.index]
 			if ids == nil {
-				ids = []string{} // an empty array, not NULL: the same plan shape
+				ids = []string{} // nothing to read there: an empty array, no row
 			}
 			args[i] = ids
 		}
 		err := pd.query(ctx, g.sql, args, byRow, found)
-		if err == nil || len(g.tables) == 1 || !tableFault(err) || ctx.Err() != nil {
+		if err == nil || !tableFault(err) || ctx.Err() != nil {
 			return err
 		}
 		g.alone = lookupFallbackRounds
@@ -237,7 +239,7 @@ func (pd *publishedDatabase) readGroup(ctx context.Context, g *tableGroup, pendi
 		pd.log.Warn("reading published_at of several outbox tables in one statement failed on one of them; reading them one by one",
 			"tables", len(g.tables), "rounds", lookupFallbackRounds, "err", postgres.Explain(err))
 	}
-	g.alone--
+	g.alone = max(0, g.alone-1)
 	for _, t := range g.tables {
 		ids := pending[t.index]
 		if len(ids) == 0 {

@@ -240,6 +240,18 @@ func TestABrokenTableIsReadAroundAndTheStatementTriedAgainLater(t *testing.T) {
 	if ps.pd.fallbacks != 1 {
 		t.Errorf("%d fallbacks counted, want still 1", ps.pd.fallbacks)
 	}
+
+	// A table of its own (a database of one table, or the last group's)
+	// is read alone already: its failure is its own canaries'.
+	if _, err := ps.pool.Exec(ctx, `ALTER TABLE "B"."Outbox" RENAME COLUMN "Published At" TO "Sent At"`); err != nil {
+		t.Fatal(err)
+	}
+	alone := newPublishedDatabase(ps.q, slog.New(slog.DiscardHandler))
+	alone.add(onTable("invoices", "B.Outbox", "Event ID", "Published At"), ps.clock)
+	found, err = alone.read(ctx, []Canary{invoice})
+	if err != nil || found["i1"].Unavailable == nil || alone.fallbacks != 0 {
+		t.Errorf("a broken table alone: %+v (%v), %d fallbacks; want its canary unavailable, no fallback", found, err, alone.fallbacks)
+	}
 }
 
 func TestADatabaseThatCannotBeReadAnswersNoCanaryAsMissing(t *testing.T) {
