@@ -2,39 +2,34 @@ package prober
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/outbox-canary/outbox-canary/internal/config"
-	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
 // Lookups: the judge of a pipeline whose publish stamp is the row's
 // published_at asks for it at a sweep, once due (the settle time after
 // arrival, then backing off; see judge.Config.LookupSettle). Every
-// pipeline on one outbox table hands its asks to the same Lookups, which
-// reads whatever was asked since its last round, of every pipeline, in one
-// statement of at most lookupBatchMax canaries, bounded by lookupTimeout,
-// and answers each tracker under its own lock. One goroutine per table, not
-// one per pipeline; one statement per table per round, not one per canary.
+// pipeline on one database hands its asks to the same Lookups, which reads
+// whatever was asked since its last round, of every pipeline and every
+// outbox table, in one call of at most lookupBatchMax canaries (one
+// statement for all the tables, see publishedDatabase), bounded by
+// lookupTimeout, and answers each tracker under its own lock. One
+// goroutine per database, not one per table or pipeline; one statement
+// per database per round, not one per table or canary.
 const (
 	lookupTimeout  = 2 * time.Second
 	lookupBatchMax = 1000
 )
 
 // DefaultLookupInterval is the least time between the starts of two rounds
-// of one table: a canary asked for while the table is idle is read at
-// once, one asked for sooner after the last round waits for the next, with
-// every other canary asked for meanwhile. A table then costs at most one
-// statement a second, whatever the number of pipelines on it: at 30
-// pipelines on a table at `@every 10s` (3 canaries a second) one statement
-// per 3 canaries instead of one each. A table of one pipeline at `@every
+// of one database: a canary asked for while the database is idle is read
+// at once, one asked for sooner after the last round waits for the next,
+// with every other canary asked for meanwhile. A database then costs at
+// most one statement a second, whatever the number of pipelines and
+// tables on it: at 30 pipelines at `@every 10s` (3 canaries a second) one
+// statement per 3 canaries instead of one each, at 10 pipelines on 10
+// tables at `@every 1s` one per 10. A database of one pipeline at `@every
 // 1s` keeps one per canary: its canaries come due a second apart.
 //
 // The wait delays the verdicts that need published_at, and the SLI events
@@ -44,12 +39,13 @@ const (
 // itself does not wait for it), some 4 s after arrival at worst, well
 // under a scrape interval (15 s and more). It lies between the settle time
 // and the judge's longest retry spacing (judge.LookupRetryMax, 10 s), so
-// the retries keep their order. A longer one would serve more canaries per statement only for
-// tables busier than one canary a second, at the price of later events.
+// the retries keep their order. A longer one would serve more canaries per
+// statement only for databases busier than one canary a second, at the
+// price of later events.
 const DefaultLookupInterval = time.Second
 
 // LookupFunc reads the looked-up stamps of a batch of canaries, of any of
-// the pipelines on one outbox table, in one statement. It returns what it
+// the pipelines on one database, in one call. It returns what it
 // found by canary id; a canary without an entry has no stamp (yet):
 // published_at still NULL, or the row gone. An error means it could not
 // look (the prober's own database down): every canary of the batch is
@@ -72,8 +68,8 @@ type LookupsOptions struct {
 	After func(time.Duration) <-chan time.Time
 }
 
-// Lookups reads the stamps the judges of the trackers on one outbox table
-// ask for, in rounds: see DefaultLookupInterval. Create it with
+// Lookups reads the stamps the judges of the trackers on one database ask
+// for, in rounds: see DefaultLookupInterval. Create it with
 // NewLookups, give it to each tracker (TrackerOptions.Lookups), run it with
 // Run.
 type Lookups struct {
@@ -93,7 +89,7 @@ type lookupAsk struct {
 	ids     []string
 }
 
-// NewLookups returns the lookups of one outbox table, not running yet.
+// NewLookups returns the lookups of one database, not running yet.
 func NewLookups(o LookupsOptions) *Lookups {
 	l := &Lookups{read: o.Read, interval: o.Interval, now: o.Now, after: o.After, ready: make(chan struct{}, 1)}
 	if l.interval == 0 {
@@ -203,89 +199,3 @@ func (l *Lookups) batch(ctx context.Context, cs []Canary, owners []*Tracker) {
 		i = j
 	}
 }
-
-// publishedTable reads published_at back from one outbox table for every
-// pipeline on it (same database, same table and columns): the LookupFunc
-// of its Lookups.
-type publishedTable struct {
-	pool *pgxpool.Pool
-	// sql reads the published_at of a batch of rows by primary key
-	// (publishedQuery); built once, as it runs on every round.
-	sql string
-	// clocks converts each pipeline's stamps with its own offset estimate.
-	clocks map[string]*DBClock
-	// lookups runs the rounds of the table, read by read.
-	lookups *Lookups
-}
-
-// lookupTableKey identifies the pipelines that share a publishedTable.
-type lookupTableKey struct {
-	pool *pgxpool.Pool // one per database (postgres.Pools)
-	sql  string
-}
-
-// publishedQuery reads the published_at of a batch of rows by primary
-// key. The ids go as a text array, which PostgreSQL takes as an array of
-// the id column's own type (bigint or uuid), so the primary key index is
-// used; they come back as text, as the sender's RETURNING gave them.
-func publishedQuery(p *config.Pipeline) string {
-	c := p.Outbox.Columns
-	return fmt.Sprintf("SELECT %s::text, %s FROM %s WHERE %s = ANY($1)",
-		postgres.QuoteIdent(c.ID), postgres.QuoteIdent(c.PublishedAt), postgres.QuoteTable(p.Outbox.Table), postgres.QuoteIdent(c.ID))
-}
-
-// read reads the rows of a batch of canaries back by primary key in one
-// query and converts the database times to the prober's clock with the
-// offset of each canary's pipeline, and its error bound. A row whose
-// published_at is still NULL (the relay's transaction has not committed)
-// or that is gone has no entry: the judge asks again. A failure (our own
-// database unreachable) is retried and never taken for a missing stamp; so
-// is a canary whose pipeline has no offset measured yet (Unavailable),
-// while the others are read.
-func (pt *publishedTable) read(ctx context.Context, cs []Canary) (map[string]LookupResult, error) {
-	found := map[string]LookupResult{}
-	type row struct {
-		canary string
-		off    ClockOffset
-	}
-	byRow := make(map[string]row, len(cs))
-	rowIDs := make([]string, 0, len(cs))
-	for _, c := range cs {
-		if c.RowID == "" {
-			continue
-		}
-		clock, ok := pt.clocks[c.Pipeline]
-		if !ok {
-			found[c.ID] = LookupResult{Unavailable: fmt.Errorf("pipeline %q: not on this outbox table", c.Pipeline)}
-			continue
-		}
-		off, ok := clock.Current()
-		if !ok {
-			found[c.ID] = LookupResult{Unavailable: errClockUnmeasured}
-			continue
-		}
-		byRow[c.RowID] = row{canary: c.ID, off: off}
-		rowIDs = append(rowIDs, c.RowID)
-	}
-	if len(rowIDs) == 0 {
-		return found, nil
-	}
-	rows, err := pt.pool.Query(ctx, pt.sql, rowIDs)
-	if err != nil {
-		return nil, fmt.Errorf("read published_at of %d rows: %w", len(rowIDs), err)
-	}
-	var rowID string
-	var published *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&rowID, &published}, func() error {
-		if r, ok := byRow[rowID]; ok && published != nil {
-			found[r.canary] = LookupResult{Stamps: map[string]time.Time{config.StampPublish: r.off.ToLocal(*published)}, ErrorBound: r.off.Error}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read published_at of %d rows: %w", len(rowIDs), err)
-	}
-	return found, nil
-}
-
-var errClockUnmeasured = errors.New("database clock offset not measured yet")

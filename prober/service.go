@@ -111,12 +111,13 @@ type Service struct {
 	log      *slog.Logger
 	pipes    []*pipelineRunner
 	dbs      []*database // one per distinct database, in configuration order
-	// tables: each outbox table read back by the pipelines on it whose
-	// publish stamp is the row's published_at; lookups, their rounds, in
-	// the order of their first pipeline, one goroutine each.
-	tables  map[lookupTableKey]*publishedTable
-	lookups []*Lookups
-	started time.Time
+	// published: the outbox tables of each database read back by the
+	// pipelines on them whose publish stamp is the row's published_at;
+	// lookups, their rounds, in the order of their first pipeline, one
+	// goroutine per database.
+	published map[*pgxpool.Pool]*publishedDatabase
+	lookups   []*Lookups
+	started   time.Time
 	// conns are the pools and Kafka connections; closed by the service
 	// only when it opened them (ownConns).
 	conns     *Connections
@@ -140,7 +141,7 @@ type pipelineRunner struct {
 	consumer *Consumer
 	log      *slog.Logger
 	// lookups reads published_at back for this pipeline and the others
-	// on its outbox table; nil when the publish stamp is not published_at.
+	// on its database; nil when the publish stamp is not published_at.
 	// Tests replace its read to play the database.
 	lookups *Lookups
 }
@@ -210,7 +211,7 @@ func New(o Options) (*Service, error) {
 		}
 	}
 	s := &Service{opts: o, instance: instance, metrics: metrics, signer: signer, now: o.Now, log: o.Logger, started: o.Now(),
-		conns: o.Connections, tables: map[lookupTableKey]*publishedTable{}}
+		conns: o.Connections, published: map[*pgxpool.Pool]*publishedDatabase{}}
 	if s.conns == nil {
 		if s.conns, err = OpenConnections(context.Background(), pipelines); err != nil {
 			return nil, err
@@ -270,7 +271,7 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string, dbs map[*pgxp
 	db := dbs[pool]
 	pr := &pipelineRunner{p: p, pool: pool, db: db, clock: db.clock, log: log}
 	if p.Relay.PublishedStamp == config.PublishedFromColumn {
-		pr.lookups = s.lookupsOf(p, pool, pr.clock)
+		pr.lookups = s.lookupsOf(p, pool, pr.clock, db.log)
 	}
 
 	statePath := ""
@@ -300,20 +301,18 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string, dbs map[*pgxp
 	return pr, nil
 }
 
-// lookupsOf returns the lookups of the pipeline's outbox table, shared
-// with the pipelines before it on the same database, table and columns,
-// and adds the pipeline's clock to the table's.
-func (s *Service) lookupsOf(p *config.Pipeline, pool *pgxpool.Pool, clock *DBClock) *Lookups {
-	key := lookupTableKey{pool: pool, sql: publishedQuery(p)}
-	pt, ok := s.tables[key]
+// lookupsOf returns the lookups of the pipeline's database, shared with
+// the pipelines before it on the same database, and adds the pipeline's
+// outbox table and clock to the database's.
+func (s *Service) lookupsOf(p *config.Pipeline, pool *pgxpool.Pool, clock *DBClock, log *slog.Logger) *Lookups {
+	pd, ok := s.published[pool]
 	if !ok {
-		pt = &publishedTable{pool: pool, sql: key.sql, clocks: map[string]*DBClock{}}
-		pt.lookups = NewLookups(LookupsOptions{Read: pt.read})
-		s.tables[key] = pt
-		s.lookups = append(s.lookups, pt.lookups)
+		pd = newPublishedDatabase(pool, log)
+		s.published[pool] = pd
+		s.lookups = append(s.lookups, pd.lookups)
 	}
-	pt.clocks[p.Name] = clock
-	return pt.lookups
+	pd.add(p, clock)
+	return pd.lookups
 }
 
 // Close releases the connections the service opened itself, of a service
