@@ -291,17 +291,20 @@ func (c *Consumer) check(ctx context.Context, wg *sync.WaitGroup) error {
 	if len(partitions) == 0 {
 		return fmt.Errorf("topic %s: no partitions (does it exist?)", c.p.Kafka.Topic)
 	}
-	stored := c.tracker.StartOffsets()
 	// One partition that cannot be started must not keep the others from
 	// being read: each is tried, the failures are reported together and
 	// retried on the next check.
 	var errs []error
+	var stored map[int]int64 // read once a partition needs a reader
 	for _, part := range partitions {
 		c.mu.Lock()
 		running := c.readers[part.ID]
 		c.mu.Unlock()
 		if running {
 			continue
+		}
+		if stored == nil {
+			stored = c.tracker.StartOffsets()
 		}
 		start, ok := stored[part.ID]
 		start, ok, err := c.startOffset(ctx, part, start, ok)
