@@ -62,13 +62,19 @@ func (s ByName[V]) Has(name string) bool {
 }
 
 // Set sets the value of name.
-func (s *ByName[V]) Set(name string, v V) { *s.add(name) = v }
+func (s *ByName[V]) Set(name string, v V) { *s.add(name, 0) = v }
 
 // add returns the value of name, inserting a zero value in its place if
-// there was none. The pointer is good until the next insertion.
-func (s *ByName[V]) add(name string) *V {
+// there was none. An insertion that needs more room makes room for most
+// entries at once, the most the caller will add (rather than doubling,
+// which would leave unused room for a remembered canary's life). The
+// pointer is good until the next insertion.
+func (s *ByName[V]) add(name string, most int) *V {
 	i, ok := s.search(name)
 	if !ok {
+		if len(*s) == cap(*s) {
+			*s = slices.Grow(*s, max(most-len(*s), 1))
+		}
 		*s = slices.Insert(*s, i, Named[V]{Name: name})
 	}
 	return &(*s)[i].Value

@@ -30,7 +30,7 @@ func TestByNameIsEncodedAndDecodedAsTheMapItStandsFor(t *testing.T) {
 			if at, ok := stamps[names[name]]; ok {
 				s.Set(names[name], at)
 				s.Set(names[name], at) // set twice: still one entry
-				*v.add(names[name]) = *verdicts[names[name]]
+				*v.add(names[name], 0) = *verdicts[names[name]]
 			}
 		}
 		checkByName(t, i, s, stamps)

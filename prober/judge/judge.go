@@ -498,15 +498,9 @@ func (j *Judge) addStamp(c *Canary, name string, t time.Time, errBound time.Dura
 	}
 	// Room for every stamp the canary can get: one allocation, not one
 	// per stamp.
-	if c.Stamps == nil {
-		c.Stamps = make(ByName[time.Time], 0, len(j.cfg.Plan.Middle()))
-	}
-	c.Stamps.Set(name, t)
+	*c.Stamps.add(name, len(j.cfg.Plan.Middle())) = t
 	if errBound > 0 {
-		if c.StampError == nil {
-			c.StampError = make(ByName[time.Duration], 0, len(j.cfg.Plan.Lookup))
-		}
-		c.StampError.Set(name, errBound)
+		*c.StampError.add(name, len(j.cfg.Plan.Lookup)) = errBound
 	}
 	j.touch(c)
 }

@@ -115,13 +115,10 @@ type Canary struct {
 }
 
 // verdict returns the segment's verdict to be set, adding an empty one
-// (room for every segment of the plan, segments, at the first). The
+// (with room for every segment of the plan, segments, at the first). The
 // pointer is good until the next verdict added.
 func (c *Canary) verdict(segment string, segments int) *Verdict {
-	if c.Verdicts == nil {
-		c.Verdicts = make(ByName[Verdict], 0, segments)
-	}
-	return c.Verdicts.add(segment)
+	return c.Verdicts.add(segment, segments)
 }
 
 // stampError is the error bound of a stamp, 0 when it has none.
