@@ -478,12 +478,13 @@ func BenchmarkJournalRecordEncoding(b *testing.B) {
 		b.Fatal(err)
 	}
 	final := func(id string) *judge.Canary {
-		v := func() *judge.Verdict { return &judge.Verdict{Outcome: judge.Good, At: at, Observed: true} }
+		v := func() judge.Verdict { return judge.Verdict{Outcome: judge.Good, At: at, Observed: true} }
 		return &judge.Canary{ID: id, Seq: 1, Key: "canary-key", RowID: "1000001", InsertStarted: at, CommitSent: at, Committed: at,
-			Stamps: map[string]time.Time{"publish": at, "read": at}, StampError: map[string]time.Duration{"publish": time.Millisecond},
+			Stamps: judge.ByName[time.Time]{{Name: "publish", Value: at}, {Name: "read", Value: at}}, StampError: judge.ByName[time.Duration]{{Name: "publish", Value: time.Millisecond}},
 			Arrived: true, Consumed: at, Offset: 1, Final: true, FinalAt: at,
-			Verdicts: map[string]*judge.Verdict{"insert_to_commit": v(), "commit_to_read": v(), "read_to_publish": v(), "publish_to_consume": v(), "end_to_end": v()},
-			Lookup:   judge.Lookup{Due: at, Attempts: 1}}
+			Verdicts: judge.ByName[judge.Verdict]{{Name: "commit_to_read", Value: v()}, {Name: "end_to_end", Value: v()}, {Name: "insert_to_commit", Value: v()},
+				{Name: "publish_to_consume", Value: v()}, {Name: "read_to_publish", Value: v()}},
+			Lookup: judge.Lookup{Due: at, Attempts: 1}}
 	}
 	committed := []committedCanary{{ID: "019ad2c4-0000-7000-8001-000000000001", Seq: 1, Key: "canary-key", RowID: "1000001",
 		InsertStarted: at, CommitSent: at, Committed: at}}
@@ -523,13 +524,14 @@ func BenchmarkSnapshotEncoding(b *testing.B) {
 	st := judge.State{Canaries: map[string]*judge.Canary{}, Next: map[int]int64{0: 7, 1: 8, 2: 9}, LastSeq: map[string]uint64{"canary-key": 600},
 		AliveAt: at, LastSent: at, LastReceived: at, LastSuccess: at}
 	for i := range 600 {
-		v := func() *judge.Verdict { return &judge.Verdict{Outcome: judge.Good, At: at, Observed: true} }
+		v := func() judge.Verdict { return judge.Verdict{Outcome: judge.Good, At: at, Observed: true} }
 		id := fmt.Sprintf("019ad2c4-0000-7000-8001-%012d", i)
 		st.Canaries[id] = &judge.Canary{ID: id, Seq: uint64(i), Key: "canary-key", RowID: strconv.Itoa(1_000_000 + i), InsertStarted: at, CommitSent: at, Committed: at,
-			Stamps: map[string]time.Time{"publish": at, "read": at}, StampError: map[string]time.Duration{"publish": time.Millisecond},
+			Stamps: judge.ByName[time.Time]{{Name: "publish", Value: at}, {Name: "read", Value: at}}, StampError: judge.ByName[time.Duration]{{Name: "publish", Value: time.Millisecond}},
 			Arrived: true, Consumed: at, Offset: int64(i), Final: true, FinalAt: at,
-			Verdicts: map[string]*judge.Verdict{"insert_to_commit": v(), "commit_to_read": v(), "read_to_publish": v(), "publish_to_consume": v(), "end_to_end": v()},
-			Lookup:   judge.Lookup{Due: at, Attempts: 1}}
+			Verdicts: judge.ByName[judge.Verdict]{{Name: "commit_to_read", Value: v()}, {Name: "end_to_end", Value: v()}, {Name: "insert_to_commit", Value: v()},
+				{Name: "publish_to_consume", Value: v()}, {Name: "read_to_publish", Value: v()}},
+			Lookup: judge.Lookup{Due: at, Attempts: 1}}
 	}
 	f := &stateFile{Version: stateVersion, Pipeline: "orders", Instance: "bench", Generation: "00000000000000aa", Judge: &st}
 	meta := st.Meta()

@@ -11,7 +11,8 @@ import (
 
 // appendCanary appends a canary's record as encoding/json encodes it
 // (judge.Canary's fields in their order, with their names, omitempty and
-// omitzero, map keys sorted), without reflection: a batch encodes every
+// omitzero, map keys sorted: a judge.ByName is kept sorted and encoded as
+// that map), without reflection: a batch encodes every
 // canary it writes, and json.Marshal was most of its CPU.
 // TestCanaryRecordsAreEncodedAsJSONMarshalEncodesThem holds it to
 // json.Marshal on random canaries whose every field is filled by
@@ -27,12 +28,12 @@ func appendCanary(b []byte, c *judge.Canary) ([]byte, error) {
 	}
 	if len(c.Stamps) > 0 {
 		b = append(b, `,"stamps":{`...)
-		for i, k := range sortedKeys(c.Stamps) {
+		for i, e := range c.Stamps {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
-			if b, err = appendTimeField(b, ":", c.Stamps[k]); err != nil {
+			b = appendJSONString(b, e.Name)
+			if b, err = appendTimeField(b, ":", e.Value); err != nil {
 				return b, err
 			}
 		}
@@ -40,25 +41,25 @@ func appendCanary(b []byte, c *judge.Canary) ([]byte, error) {
 	}
 	if len(c.StampError) > 0 {
 		b = append(b, `,"stamp_error":{`...)
-		for i, k := range sortedKeys(c.StampError) {
+		for i, e := range c.StampError {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
+			b = appendJSONString(b, e.Name)
 			b = append(b, ':')
-			b = strconv.AppendInt(b, int64(c.StampError[k]), 10)
+			b = strconv.AppendInt(b, int64(e.Value), 10)
 		}
 		b = append(b, '}')
 	}
 	if len(c.Invalid) > 0 {
 		b = append(b, `,"invalid":{`...)
-		for i, k := range sortedKeys(c.Invalid) {
+		for i, e := range c.Invalid {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
+			b = appendJSONString(b, e.Name)
 			b = append(b, ':')
-			b = appendJSONString(b, c.Invalid[k])
+			b = appendJSONString(b, e.Value)
 		}
 		b = append(b, '}')
 	}
@@ -98,13 +99,13 @@ func appendCanary(b []byte, c *judge.Canary) ([]byte, error) {
 	}
 	if len(c.Verdicts) > 0 {
 		b = append(b, `,"verdicts":{`...)
-		for i, k := range sortedKeys(c.Verdicts) {
+		for i := range c.Verdicts {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
+			b = appendJSONString(b, c.Verdicts[i].Name)
 			b = append(b, ':')
-			if b, err = appendVerdict(b, c.Verdicts[k]); err != nil {
+			if b, err = appendVerdict(b, &c.Verdicts[i].Value); err != nil {
 				return b, err
 			}
 		}

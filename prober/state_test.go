@@ -448,7 +448,7 @@ func TestAJournalRecordIsEncodedAsJSONMarshalEncodesIt(t *testing.T) {
 	at := time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
 	meta := judge.State{Next: map[int]int64{0: 7, 2: 9}, LastSeq: map[string]uint64{"k": 3}, AliveAt: at, LastSent: at.Add(-time.Second)}
 	canary := &judge.Canary{ID: "019ad2c4-0000-7000-8001-000000000001", Seq: 1, Key: "k", Committed: at, Arrived: true,
-		Stamps: map[string]time.Time{"publish": at, "read": at}, Verdicts: map[string]*judge.Verdict{"end_to_end": {Outcome: "good", At: at}}}
+		Stamps: judge.ByName[time.Time]{{Name: "publish", Value: at}, {Name: "read", Value: at}}, Verdicts: judge.ByName[judge.Verdict]{{Name: "end_to_end", Value: judge.Verdict{Outcome: "good", At: at}}}}
 	cases := []struct {
 		name string
 		rec  journalRecord

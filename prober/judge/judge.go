@@ -418,7 +418,7 @@ func (j *Judge) arrived(c *Canary, a Arrival) Kind {
 	}
 	j.st.LastReceived = a.Consumed
 	j.judgeArrived(c, a.Consumed)
-	if v, ok := c.Verdicts[e2e.Name]; ok && v.Outcome == Good {
+	if v := c.Verdicts.find(e2e.Name); v != nil && v.Outcome == Good {
 		j.st.LastSuccess = a.Consumed
 	}
 	if j.lookupWanted(c) {
@@ -473,10 +473,10 @@ func (j *Judge) addStamp(c *Canary, name string, t time.Time, errBound time.Dura
 	if j.cfg.Plan.index(name) <= 0 || name == StampConsume {
 		return
 	}
-	if _, known := c.Stamps[name]; known {
+	if c.Stamps.Has(name) {
 		return // segments may already have been judged against it
 	}
-	if _, bad := c.Invalid[name]; bad {
+	if c.Invalid.Has(name) {
 		return
 	}
 	upper := now
@@ -491,23 +491,16 @@ func (j *Judge) addStamp(c *Canary, name string, t time.Time, errBound time.Dura
 		reason = InvalidAfterConsume
 	}
 	if reason != "" {
-		if c.Invalid == nil {
-			c.Invalid = map[string]string{}
-		}
-		c.Invalid[name] = reason
+		c.Invalid.Set(name, reason)
 		j.emit(Effect{Kind: EffectStampInvalid, Canary: c.ID, Stamp: name, Reason: reason})
 		j.touch(c)
 		return
 	}
-	if c.Stamps == nil {
-		c.Stamps = map[string]time.Time{}
-	}
-	c.Stamps[name] = t
+	// Room for every stamp the canary can get: one allocation, not one
+	// per stamp.
+	*c.Stamps.add(name, len(j.cfg.Plan.Middle())) = t
 	if errBound > 0 {
-		if c.StampError == nil {
-			c.StampError = map[string]time.Duration{}
-		}
-		c.StampError[name] = errBound
+		*c.StampError.add(name, len(j.cfg.Plan.Lookup)) = errBound
 	}
 	j.touch(c)
 }
@@ -516,8 +509,8 @@ func (j *Judge) addStamp(c *Canary, name string, t time.Time, errBound time.Dura
 // invalid).
 func (j *Judge) lookupWanted(c *Canary) bool {
 	for s := range j.cfg.Plan.Lookup {
-		_, known := c.Stamps[s]
-		_, bad := c.Invalid[s]
+		known := c.Stamps.Has(s)
+		bad := c.Invalid.Has(s)
 		if !known && !bad {
 			return true
 		}
@@ -655,7 +648,7 @@ func (j *Judge) point(c *Canary, stamp string) (time.Time, bool) {
 	case StampConsume:
 		return c.Consumed, c.Arrived
 	}
-	t, ok := c.Stamps[stamp]
+	t, ok := c.Stamps.Get(stamp)
 	return t, ok
 }
 
@@ -684,7 +677,7 @@ func (j *Judge) measure(c *Canary, s Segment) measurement {
 		if _, ok := j.point(c, st); ok {
 			continue
 		}
-		if _, bad := c.Invalid[st]; bad {
+		if c.Invalid.Has(st) {
 			return measurement{status: mUnjudged, reason: ReasonInvalidStamp}
 		}
 		if j.cfg.Plan.Lookup[st] && !c.Final {
@@ -698,7 +691,7 @@ func (j *Judge) measure(c *Canary, s Segment) measurement {
 	a, _ := j.effPoint(c, s.From)
 	b, _ := j.effPoint(c, s.To)
 	d := b.Sub(a)
-	tol := j.cfg.SkewTolerance + c.StampError[s.From] + c.StampError[s.To]
+	tol := j.cfg.SkewTolerance + c.stampError(s.From) + c.stampError(s.To)
 	if d >= -tol && (j.skewed(c, s.From) || j.skewed(c, s.To)) {
 		// A stamp whose clock contradicts its neighbour measures nothing
 		// on either side of it.
@@ -734,7 +727,7 @@ func (j *Judge) skewed(c *Canary, stamp string) bool {
 		return false
 	}
 	i := p.index(stamp)
-	if prev := j.knownBefore(c, stamp); prev.Sub(t) > j.cfg.SkewTolerance+c.StampError[stamp] {
+	if prev := j.knownBefore(c, stamp); prev.Sub(t) > j.cfg.SkewTolerance+c.stampError(stamp) {
 		return true
 	}
 	for k := i + 1; k < len(p.Stamps); k++ {
@@ -745,7 +738,7 @@ func (j *Judge) skewed(c *Canary, stamp string) bool {
 		if p.AfterEvent[p.Stamps[k]] {
 			continue // a late stamp bounds nothing from below
 		}
-		return t.Sub(n) > j.cfg.SkewTolerance+c.StampError[stamp]+c.StampError[p.Stamps[k]]
+		return t.Sub(n) > j.cfg.SkewTolerance+c.stampError(stamp)+c.stampError(p.Stamps[k])
 	}
 	return false
 }
@@ -776,13 +769,13 @@ func (j *Judge) late(c *Canary, stamp string) bool {
 	if !ok || !okN {
 		return false
 	}
-	return t.Sub(n) > j.cfg.SkewTolerance+c.StampError[stamp]
+	return t.Sub(n) > j.cfg.SkewTolerance+c.stampError(stamp)
 }
 
 // judgeArrived judges every segment of an arrived canary its stamps decide.
 func (j *Judge) judgeArrived(c *Canary, now time.Time) {
 	for _, s := range j.cfg.Plan.Segments() {
-		if c.decided(s.Name) && c.verdict(s.Name).Observed {
+		if c.decided(s.Name) && j.verdict(c, s.Name).Observed {
 			continue
 		}
 		m := j.measure(c, s)
@@ -817,7 +810,7 @@ func (j *Judge) judgeArrived(c *Canary, now time.Time) {
 				}
 			}
 		case mOrder:
-			if !c.verdict(s.Name).Observed {
+			if !j.verdict(c, s.Name).Observed {
 				j.emit(Effect{Kind: EffectStampOrder, Canary: c.ID, Segment: s.Name, Duration: m.duration})
 			}
 			j.markObserved(c, s)
@@ -836,7 +829,7 @@ func (j *Judge) judgeArrived(c *Canary, now time.Time) {
 				}
 			}
 		case mSkew:
-			if !c.verdict(s.Name).Observed && m.duration < 0 {
+			if !j.verdict(c, s.Name).Observed && m.duration < 0 {
 				j.emit(Effect{Kind: EffectSkew, Canary: c.ID, Segment: s.Name, Duration: m.duration})
 			}
 			j.markObserved(c, s)
@@ -853,7 +846,7 @@ func (j *Judge) judgeArrived(c *Canary, now time.Time) {
 
 // observe records a segment's duration once.
 func (j *Judge) observe(c *Canary, s Segment, d time.Duration) {
-	v := c.verdict(s.Name)
+	v := j.verdict(c, s.Name)
 	if v.Observed {
 		return
 	}
@@ -863,15 +856,20 @@ func (j *Judge) observe(c *Canary, s Segment, d time.Duration) {
 }
 
 func (j *Judge) markObserved(c *Canary, s Segment) {
-	if v := c.verdict(s.Name); !v.Observed {
+	if v := j.verdict(c, s.Name); !v.Observed {
 		v.Observed = true
 		j.touch(c)
 	}
 }
 
+// verdict returns a segment's verdict to be set (see Canary.verdict).
+func (j *Judge) verdict(c *Canary, segment string) *Verdict {
+	return c.verdict(segment, len(j.cfg.Plan.Chain)+2) // the chain, insert_to_commit and end_to_end
+}
+
 // decide sets a segment's outcome once and emits it.
 func (j *Judge) decide(c *Canary, segment, outcome, reason string, at time.Time) {
-	v := c.verdict(segment)
+	v := j.verdict(c, segment)
 	if v.Outcome != "" {
 		return
 	}
@@ -890,8 +888,8 @@ func (j *Judge) finalize(c *Canary, now time.Time) {
 	delete(j.lookupsAsked, c.ID)
 	if c.Arrived {
 		for _, st := range j.cfg.Plan.Middle() {
-			_, known := c.Stamps[st]
-			_, bad := c.Invalid[st]
+			known := c.Stamps.Has(st)
+			bad := c.Invalid.Has(st)
 			unread := j.cfg.Plan.Lookup[st] && (c.Lookup.Unavailable || c.Lookup.Attempts == 0)
 			if !known && !bad && !unread {
 				j.emit(Effect{Kind: EffectStampMissing, Canary: c.ID, Stamp: st})
@@ -927,17 +925,17 @@ func (j *Judge) finalize(c *Canary, now time.Time) {
 // contradicts is not progress).
 func (j *Judge) entered(c *Canary) int {
 	for i, s := range j.cfg.Plan.Chain {
-		if v, ok := c.Verdicts[s.Name]; ok && v.Outcome == Bad {
+		if v := c.Verdicts.find(s.Name); v != nil && v.Outcome == Bad {
 			return i
 		}
 	}
 	furthest := 0
 	for i, s := range j.cfg.Plan.Chain {
-		t, ok := c.Stamps[s.To]
+		t, ok := c.Stamps.Get(s.To)
 		if !ok {
 			continue
 		}
-		if s.To == StampPublish && j.pos.caughtUpAsOf.After(t.Add(c.StampError[s.To])) {
+		if s.To == StampPublish && j.pos.caughtUpAsOf.After(t.Add(c.stampError(s.To))) {
 			continue
 		}
 		furthest = max(furthest, i+1)
@@ -1014,8 +1012,8 @@ func (j *Judge) blame(c *Canary, now time.Time) {
 	// canary is known to have passed, and when at the latest.
 	last, lastAt := 0, c.Committed
 	for i := 1; i <= pub; i++ {
-		if t, ok := c.Stamps[p.Stamps[i]]; ok {
-			last, lastAt = i, t.Add(c.StampError[p.Stamps[i]])
+		if t, ok := c.Stamps.Get(p.Stamps[i]); ok {
+			last, lastAt = i, t.Add(c.stampError(p.Stamps[i]))
 		}
 	}
 	if j.cfg.mutation == "first_unstamped" {
@@ -1082,7 +1080,7 @@ func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 	// its deadline, the publish moment being unknown.
 	lagDeadline := deadlineOf(p.EndToEnd, c.Committed)
 	for _, s := range p.Chain {
-		if v, ok := c.Verdicts[s.Name]; ok && v.Outcome == Bad {
+		if v := c.Verdicts.find(s.Name); v != nil && v.Outcome == Bad {
 			if s.Name == consume.Name {
 				return s.Name, lagDeadline
 			}
@@ -1098,8 +1096,8 @@ func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 	pub := p.index(StampPublish)
 	last, lastAt := 0, c.Committed
 	for i := 1; i <= pub; i++ {
-		if t, ok := c.Stamps[p.Stamps[i]]; ok {
-			last, lastAt = i, t.Add(c.StampError[p.Stamps[i]])
+		if t, ok := c.Stamps.Get(p.Stamps[i]); ok {
+			last, lastAt = i, t.Add(c.stampError(p.Stamps[i]))
 		}
 	}
 	if last == pub {
@@ -1117,14 +1115,14 @@ func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 // counts it: COMMIT returned, or the stamp with its error bound; a stamp
 // only the message carries counts from the latest known one before it.
 func (j *Judge) startOf(c *Canary, stamp string) time.Time {
-	if t, ok := c.Stamps[stamp]; ok {
-		return t.Add(c.StampError[stamp])
+	if t, ok := c.Stamps.Get(stamp); ok {
+		return t.Add(c.stampError(stamp))
 	}
 	at := c.Committed
 	for i := 1; i < j.cfg.Plan.index(stamp); i++ {
 		name := j.cfg.Plan.Stamps[i]
-		if t, ok := c.Stamps[name]; ok {
-			at = t.Add(c.StampError[name])
+		if t, ok := c.Stamps.Get(name); ok {
+			at = t.Add(c.stampError(name))
 		}
 	}
 	return at
@@ -1161,9 +1159,7 @@ func (j *Judge) View(c *Canary) []SegmentView {
 	var out []SegmentView
 	for _, s := range j.cfg.Plan.All() {
 		v := SegmentView{Segment: s}
-		if vd, ok := c.Verdicts[s.Name]; ok {
-			v.Verdict = *vd
-		}
+		v.Verdict, _ = c.Verdicts.Get(s.Name)
 		switch {
 		case s.Name == j.cfg.Plan.Insert.Name:
 			v.Measured, v.Duration = true, c.Committed.Sub(c.InsertStarted)

@@ -87,12 +87,12 @@ type Canary struct {
 	Committed     time.Time `json:"committed"`
 
 	// Stamps holds the middle stamps learnt so far, on the prober clock,
-	// and StampError the error bound of each (published_at: the database
-	// clock offset's).
-	Stamps     map[string]time.Time     `json:"stamps,omitempty"`
-	StampError map[string]time.Duration `json:"stamp_error,omitempty"`
-	// Invalid names stamps that were received but implausible.
-	Invalid map[string]string `json:"invalid,omitempty"`
+	// and StampError the error bound of each that has one (published_at:
+	// the database clock offset's).
+	Stamps     ByName[time.Time]     `json:"stamps,omitempty"`
+	StampError ByName[time.Duration] `json:"stamp_error,omitempty"`
+	// Invalid names stamps that were received but implausible, and why.
+	Invalid ByName[string] `json:"invalid,omitempty"`
 
 	Arrived   bool      `json:"arrived,omitempty"`
 	Consumed  time.Time `json:"consumed,omitzero"`
@@ -108,26 +108,29 @@ type Canary struct {
 	Final   bool      `json:"final,omitempty"`
 	FinalAt time.Time `json:"final_at,omitzero"`
 
-	Verdicts map[string]*Verdict `json:"verdicts,omitempty"`
-	Lookup   Lookup              `json:"lookup,omitzero"`
+	// Verdicts holds a verdict for each segment the judge has looked at,
+	// by segment name.
+	Verdicts ByName[Verdict] `json:"verdicts,omitempty"`
+	Lookup   Lookup          `json:"lookup,omitzero"`
 }
 
-func (c *Canary) verdict(segment string) *Verdict {
-	if c.Verdicts == nil {
-		c.Verdicts = map[string]*Verdict{}
-	}
-	v, ok := c.Verdicts[segment]
-	if !ok {
-		v = &Verdict{}
-		c.Verdicts[segment] = v
-	}
-	return v
+// verdict returns the segment's verdict to be set, adding an empty one
+// (with room for every segment of the plan, segments, at the first). The
+// pointer is good until the next verdict added.
+func (c *Canary) verdict(segment string, segments int) *Verdict {
+	return c.Verdicts.add(segment, segments)
+}
+
+// stampError is the error bound of a stamp, 0 when it has none.
+func (c *Canary) stampError(stamp string) time.Duration {
+	d, _ := c.StampError.Get(stamp)
+	return d
 }
 
 // decided reports whether a segment's outcome is set.
 func (c *Canary) decided(segment string) bool {
-	v, ok := c.Verdicts[segment]
-	return ok && v.Outcome != ""
+	v := c.Verdicts.find(segment)
+	return v != nil && v.Outcome != ""
 }
 
 // Interval is a span of time: a downtime of the prober, a streak of
