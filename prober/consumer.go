@@ -182,13 +182,13 @@ func (c *Consumer) setHealth(ok bool, reason string) {
 // soon after a deadline the judge can tell which side of publish a missing
 // canary is on. It comes from the high watermarks the fetches carry
 // (kafkaclient.Mark), so it costs no request; an idle fetch returns every
-// kafkaclient.FetchMaxWait. Service.samplePositions reports every
-// pipeline's on one timer.
+// kafkaclient.FetchMaxWait. The service reports every pipeline's on one
+// timer.
 const positionInterval = kafkaclient.FetchMaxWait
 
 // samplePositionOnce reports the readers' position to the tracker unless
-// it is no newer than the one reported last. Only Service.samplePositions
-// calls it, from one goroutine.
+// it is no newer than the one reported last. Only the service's position
+// loop calls it, from one goroutine.
 func (c *Consumer) samplePositionOnce() {
 	c.lastPosition = c.samplePosition(c.lastPosition)
 }

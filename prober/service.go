@@ -451,7 +451,9 @@ func (s *Service) run(ctx context.Context, flush bool) error {
 		wg.Go(func() { l.Run(ctx) })
 	}
 	wg.Go(func() { s.sweep(ctx, s.opts.SweepInterval) })
-	wg.Go(func() { s.samplePositions(ctx) })
+	wg.Go(func() {
+		s.forEachPipelineEvery(ctx, positionInterval, func(pr *pipelineRunner) { pr.consumer.samplePositionOnce() })
+	})
 	if c != nil {
 		c.Start()
 	}
@@ -516,31 +518,20 @@ func (s *Service) newCron(sendCtx context.Context) (*cron.Cron, error) {
 	return c, nil
 }
 
-// samplePositions reports every pipeline's reader position each
-// positionInterval, on one timer for the whole service: at 300 pipelines a
-// ticker per pipeline woke the scheduler 600 times a second for work that
-// takes microseconds.
-func (s *Service) samplePositions(ctx context.Context) {
-	t := time.NewTicker(positionInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			for _, pr := range s.pipes {
-				pr.consumer.samplePositionOnce()
-			}
-		}
-	}
+// sweep resolves every pipeline's deadlines and lost canaries on a short
+// tick, so that a stall is counted within a tick of its deadline. A
+// tracker's sweep costs its canaries not final, and a write when a batch
+// of its changes is due.
+func (s *Service) sweep(ctx context.Context, every time.Duration) {
+	s.forEachPipelineEvery(ctx, every, func(pr *pipelineRunner) { pr.tracker.Sweep() })
 }
 
-// sweep resolves every pipeline's deadlines and lost canaries on one
-// short tick, so that a stall is counted within a tick of its deadline: one
-// timer waking one goroutine for the whole service rather than one per
-// pipeline. A tracker's sweep costs its canaries not final, and a write
-// when a batch of its changes is due.
-func (s *Service) sweep(ctx context.Context, every time.Duration) {
+// forEachPipelineEvery calls do for every pipeline, one after the other,
+// every interval until ctx is done: one timer waking one goroutine for the
+// whole service rather than one per pipeline, for work of microseconds a
+// pipeline (the sweep, the readers' positions), where at 300 pipelines
+// the wakeups cost more than the work.
+func (s *Service) forEachPipelineEvery(ctx context.Context, every time.Duration, do func(*pipelineRunner)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -549,7 +540,7 @@ func (s *Service) sweep(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 			for _, pr := range s.pipes {
-				pr.tracker.Sweep()
+				do(pr)
 			}
 		}
 	}
