@@ -2,6 +2,7 @@ package prober
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -26,43 +27,17 @@ func appendCanary(b []byte, c *judge.Canary) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
-	if len(c.Stamps) > 0 {
-		b = append(b, `,"stamps":{`...)
-		for i, e := range c.Stamps {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, e.Name)
-			if b, err = appendTimeField(b, ":", e.Value); err != nil {
-				return b, err
-			}
-		}
-		b = append(b, '}')
+	if b, err = appendByName(b, `,"stamps":`, c.Stamps, func(b []byte, t time.Time) ([]byte, error) {
+		return appendTimeField(b, "", t)
+	}); err != nil {
+		return b, err
 	}
-	if len(c.StampError) > 0 {
-		b = append(b, `,"stamp_error":{`...)
-		for i, e := range c.StampError {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, e.Name)
-			b = append(b, ':')
-			b = strconv.AppendInt(b, int64(e.Value), 10)
-		}
-		b = append(b, '}')
-	}
-	if len(c.Invalid) > 0 {
-		b = append(b, `,"invalid":{`...)
-		for i, e := range c.Invalid {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, e.Name)
-			b = append(b, ':')
-			b = appendJSONString(b, e.Value)
-		}
-		b = append(b, '}')
-	}
+	b, _ = appendByName(b, `,"stamp_error":`, c.StampError, func(b []byte, d time.Duration) ([]byte, error) {
+		return strconv.AppendInt(b, int64(d), 10), nil
+	})
+	b, _ = appendByName(b, `,"invalid":`, c.Invalid, func(b []byte, reason string) ([]byte, error) {
+		return appendJSONString(b, reason), nil
+	})
 	if c.Arrived {
 		b = append(b, `,"arrived":true`...)
 	}
@@ -97,19 +72,10 @@ func appendCanary(b []byte, c *judge.Canary) ([]byte, error) {
 			return b, err
 		}
 	}
-	if len(c.Verdicts) > 0 {
-		b = append(b, `,"verdicts":{`...)
-		for i := range c.Verdicts {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, c.Verdicts[i].Name)
-			b = append(b, ':')
-			if b, err = appendVerdict(b, &c.Verdicts[i].Value); err != nil {
-				return b, err
-			}
-		}
-		b = append(b, '}')
+	if b, err = appendByName(b, `,"verdicts":`, c.Verdicts, func(b []byte, v judge.Verdict) ([]byte, error) {
+		return appendVerdict(b, &v)
+	}); err != nil {
+		return b, err
 	}
 	if c.Lookup != (judge.Lookup{}) { // omitzero: the struct's zero value
 		if b, err = appendLookup(append(b, `,"lookup":`...), c.Lookup); err != nil {
@@ -199,8 +165,29 @@ func (o *objectAppender) appendTime(name string, t time.Time) {
 	}
 }
 
-// appendTimeField appends prefix and t as time.Time's MarshalJSON does
-// (RFC 3339 with nanoseconds, quoted; an error outside years 0-9999).
+// appendByName appends prefix and entries as the map they stand for
+// (judge.ByName keeps them in json.Marshal's key order), nothing when
+// there are none, as omitempty does.
+func appendByName[V any](b []byte, prefix string, entries judge.ByName[V], appendValue func([]byte, V) ([]byte, error)) ([]byte, error) {
+	if len(entries) == 0 {
+		return b, nil
+	}
+	b = append(b, prefix...)
+	b = append(b, '{')
+	for i, e := range entries {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, e.Name)
+		b = append(b, ':')
+		var err error
+		if b, err = appendValue(b, e.Value); err != nil {
+			return b, err
+		}
+	}
+	return append(b, '}'), nil
+}
+
 // appendCommitFields opens a canary's object with the fields it has from
 // its commit on, in the order json.Marshal writes them: a committed
 // canary's whole line, and the start of a judged canary's.
@@ -227,20 +214,13 @@ func appendCommitFields(b []byte, c committedCanary) ([]byte, error) {
 	return b, nil
 }
 
+// appendTimeField appends prefix and t as time.Time's MarshalJSON does
+// (RFC 3339 with nanoseconds, quoted; an error outside years 0-9999).
 func appendTimeField(b []byte, prefix string, t time.Time) ([]byte, error) {
 	b = append(b, prefix...)
 	b = append(b, '"')
 	b, err := t.AppendText(b)
 	return append(b, '"'), err
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // appendStateFile appends a snapshot as encoding/json encodes f, its
@@ -274,7 +254,7 @@ func appendStateFile(b []byte, f *stateFile, meta []byte) ([]byte, error) {
 		b = append(b, "null"...)
 	} else {
 		b = append(b, '{')
-		for i, id := range sortedKeys(f.Judge.Canaries) {
+		for i, id := range slices.Sorted(maps.Keys(f.Judge.Canaries)) {
 			if i > 0 {
 				b = append(b, ',')
 			}

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"regexp"
 	"slices"
@@ -283,7 +284,7 @@ func (a *Alerting) validate(v *validator) {
 		v.add("alerting.prober_job", "", "%q must not contain quotes, backslashes or newlines", a.ProberJob)
 	}
 	reserved := reservedLabels()
-	for _, k := range sortedKeys(a.Labels) {
+	for _, k := range slices.Sorted(maps.Keys(a.Labels)) {
 		if !labelNameRE.MatchString(k) {
 			v.add("alerting.labels."+k, "", "not a Prometheus label name (letters, digits and _, not starting with a digit)")
 		} else if slices.Contains(reserved, k) || strings.HasPrefix(k, "sloth_") || strings.HasPrefix(k, "__") {
@@ -295,7 +296,7 @@ func (a *Alerting) validate(v *validator) {
 			v.add(fmt.Sprintf("alerting.burn_windows[%d].%s", i, p.field), "", "%s", p.msg)
 		}
 	}
-	for _, k := range sortedKeys(a.PrometheusRuleLabels) {
+	for _, k := range slices.Sorted(maps.Keys(a.PrometheusRuleLabels)) {
 		if !kubernetesLabelKeyRE.MatchString(k) {
 			v.add("alerting.prometheusrule_labels."+k, "", "not a Kubernetes label key (an optional DNS prefix and /, then letters, digits, -, _ and ., starting and ending alphanumeric)")
 		}

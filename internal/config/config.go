@@ -11,7 +11,6 @@ package config
 import (
 	"fmt"
 	"os"
-	"sort"
 	"time"
 )
 
@@ -556,13 +555,4 @@ func setIfEmpty(s *string, def string) {
 	if *s == "" {
 		*s = def
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

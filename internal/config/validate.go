@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -106,7 +108,7 @@ func (c in) pipeline() {
 	if p.SLO.Window <= 0 {
 		c.add("slo.window", "must be positive, e.g. 30d")
 	}
-	for _, seg := range sortedKeys(p.Owners) {
+	for _, seg := range slices.Sorted(maps.Keys(p.Owners)) {
 		if seg != "default" && !p.knownSegment(seg) {
 			c.add("owners."+seg, "unknown segment; known: default, %s", strings.Join(p.allSegments(), ", "))
 		}
@@ -259,7 +261,7 @@ func (c in) budgets() {
 	if _, ok := p.Budgets[SegmentEndToEnd]; !ok {
 		c.add("budgets.end_to_end", "required")
 	}
-	for _, seg := range sortedKeys(p.Budgets) {
+	for _, seg := range slices.Sorted(maps.Keys(p.Budgets)) {
 		if !p.knownSegment(seg) {
 			c.add("budgets."+seg, "unknown segment; known: %s", strings.Join(p.allSegments(), ", "))
 		}
