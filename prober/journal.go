@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
-	"time"
 
 	"github.com/outbox-canary/outbox-canary/prober/judge"
 )
@@ -42,15 +41,15 @@ type journalRecord struct {
 	// Sent judged anything: until a later line holds the canary itself,
 	// the effects of its Sent were not applied, so a process that loads
 	// the line judges its Sent again (stateStore.replay).
-	Committed []committedCanary `json:"committed,omitempty"`
-	Meta      judge.State       `json:"meta"`
+	Committed []judge.Sent `json:"committed,omitempty"`
+	Meta      judge.State  `json:"meta"`
 }
 
 // appendRecord appends the JSON of a journalRecord whose Meta is already
 // encoded (a line of a committed canary repeats the previous line's
 // meta): the bytes json.Marshal gives the record, without encoding the
 // meta again nor compacting it as a json.RawMessage would.
-func appendRecord(b []byte, canaries []*judge.Canary, forgotten []string, committed []committedCanary, meta []byte) ([]byte, error) {
+func appendRecord(b []byte, canaries []*judge.Canary, forgotten []string, committed []judge.Sent, meta []byte) ([]byte, error) {
 	b = append(b, '{')
 	if len(canaries) > 0 {
 		b = append(b, `"canaries":[`...)
@@ -81,7 +80,7 @@ func appendRecord(b []byte, canaries []*judge.Canary, forgotten []string, commit
 				b = append(b, ',')
 			}
 			var err error
-			if b, err = c.appendJSON(b); err != nil {
+			if b, err = appendCommitted(b, c); err != nil {
 				return b, err
 			}
 		}
@@ -92,26 +91,9 @@ func appendRecord(b []byte, canaries []*judge.Canary, forgotten []string, commit
 	return append(b, '}'), nil
 }
 
-// committedCanary is a judge.Sent as a journal line holds it, named as
-// the canary's record names the same fields.
-type committedCanary struct {
-	ID            string    `json:"id"`
-	Seq           uint64    `json:"seq"`
-	Key           string    `json:"key"`
-	RowID         string    `json:"row_id,omitempty"`
-	InsertStarted time.Time `json:"insert_started"`
-	CommitSent    time.Time `json:"commit_sent"`
-	Committed     time.Time `json:"committed"`
-}
-
-func committedOf(s judge.Sent) committedCanary {
-	return committedCanary{ID: s.ID, Seq: s.Seq, Key: s.Key, RowID: s.RowID,
-		InsertStarted: s.InsertStarted, CommitSent: s.CommitSent, Committed: s.Committed}
-}
-
-// appendJSON appends c as json.Marshal encodes it, without reflection:
-// Sent writes one per canary.
-func (c committedCanary) appendJSON(b []byte) ([]byte, error) {
+// appendCommitted appends c as json.Marshal encodes it, without
+// reflection: Sent writes one per canary.
+func appendCommitted(b []byte, c judge.Sent) ([]byte, error) {
 	b, err := appendCommitFields(b, c)
 	if err != nil {
 		return b, err
@@ -132,11 +114,6 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"')
-}
-
-func (c committedCanary) sent() judge.Sent {
-	return judge.Sent{ID: c.ID, Seq: c.Seq, Key: c.Key, RowID: c.RowID,
-		InsertStarted: c.InsertStarted, CommitSent: c.CommitSent, Committed: c.Committed}
 }
 
 var crc32c = crc32.MakeTable(crc32.Castagnoli)

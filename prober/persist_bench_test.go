@@ -486,7 +486,7 @@ func BenchmarkJournalRecordEncoding(b *testing.B) {
 				{Name: "publish_to_consume", Value: v()}, {Name: "read_to_publish", Value: v()}},
 			Lookup: judge.Lookup{Due: at, Attempts: 1}}
 	}
-	committed := []committedCanary{{ID: "019ad2c4-0000-7000-8001-000000000001", Seq: 1, Key: "canary-key", RowID: "1000001",
+	committed := []judge.Sent{{ID: "019ad2c4-0000-7000-8001-000000000001", Seq: 1, Key: "canary-key", RowID: "1000001",
 		InsertStarted: at, CommitSent: at, Committed: at}}
 	batch := []*judge.Canary{final("019ad2c4-0000-7000-8001-000000000001"), final("019ad2c4-0000-7000-8001-000000000002")}
 	var buf []byte

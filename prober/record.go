@@ -22,7 +22,7 @@ func appendCanary(b []byte, c *judge.Canary) ([]byte, error) {
 	if c == nil {
 		return append(b, "null"...), nil
 	}
-	b, err := appendCommitFields(b, committedCanary{ID: c.ID, Seq: c.Seq, Key: c.Key, RowID: c.RowID,
+	b, err := appendCommitFields(b, judge.Sent{ID: c.ID, Seq: c.Seq, Key: c.Key, RowID: c.RowID,
 		InsertStarted: c.InsertStarted, CommitSent: c.CommitSent, Committed: c.Committed})
 	if err != nil {
 		return b, err
@@ -191,7 +191,7 @@ func appendByName[V any](b []byte, prefix string, entries judge.ByName[V], appen
 // appendCommitFields opens a canary's object with the fields it has from
 // its commit on, in the order json.Marshal writes them: a committed
 // canary's whole line, and the start of a judged canary's.
-func appendCommitFields(b []byte, c committedCanary) ([]byte, error) {
+func appendCommitFields(b []byte, c judge.Sent) ([]byte, error) {
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, c.ID)
 	b = append(b, `,"seq":`...)

@@ -269,7 +269,7 @@ func (s *stateStore) replay(st *judge.State, gen string) []judge.Sent {
 			delete(committed, id)
 		}
 		for _, c := range rec.Committed {
-			committed[c.ID] = c.sent()
+			committed[c.ID] = c
 		}
 		applied++
 	}
@@ -338,7 +338,7 @@ func (s *stateStore) canWriteCommitted() bool {
 // journalRecord.Committed).
 func (s *stateStore) writeCommitted(sent judge.Sent) error {
 	var err error
-	s.payload, err = appendRecord(s.payload[:0], nil, nil, []committedCanary{committedOf(sent)}, s.writtenMeta)
+	s.payload, err = appendRecord(s.payload[:0], nil, nil, []judge.Sent{sent}, s.writtenMeta)
 	payload := s.payload
 	if err != nil {
 		return s.failed(fmt.Errorf("encode state journal record: %w", err))

@@ -455,11 +455,11 @@ func TestAJournalRecordIsEncodedAsJSONMarshalEncodesIt(t *testing.T) {
 	}{
 		{"A batch of canaries and forgotten ones.", journalRecord{Canaries: []*judge.Canary{canary, {ID: "b", Seq: 2}}, Forgotten: []string{"x", "y"}, Meta: meta}},
 		{"A line of nothing but the rest of the state.", journalRecord{Meta: judge.State{}}},
-		{"A committed canary.", journalRecord{Committed: []committedCanary{{ID: "019ad2c4-0000-7000-8001-000000000002", Seq: 2, Key: "canary-key",
+		{"A committed canary.", journalRecord{Committed: []judge.Sent{{ID: "019ad2c4-0000-7000-8001-000000000002", Seq: 2, Key: "canary-key",
 			RowID: "1000002", InsertStarted: at.Add(-2 * time.Millisecond), CommitSent: at.Add(-time.Millisecond), Committed: at}}, Meta: meta}},
-		{"A committed canary without a row id, at a zoned time.", journalRecord{Committed: []committedCanary{{ID: "c", Seq: 3, Key: "k",
+		{"A committed canary without a row id, at a zoned time.", journalRecord{Committed: []judge.Sent{{ID: "c", Seq: 3, Key: "k",
 			Committed: at.In(time.FixedZone("x", 3600))}}, Meta: meta}},
-		{"Ids and keys JSON or HTML must escape.", journalRecord{Committed: []committedCanary{{ID: "a\"b\\c<d>&e\u2028f\x01g", Seq: 4, Key: "ключ",
+		{"Ids and keys JSON or HTML must escape.", journalRecord{Committed: []judge.Sent{{ID: "a\"b\\c<d>&e\u2028f\x01g", Seq: 4, Key: "ключ",
 			RowID: "r\tn", Committed: at}}, Forgotten: []string{"<&>"}, Meta: meta}},
 	}
 	for _, tc := range cases {

@@ -40,13 +40,17 @@ type Config struct {
 	mutation string
 }
 
-// Sent is a canary whose insert committed.
+// Sent is a canary whose insert committed. A journal line holds it as it
+// is (the prober's committed-canary line), named as Canary names the same
+// fields.
 type Sent struct {
-	ID, Key, RowID string
-	Seq            uint64
-	InsertStarted  time.Time // before the insert was sent
-	CommitSent     time.Time // before the statement that commits was sent (a lone INSERT, or COMMIT)
-	Committed      time.Time // when it returned
+	ID            string    `json:"id"`
+	Seq           uint64    `json:"seq"`
+	Key           string    `json:"key"`
+	RowID         string    `json:"row_id,omitempty"`
+	InsertStarted time.Time `json:"insert_started"` // before the insert was sent
+	CommitSent    time.Time `json:"commit_sent"`    // before the statement that commits was sent (a lone INSERT, or COMMIT)
+	Committed     time.Time `json:"committed"`      // when it returned
 }
 
 // Arrival is a canary's message as consumed, with the stamps it carries
