@@ -112,6 +112,10 @@ type Consumer struct {
 	// partitionsAt is when every partition of the topic last had a
 	// reader, zero until then; only Run's goroutine uses it.
 	partitionsAt time.Time
+	// partitionCount is how many partitions the topic had then: fewer
+	// readers means one stopped (readPartition), and the next check
+	// starts it again rather than wait for partitionsRecheck.
+	partitionCount int
 }
 
 // NewConsumer checks its options; Run starts consuming.
@@ -294,7 +298,10 @@ const (
 // the topic up at most every partitionsRecheck once all have one, and says
 // whether the readers' latest fetches worked.
 func (c *Consumer) check(ctx context.Context, wg *sync.WaitGroup) error {
-	if c.partitionsAt.IsZero() || time.Since(c.partitionsAt) >= partitionsRecheck {
+	c.mu.Lock()
+	readerStopped := len(c.readers) < c.partitionCount
+	c.mu.Unlock()
+	if readerStopped || c.partitionsAt.IsZero() || time.Since(c.partitionsAt) >= partitionsRecheck {
 		if err := c.startReaders(ctx, wg); err != nil {
 			// Looked up again on the next check.
 			c.partitionsAt = time.Time{}
@@ -322,6 +329,9 @@ func (c *Consumer) startReaders(ctx context.Context, wg *sync.WaitGroup) error {
 	if len(partitions) == 0 {
 		return fmt.Errorf("topic %s: no partitions (does it exist?)", c.p.Kafka.Topic)
 	}
+	c.mu.Lock()
+	c.partitionCount = len(partitions)
+	c.mu.Unlock()
 	// One partition that cannot be started must not keep the others from
 	// being read: each is tried, the failures are reported together and
 	// retried on the next check.
