@@ -69,10 +69,9 @@ func EstimateDBOffset(ctx context.Context, q RowQuerier, now func() time.Time, s
 // estimate serves them all, as their published_at stamps are all on that
 // one clock.
 type DBClock struct {
-	pipelines []string
-	q         RowQuerier
-	now       func() time.Time
-	log       *slog.Logger
+	q   RowQuerier
+	now func() time.Time
+	log *slog.Logger
 	// Each pipeline's series, resolved once.
 	offset, offsetError []prometheus.Gauge
 	errors              []prometheus.Counter
@@ -85,7 +84,7 @@ type DBClock struct {
 // NewDBClock returns an estimator with no estimate yet for the database
 // of pipelines; log names the database.
 func NewDBClock(pipelines []string, q RowQuerier, m *Metrics, now func() time.Time, log *slog.Logger) *DBClock {
-	d := &DBClock{pipelines: pipelines, q: q, now: now, log: log}
+	d := &DBClock{q: q, now: now, log: log}
 	for _, p := range pipelines {
 		d.offset = append(d.offset, m.DBClockOffset.WithLabelValues(p))
 		d.offsetError = append(d.offsetError, m.DBClockOffsetError.WithLabelValues(p))
@@ -112,7 +111,7 @@ func (d *DBClock) Estimate(ctx context.Context) error {
 	prev, had := d.off, d.ok
 	d.off, d.ok = off, true
 	d.mu.Unlock()
-	for i := range d.pipelines {
+	for i := range d.offset {
 		d.offset[i].Set(off.Offset.Seconds())
 		d.offsetError[i].Set(off.Error.Seconds())
 	}

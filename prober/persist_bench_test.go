@@ -440,18 +440,15 @@ func benchCommit(b *testing.B, lostAfter, interval time.Duration, memory bool, d
 		}
 	}
 	st := tr.store.stats
-	wchar, disk := procIO(b)
+	_, disk := procIO(b)
 	cpu := cpuTime(b)
 	b.ReportAllocs()
-	b.ResetTimer()
 	n := 0
 	for b.Loop() {
 		r.canary(b)
 		n++
 	}
-	b.StopTimer()
 	_, disk2 := procIO(b)
-	_ = wchar
 	st2 := tr.store.stats
 	per := func(v int64) float64 { return float64(v) / float64(n) }
 	b.ReportMetric(per(int64(cpuTime(b)-cpu)), "cpu-ns/canary")

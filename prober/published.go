@@ -114,6 +114,7 @@ func (pd *publishedDatabase) add(p *config.Pipeline, clock *DBClock) {
 	for _, t := range pd.tables {
 		if t.key == key {
 			table = t
+			break
 		}
 	}
 	if table == nil {

@@ -130,8 +130,7 @@ type Service struct {
 
 // pipelineRunner is one pipeline's parts.
 type pipelineRunner struct {
-	p    *config.Pipeline
-	pool *pgxpool.Pool // shared with the other pipelines on the database
+	p *config.Pipeline
 	// db is the pipeline's database as the service watches it, and clock
 	// its clock: both shared with the other pipelines on it.
 	db       *database
@@ -269,7 +268,7 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string, dbs map[*pgxp
 		return nil, err
 	}
 	db := dbs[pool]
-	pr := &pipelineRunner{p: p, pool: pool, db: db, clock: db.clock, log: log}
+	pr := &pipelineRunner{p: p, db: db, clock: db.clock, log: log}
 	if p.Relay.PublishedStamp == config.PublishedFromColumn {
 		pr.lookups = s.lookupsOf(p, pool, pr.clock, db.log)
 	}

@@ -94,7 +94,6 @@ type persistStats struct {
 	snapshots     int64
 	snapshotBytes int64
 	records       int64 // journal lines, committed canaries' included
-	committed     int64 // journal lines of a committed canary, written without fsync
 }
 
 // stateStore reads and writes one pipeline's snapshot and journal. A file
@@ -346,7 +345,6 @@ func (s *stateStore) writeCommitted(sent judge.Sent) error {
 	n, err := s.jrnl.write(s.gen, payload)
 	s.stats.bytes += int64(n)
 	s.stats.records++
-	s.stats.committed++
 	if err != nil {
 		return s.failed(fmt.Errorf("append to state journal %s: %w", s.journalPath(), err))
 	}

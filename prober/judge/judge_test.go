@@ -38,14 +38,14 @@ func planOf(kind string) Plan {
 
 // jh drives a judge with an explicit clock.
 type jh struct {
-	t   *testing.T
+	t   testing.TB
 	cfg Config
 	j   *Judge
 	fx  []Effect
 	off int64
 }
 
-func newJH(t *testing.T, kind string) *jh {
+func newJH(t testing.TB, kind string) *jh {
 	cfg := Config{Plan: planOf(kind), SkewTolerance: ms(20), MaxSkew: time.Minute, LostAfter: time.Minute,
 		Forget: 2 * time.Minute, ArrivedLookupWindow: 10 * time.Second, FloodSkips: 100}
 	if kind == "schemaA" || kind == "schemaB" {

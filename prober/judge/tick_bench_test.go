@@ -14,7 +14,7 @@ import (
 func BenchmarkTick(b *testing.B) {
 	for _, remembered := range []int{600, 6000} {
 		b.Run(fmt.Sprintf("remembered=%d", remembered), func(b *testing.B) {
-			h := newJH(&testing.T{}, "cdc")
+			h := newJH(b, "cdc")
 			h.cfg.Forget = 24 * time.Hour
 			h.j = New(h.cfg, nil, t0)
 			const inFlight = 3
