@@ -300,15 +300,17 @@ func (r *fakeReaders) next(p int) int64 {
 	return r.handled[p]
 }
 
-// waitMarks waits until every partition has a mark from a fetch sent after
-// since.
+// waitMarks waits until every partition has an error-free mark from a fetch
+// sent after since.
 func (r *fakeReaders) waitMarks(t *testing.T, topic string, partitions int, since time.Time) map[int]Mark {
 	t.Helper()
 	var marks map[int]Mark
-	stacktest.Eventually(t, 10*time.Second, "every partition marked", func() (bool, string) {
+	stacktest.Eventually(t, 10*time.Second, "every partition marked without error", func() (bool, string) {
 		marks = r.f.Marks(topic)
 		for p := range partitions {
-			if m, ok := marks[p]; !ok || m.At.Before(since) {
+			// An error mark is a partition waiting for its retry, to be
+			// named again by a later fetch: not yet settled.
+			if m, ok := marks[p]; !ok || m.At.Before(since) || m.Err != nil {
 				return false, fmt.Sprintf("partition %d: %+v", p, m)
 			}
 		}
