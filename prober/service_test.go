@@ -122,11 +122,27 @@ func TestConsumerStampsQueuedCanariesWithoutWaitingForPublishedAt(t *testing.T) 
 
 // countingQuerier counts the queries of the clock estimator and can fail
 // them while the pool itself (Ping) works.
+// countingQuerier counts the clock queries and, as the database's pinger,
+// the pings.
 type countingQuerier struct {
-	pool *pgxpool.Pool
-	mu   sync.Mutex
-	n    int
-	fail bool
+	pool  *pgxpool.Pool
+	mu    sync.Mutex
+	n     int
+	pings int
+	fail  bool
+}
+
+func (q *countingQuerier) Ping(ctx context.Context) error {
+	q.mu.Lock()
+	q.pings++
+	q.mu.Unlock()
+	return q.pool.Ping(ctx)
+}
+
+func (q *countingQuerier) pinged() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.pings
 }
 
 func (q *countingQuerier) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
@@ -171,7 +187,7 @@ func TestWatchDB(t *testing.T) {
 		}
 		clock := &fakeClock{t: t0}
 		q := &countingQuerier{pool: pool, fail: fail}
-		d := newDatabase("test", pool, q, []*config.Pipeline{&orders, &payments}, m, clock.Now, slog.New(slog.DiscardHandler))
+		d := newDatabase("test", q, q, []*config.Pipeline{&orders, &payments}, m, clock.Now, slog.New(slog.DiscardHandler))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); d.watch(ctx, 10*time.Millisecond) }()
@@ -185,7 +201,8 @@ func TestWatchDB(t *testing.T) {
 		waitFor(t, "the database marked up", func() bool {
 			return testutil.ToFloat64(m.DependencyUp.WithLabelValues("payments", DependencyDatabase)) == 1
 		})
-		time.Sleep(100 * time.Millisecond) // about ten pings more
+		pinged := q.pinged()
+		waitFor(t, "ten pings more", func() bool { return q.pinged() >= pinged+10 })
 		if got := q.count(); got != dbClockSamples {
 			t.Errorf("%d clock queries, want %d: one estimate for the database, not one per pipeline", got, dbClockSamples)
 		}
