@@ -18,6 +18,7 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/retry"
+	"github.com/outbox-canary/outbox-canary/internal/tick"
 	"github.com/outbox-canary/outbox-canary/prober/judge"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
@@ -266,15 +267,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		wait := consumerCheckInterval
-		if err != nil {
-			c.metrics.DependencyErrors.WithLabelValues(c.p.Name, DependencyKafka).Inc()
-			c.setHealth(false, err.Error())
-			wait = retryWait.NextBackOff()
-		} else {
+		if err == nil {
 			retryWait.Reset()
+			// Every pipeline's check in the same instant, on the wake grid.
+			if !tick.Wait(ctx, consumerCheckInterval) {
+				return nil
+			}
+			continue
 		}
-		t := time.NewTimer(wait)
+		c.metrics.DependencyErrors.WithLabelValues(c.p.Name, DependencyKafka).Inc()
+		c.setHealth(false, err.Error())
+		t := time.NewTimer(retryWait.NextBackOff())
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
+	"github.com/outbox-canary/outbox-canary/internal/tick"
 )
 
 // database is one distinct database of the service (one shared pool: the
@@ -94,12 +95,8 @@ func (d *database) watch(ctx context.Context, every time.Duration) {
 		if err != nil {
 			lastEstimate = time.Time{}
 		}
-		t := time.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !tick.Wait(ctx, every) {
 			return
-		case <-t.C:
 		}
 	}
 }

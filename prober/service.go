@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
+	"github.com/outbox-canary/outbox-canary/internal/tick"
 )
 
 // Options configures a Service.
@@ -526,21 +527,14 @@ func (s *Service) sweep(ctx context.Context, every time.Duration) {
 }
 
 // forEachPipelineEvery calls do for every pipeline, one after the other,
-// every interval until ctx is done: one timer waking one goroutine for the
-// whole service rather than one per pipeline, for work of microseconds a
-// pipeline (the sweep, the readers' positions), where at 300 pipelines
-// the wakeups cost more than the work.
+// at every point of the wake grid (internal/tick) until ctx is done: one
+// timer waking one goroutine for the whole service rather than one per
+// pipeline, for work of microseconds a pipeline (the sweep, the readers'
+// positions), where at 300 pipelines the wakeups cost more than the work.
 func (s *Service) forEachPipelineEvery(ctx context.Context, every time.Duration, do func(*pipelineRunner)) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			for _, pr := range s.pipes {
-				do(pr)
-			}
+	for tick.Wait(ctx, every) {
+		for _, pr := range s.pipes {
+			do(pr)
 		}
 	}
 }

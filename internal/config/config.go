@@ -224,9 +224,11 @@ type Canary struct {
 	// once: "@every D" fires at Unix epoch + phase + k*D, the phase in
 	// [0, D); a cron spec fires at each of its times plus a phase below
 	// its shortest step between seconds (at most a minute: "@hourly"
-	// fires within the first minute of the hour). The gaps between firings
-	// are the spec's, and every deadline counts from the canary's own
-	// commit, so the phase changes no verdict.
+	// fires within the first minute of the hour). Phases are multiples of
+	// 250ms, the instants the prober wakes in for its other periodic work
+	// (fewer wakeups cost less CPU); a schedule under 500ms has none. The
+	// gaps between firings are the spec's, and every deadline counts from
+	// the canary's own commit, so the phase changes no verdict.
 	Schedule string `yaml:"schedule"`
 	// How long after its commit a canary that has not arrived is given up
 	// as lost. Its end_to_end, and the segment it was stuck in, were

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/outbox-canary/outbox-canary/internal/tick"
 )
 
 // scheduleFields accepts an optional seconds field, so sub-minute schedules
@@ -45,7 +47,7 @@ func PhasedSchedule(spec, pipeline string) (cron.Schedule, time.Duration, error)
 }
 
 // SchedulePhase is how far a pipeline's canary schedule is shifted: the
-// FNV-1a hash of the pipeline's name, to the millisecond, modulo a bound
+// FNV-1a hash of the pipeline's name, in steps of PhaseStep, modulo a bound
 // below every gap of the schedule. For "@every D" the bound is D; for a
 // cron spec the shortest step between its seconds, wrapping around the
 // minute (at most a minute), which no gap between two firings is
@@ -77,16 +79,21 @@ func phaseBound(sched cron.Schedule) (time.Duration, error) {
 	return 0, fmt.Errorf("this kind of schedule is not supported")
 }
 
+// PhaseStep is what every phase is a whole multiple of: the prober's sweep
+// interval, so that canaries fire on the wake grid of its periodic work
+// (internal/tick) rather than each at an instant of its own.
+const PhaseStep = 250 * time.Millisecond
+
 // phaseOf is the phase of a pipeline for a bound: stable across restarts
 // and instances, since it depends on the name alone.
 func phaseOf(pipeline string, bound time.Duration) time.Duration {
-	ms := bound.Milliseconds()
-	if ms <= 0 {
+	steps := int64(bound / PhaseStep)
+	if steps <= 1 {
 		return 0
 	}
 	h := fnv.New64a()
 	h.Write([]byte(pipeline))
-	return time.Duration(h.Sum64()%uint64(ms)) * time.Millisecond
+	return time.Duration(h.Sum64()%uint64(steps)) * PhaseStep
 }
 
 // gridSchedule fires every `every`, at epoch + phase + k*every.
@@ -96,13 +103,7 @@ type gridSchedule struct {
 
 // Next is the first grid point after t.
 func (g gridSchedule) Next(t time.Time) time.Time {
-	d, p := int64(g.every), int64(g.phase)
-	n := t.UnixNano() - p
-	k := n / d
-	if n < 0 && n%d != 0 {
-		k-- // floor for times before the epoch
-	}
-	return time.Unix(0, (k+1)*d+p).In(t.Location())
+	return tick.Next(t.Add(-g.phase), g.every).Add(g.phase)
 }
 
 // shiftedSchedule is a cron spec whose every firing comes phase later.

@@ -185,8 +185,8 @@ func TestPhasedSchedulesKeepTheirGapsAndShiftEveryFiringByThePhase(t *testing.T)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if phase < 0 || phase >= tc.maxPhase {
-					t.Fatalf("%s: phase %s, want in [0, %s)", pipeline, phase, tc.maxPhase)
+				if phase < 0 || phase >= tc.maxPhase || phase%PhaseStep != 0 {
+					t.Fatalf("%s: phase %s, want in [0, %s) and a multiple of %s", pipeline, phase, tc.maxPhase, PhaseStep)
 				}
 				if again, _ := SchedulePhase(tc.spec, pipeline); again != phase {
 					t.Fatalf("%s: phase %s then %s: want it stable", pipeline, phase, again)
@@ -217,7 +217,9 @@ func TestPhasedSchedulesKeepTheirGapsAndShiftEveryFiringByThePhase(t *testing.T)
 }
 
 func TestAHundredPipelinesOnOneScheduleDoNotFireInTheSameSecond(t *testing.T) {
-	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// Just before a minute, so a phase of zero fires at its start, in the
+	// same ten seconds as the others.
+	from := time.Date(2025, 12, 31, 23, 59, 59, 999e6, time.UTC)
 	for _, spec := range []string{"@every 10s", "*/10 * * * * *"} {
 		perSecond := map[time.Time]int{}
 		for i := range 100 {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol/fetch"
+
+	"github.com/outbox-canary/outbox-canary/internal/tick"
 )
 
 // Fetcher reads partitions, of any number of topics, of one cluster with
@@ -312,16 +314,19 @@ func (f *Fetcher) wakeLoops() {
 // cache (no request to a broker) and starts a loop for every broker that
 // leads one, when a partition is added and every leaderRecheck.
 func (f *Fetcher) supervise() {
-	t := time.NewTicker(leaderRecheck)
-	defer t.Stop()
 	for {
 		f.resolveLeaders()
+		// The recheck on the wake grid (internal/tick), in an instant the
+		// prober wakes in anyway.
+		t := time.NewTimer(time.Until(tick.Next(time.Now(), leaderRecheck)))
 		select {
 		case <-f.ctx.Done():
+			t.Stop()
 			return
 		case <-f.wakeSup:
 		case <-t.C:
 		}
+		t.Stop()
 	}
 }
 
