@@ -448,17 +448,30 @@ func (c *Consumer) listOffset(ctx context.Context, req kafka.OffsetRequest) (int
 // initialOffset is where a partition without a usable stored offset
 // starts: the first record at or after Since, or the end of the partition.
 func (c *Consumer) initialOffset(ctx context.Context, partition int) (int64, error) {
-	if !c.since.IsZero() {
-		off, err := c.listOffset(ctx, kafka.TimeOffsetOf(partition, c.since))
-		if err != nil {
-			return 0, err
-		}
-		// -1: no record at or after Since; then the end is the same place.
-		if off >= 0 {
-			return off, nil
-		}
+	return offsetSince(partition, c.since, func(req kafka.OffsetRequest) (int64, error) { return c.listOffset(ctx, req) })
+}
+
+// offsetSince is the first offset of a partition stamped at or after
+// since (zero: its end), asking lookup (listOffset) while records may be
+// appended. The end is asked first: when no record is stamped at or after
+// since, the end as it was before that answer is where the records since
+// begin. Asked after it, the end could already lie past a canary appended
+// between the two answers, and the reader would start beyond it, losing
+// the canary.
+func offsetSince(partition int, since time.Time, lookup func(kafka.OffsetRequest) (int64, error)) (int64, error) {
+	end, err := lookup(kafka.LastOffsetOf(partition))
+	if err != nil || since.IsZero() {
+		return end, err
 	}
-	return c.listOffset(ctx, kafka.LastOffsetOf(partition))
+	off, err := lookup(kafka.TimeOffsetOf(partition, since))
+	if err != nil {
+		return 0, err
+	}
+	// -1: no record at or after since, up to an end at or past the first.
+	if off >= 0 {
+		return off, nil
+	}
+	return end, nil
 }
 
 // readPartition reads one partition until ctx is done. The cluster's
