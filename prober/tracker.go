@@ -263,7 +263,7 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 		commitDelay: cmp.Or(opts.CommitDelay, DefaultCommitDelay),
 	}
 	t.store = &stateStore{path: opts.StatePath, pipeline: p.Name, instance: opts.Instance, log: opts.Logger, m: opts.Metrics}
-	now := opts.Now()
+	now := t.now()
 	st, committed := t.store.load(now)
 	t.j = judge.New(judgeConfig(p, t.plan, t.forget), st, now)
 	// The gauges the stall alert reads come back with their values.
