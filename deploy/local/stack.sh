@@ -329,8 +329,15 @@ kafka_start() {
 	await_ready kafka "$KAFKA_WAIT" 0.5 "kafka: " kafka_ready "$LOGS/kafka.log" "$LOGS/kafka.stdout.log"
 }
 
-# kafka_ready: the broker is registered (unfenced): metadata lists it.
-kafka_ready() { kafka_metadata | grep -q "broker 1 at 127.0.0.1:$KAFKA_PORT"; }
+# kafka_ready: the broker is registered (unfenced): metadata lists it; and
+# after a restart every partition it holds has its leader again (a broker
+# listed a moment before its partitions are led refuses their writes with
+# "topic partition has no leader").
+kafka_ready() {
+	local md
+	md=$(kafka_metadata) || return 1
+	grep -q "broker 1 at 127.0.0.1:$KAFKA_PORT" <<<"$md" && ! grep -qE "leader -1,|Leader not available" <<<"$md"
+}
 
 kafka_topics() {
 	local spec name parts config args
