@@ -162,7 +162,7 @@ func New(o Options) (*Service, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.SweepInterval <= 0 {
-		o.SweepInterval = 250 * time.Millisecond
+		o.SweepInterval = config.PhaseStep // canaries fire on the sweep's wake grid
 	}
 	if o.HealthInterval <= 0 {
 		o.HealthInterval = 2 * time.Second

@@ -318,7 +318,7 @@ func (f *Fetcher) supervise() {
 		f.resolveLeaders()
 		// The recheck on the wake grid (internal/tick), in an instant the
 		// prober wakes in anyway.
-		t := time.NewTimer(time.Until(tick.Next(time.Now(), leaderRecheck)))
+		t := tick.NewTimer(leaderRecheck)
 		select {
 		case <-f.ctx.Done():
 			t.Stop()

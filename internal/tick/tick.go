@@ -32,10 +32,16 @@ func Next(t time.Time, every time.Duration) time.Time {
 	return time.Unix(0, (k+1)*d).In(t.Location())
 }
 
+// NewTimer is a timer that fires at the next multiple of every (Next), for
+// a loop that waits on other channels too.
+func NewTimer(every time.Duration) *time.Timer {
+	return time.NewTimer(time.Until(Next(time.Now(), every)))
+}
+
 // Wait blocks until the next multiple of every (Next), and reports false
 // when ctx is done first.
 func Wait(ctx context.Context, every time.Duration) bool {
-	t := time.NewTimer(time.Until(Next(time.Now(), every)))
+	t := NewTimer(every)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
