@@ -36,6 +36,21 @@ func TestCanaryRecordsAreEncodedAsJSONMarshalEncodesThem(t *testing.T) {
 	}
 }
 
+// encodeStateFile is the snapshot appendStateFile writes of f, its judge's
+// meta given as the state store gives it.
+func encodeStateFile(t *testing.T, f *stateFile, meta judge.State) []byte {
+	t.Helper()
+	metaJSON, err := json.Marshal(&meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := appendStateFile(nil, f, metaJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // TestSnapshotsAreEncodedAsJSONMarshalEncodesThem does the same for whole
 // snapshots: random states, by reflection, of random canaries.
 func TestSnapshotsAreEncodedAsJSONMarshalEncodesThem(t *testing.T) {
@@ -52,15 +67,7 @@ func TestSnapshotsAreEncodedAsJSONMarshalEncodesThem(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		meta := st.Meta()
-		metaJSON, err := json.Marshal(&meta)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := appendStateFile(nil, &f, metaJSON)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := encodeStateFile(t, &f, st.Meta())
 		if string(got) != string(want) {
 			t.Fatalf("snapshot %d encoded\n  %s\nwant, as json.Marshal encodes it,\n  %s", i, got, want)
 		}

@@ -121,9 +121,8 @@ func TestConsumerStampsQueuedCanariesWithoutWaitingForPublishedAt(t *testing.T) 
 }
 
 // countingQuerier counts the queries of the clock estimator and can fail
-// them while the pool itself (Ping) works.
-// countingQuerier counts the clock queries and, as the database's pinger,
-// the pings.
+// them while its pings (it is the database's pinger too, counting them)
+// work.
 type countingQuerier struct {
 	pool  *pgxpool.Pool
 	mu    sync.Mutex

@@ -40,16 +40,7 @@ func TestStateWrittenByAnEarlierReleaseLoadsAndIsWrittenAgainByteForByte(t *test
 	if f.Judge == nil || len(f.Judge.Canaries) < 50 {
 		t.Fatalf("the snapshot holds %v, want its canaries", f.Judge)
 	}
-	meta := f.Judge.Meta()
-	metaJSON, err := json.Marshal(&meta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := appendStateFile(nil, &f, metaJSON)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, snapshot) {
+	if got := encodeStateFile(t, &f, f.Judge.Meta()); !bytes.Equal(got, snapshot) {
 		t.Errorf("the snapshot encoded again differs from the file:\n%s", firstDifference(got, snapshot))
 	}
 	if got, err := json.Marshal(&f); err != nil || !bytes.Equal(got, snapshot) {

@@ -124,14 +124,17 @@ func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
 			// canary some process reported sent, and so on two scrapes in
 			// a row with the same counts, as one scrape is not atomic
 			// across metric families.
+			// The first process's sent, as the table says: its last scrape's,
+			// or (SIGTERM) one more, counted as it stopped.
 			var rows int
+			var firstSent float64
 			var quiet *counts
 			final := second.waitFor(t, "every committed canary to be resolved", func(c counts) bool {
 				if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox").Scan(&rows); err != nil {
 					t.Logf("count outbox rows: %v", err)
 					return false
 				}
-				firstSent := float64(rows) - c.sent
+				firstSent = float64(rows) - c.sent
 				unscraped := tc.graceful && firstSent == last.sent+1
 				if c.sent < 1 || c.inFlight != 0 || (firstSent != last.sent && !unscraped) {
 					quiet = nil
@@ -143,9 +146,6 @@ func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
 			})
 			t.Logf("second process: %+v; outbox rows %d", final, rows)
 
-			// The first process's sent, as the table says: its last scrape's,
-			// or (SIGTERM) one more, counted as it stopped.
-			firstSent := float64(rows) - final.sent
 			if firstSent != last.sent {
 				t.Logf("the first process counted %v canaries sent after its last scrape, as it stopped", firstSent-last.sent)
 			}
