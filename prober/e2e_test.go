@@ -29,6 +29,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
+	"github.com/outbox-canary/outbox-canary/internal/compactvec"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/relay"
@@ -178,7 +179,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func (r *running) counter(c *prometheus.CounterVec, labels ...string) float64 {
+func (r *running) counter(c *compactvec.CounterVec, labels ...string) float64 {
 	return testutil.ToFloat64(c.WithLabelValues(append([]string{"e2e"}, labels...)...))
 }
 
@@ -466,7 +467,7 @@ func TestE2EProberKilledMidFlightLosesAndDoubleCountsNothing(t *testing.T) {
 	if got := second.sli("end_to_end", slo.OutcomeGood) + second.sli("end_to_end", slo.OutcomeBad); got != 2 {
 		t.Errorf("end_to_end events after restart = %v, want 2 (the canary resolved before the kill must not count again)", got)
 	}
-	for _, c := range []*prometheus.CounterVec{m.CanariesDuplicate, m.CanariesLost} {
+	for _, c := range []*compactvec.CounterVec{m.CanariesDuplicate, m.CanariesLost} {
 		if got := second.counter(c); got != 0 {
 			t.Errorf("%v = %v, want 0", c, got)
 		}

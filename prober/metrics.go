@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outbox-canary/outbox-canary/internal/compactvec"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/metricsdoc"
 	"github.com/outbox-canary/outbox-canary/internal/version"
@@ -59,50 +60,50 @@ const (
 // the consumer and the watchers set them directly; the tracker owns the SLI
 // and latency series. Every vector has the pipeline label first.
 type Metrics struct {
-	BuildInfo *prometheus.GaugeVec // version, revision, goversion; always 1
+	BuildInfo *compactvec.GaugeVec // version, revision, goversion; always 1
 
 	// Canary lifecycle, label pipeline.
-	CanariesSent         *prometheus.CounterVec
-	CanaryInsertFailures *prometheus.CounterVec
-	CanariesReceived     *prometheus.CounterVec
-	CanariesLate         *prometheus.CounterVec // first arrivals after the end_to_end deadline
-	CanariesLost         *prometheus.CounterVec
-	CanariesDuplicate    *prometheus.CounterVec
-	CanariesOutOfOrder   *prometheus.CounterVec
-	MessagesSkipped      *prometheus.CounterVec // pipeline, reason (one of SkipReasons())
-	OffsetResets         *prometheus.CounterVec // stored offsets beyond a partition's end
-	InFlight             *prometheus.GaugeVec
-	LastSent             *prometheus.GaugeVec // unix seconds
-	LastReceived         *prometheus.GaugeVec // unix seconds
-	LastSuccess          *prometheus.GaugeVec // unix seconds of the last canary good end to end
+	CanariesSent         *compactvec.CounterVec
+	CanaryInsertFailures *compactvec.CounterVec
+	CanariesReceived     *compactvec.CounterVec
+	CanariesLate         *compactvec.CounterVec // first arrivals after the end_to_end deadline
+	CanariesLost         *compactvec.CounterVec
+	CanariesDuplicate    *compactvec.CounterVec
+	CanariesOutOfOrder   *compactvec.CounterVec
+	MessagesSkipped      *compactvec.CounterVec // pipeline, reason (one of SkipReasons())
+	OffsetResets         *compactvec.CounterVec // stored offsets beyond a partition's end
+	InFlight             *compactvec.GaugeVec
+	LastSent             *compactvec.GaugeVec // unix seconds
+	LastReceived         *compactvec.GaugeVec // unix seconds
+	LastSuccess          *compactvec.GaugeVec // unix seconds of the last canary good end to end
 
 	// Per segment, labels pipeline, segment (and outcome). SegmentLatency is
 	// keyed by pipeline because each pipeline has classic buckets derived
 	// from its own budgets; use ObserveLatency.
 	SegmentLatency map[string]*prometheus.HistogramVec
-	SLIEvents      *prometheus.CounterVec
-	ClockSkew      *prometheus.CounterVec
-	SegmentBudget  *prometheus.GaugeVec
-	StampsMissing  *prometheus.CounterVec // pipeline, stamp
+	SLIEvents      *compactvec.CounterVec
+	ClockSkew      *compactvec.CounterVec
+	SegmentBudget  *compactvec.GaugeVec
+	StampsMissing  *compactvec.CounterVec // pipeline, stamp
 	// Verdicts that are not SLI events, and negative segments that are
 	// stamp order rather than skew.
-	CanariesUnjudged *prometheus.CounterVec // pipeline, segment, reason
-	StampOrder       *prometheus.CounterVec // pipeline, segment
-	StampsInvalid    *prometheus.CounterVec // pipeline, stamp, reason
+	CanariesUnjudged *compactvec.CounterVec // pipeline, segment, reason
+	StampOrder       *compactvec.CounterVec // pipeline, segment
+	StampsInvalid    *compactvec.CounterVec // pipeline, stamp, reason
 
 	// The tracker's state file.
-	StateResets        *prometheus.CounterVec // pipeline, reason
-	StateWriteFailures *prometheus.CounterVec // pipeline
+	StateResets        *compactvec.CounterVec // pipeline, reason
+	StateWriteFailures *compactvec.CounterVec // pipeline
 	// Torn journal tails ignored on load.
-	StateTornRecords *prometheus.CounterVec // pipeline
+	StateTornRecords *compactvec.CounterVec // pipeline
 
 	// Clocks, label pipeline.
-	DBClockOffset      *prometheus.GaugeVec
-	DBClockOffsetError *prometheus.GaugeVec
+	DBClockOffset      *compactvec.GaugeVec
+	DBClockOffsetError *compactvec.GaugeVec
 
 	// The prober's own dependencies, label dependency (database, kafka).
-	DependencyUp     *prometheus.GaugeVec
-	DependencyErrors *prometheus.CounterVec
+	DependencyUp     *compactvec.GaugeVec
+	DependencyErrors *compactvec.CounterVec
 }
 
 var (
@@ -160,9 +161,12 @@ func family(name string) metricsdoc.Family {
 	return f
 }
 
-func counterVec(name string) *prometheus.CounterVec { return family(name).CounterVec() }
+// The counters and gauges are compact vectors: a pipeline has about ninety
+// series, and client_golang's vectors cost 600 bytes each (16 MB at 300
+// pipelines, half the prober's live heap there).
+func counterVec(name string) *compactvec.CounterVec { return family(name).CounterVec() }
 
-func gaugeVec(name string) *prometheus.GaugeVec { return family(name).GaugeVec() }
+func gaugeVec(name string) *compactvec.GaugeVec { return family(name).GaugeVec() }
 
 // NewMetrics creates and registers the prober's metrics for the given
 // pipelines, creates the per-pipeline series at zero (every skip reason,
@@ -249,11 +253,11 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 // "nothing happened yet".
 func (m *Metrics) initPipeline(p *config.Pipeline) {
 	n := p.Name
-	for _, c := range []*prometheus.CounterVec{m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived,
+	for _, c := range []*compactvec.CounterVec{m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived,
 		m.CanariesLate, m.CanariesLost, m.CanariesDuplicate, m.CanariesOutOfOrder, m.OffsetResets} {
 		c.WithLabelValues(n)
 	}
-	for _, g := range []*prometheus.GaugeVec{m.InFlight, m.LastSent, m.LastReceived, m.LastSuccess} {
+	for _, g := range []*compactvec.GaugeVec{m.InFlight, m.LastSent, m.LastReceived, m.LastSuccess} {
 		g.WithLabelValues(n)
 	}
 	for _, r := range SkipReasons() {

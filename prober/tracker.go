@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outbox-canary/outbox-canary/internal/compactvec"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/prober/judge"
 )
@@ -269,7 +270,7 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 	// The gauges the stall alert reads come back with their values.
 	restored := t.j.State()
 	for _, g := range []struct {
-		vec *prometheus.GaugeVec
+		vec *compactvec.GaugeVec
 		at  time.Time
 	}{{t.m.LastSent, restored.LastSent}, {t.m.LastReceived, restored.LastReceived}, {t.m.LastSuccess, restored.LastSuccess}} {
 		if !g.at.IsZero() {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/outbox-canary/outbox-canary/internal/compactvec"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 	"github.com/outbox-canary/outbox-canary/prober/judge"
@@ -224,7 +225,7 @@ func TestTheGaugesComeBackAfterARestart(t *testing.T) {
 	h.at(300 * time.Millisecond)
 	h.arrive(c, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
 	before := map[string]float64{}
-	gauges := map[string]*prometheus.GaugeVec{"last_sent": h.m().LastSent, "last_received": h.m().LastReceived, "last_success": h.m().LastSuccess}
+	gauges := map[string]*compactvec.GaugeVec{"last_sent": h.m().LastSent, "last_received": h.m().LastReceived, "last_success": h.m().LastSuccess}
 	for name, g := range gauges {
 		before[name] = testutil.ToFloat64(g.WithLabelValues(h.p.Name))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/outbox-canary/outbox-canary/internal/compactvec"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/metricsdoc"
 	"github.com/outbox-canary/outbox-canary/internal/watch"
@@ -44,14 +45,14 @@ func TestMetricsDoc(t *testing.T) {
 	pm.DBClockOffsetError.WithLabelValues("orders")
 	pm.DependencyUp.WithLabelValues("orders", prober.DependencyDatabase)
 	pm.DependencyErrors.WithLabelValues("orders", prober.DependencyDatabase)
-	for _, g := range []*prometheus.GaugeVec{wm.BacklogRows, wm.OldestUnpublishedAge, wm.OldestTransactionAge, wm.LongTransactions} {
+	for _, g := range []*compactvec.GaugeVec{wm.BacklogRows, wm.OldestUnpublishedAge, wm.OldestTransactionAge, wm.LongTransactions} {
 		g.WithLabelValues("orders")
 	}
-	for _, g := range []*prometheus.GaugeVec{wm.Up, wm.LastSuccess} {
+	for _, g := range []*compactvec.GaugeVec{wm.Up, wm.LastSuccess} {
 		g.WithLabelValues("orders", watch.WatcherBacklog)
 	}
 	wm.Errors.WithLabelValues("orders", watch.WatcherBacklog)
-	for _, g := range []*prometheus.GaugeVec{wm.SlotRetainedWAL, wm.SlotUnconfirmedWAL, wm.SlotActive, wm.SlotSafeWALSize} {
+	for _, g := range []*compactvec.GaugeVec{wm.SlotRetainedWAL, wm.SlotUnconfirmedWAL, wm.SlotActive, wm.SlotSafeWALSize} {
 		g.WithLabelValues("orders", "slot")
 	}
 	wm.SlotWALStatus.WithLabelValues("orders", "slot", "reserved")

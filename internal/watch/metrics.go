@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outbox-canary/outbox-canary/internal/compactvec"
 	"github.com/outbox-canary/outbox-canary/internal/metricsdoc"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
@@ -78,23 +79,23 @@ func family(name string) metricsdoc.Family {
 // its watcher has measured something, so a watcher that is not configured
 // does not report a reassuring zero, and one that fails removes its data.
 type Metrics struct {
-	Up                    *prometheus.GaugeVec   // pipeline, watcher
-	LastSuccess           *prometheus.GaugeVec   // pipeline, watcher
-	Errors                *prometheus.CounterVec // pipeline, watcher
-	BacklogRows           *prometheus.GaugeVec   // pipeline
-	OldestUnpublishedAge  *prometheus.GaugeVec   // pipeline
-	OldestTransactionAge  *prometheus.GaugeVec   // pipeline
-	LongTransactions      *prometheus.GaugeVec   // pipeline
-	SlotRetainedWAL       *prometheus.GaugeVec   // pipeline, slot
-	SlotUnconfirmedWAL    *prometheus.GaugeVec   // pipeline, slot
-	SlotActive            *prometheus.GaugeVec   // pipeline, slot
-	SlotWALStatus         *prometheus.GaugeVec   // pipeline, slot, wal_status
-	SlotSafeWALSize       *prometheus.GaugeVec   // pipeline, slot
-	ConsumerLagMessages   *prometheus.GaugeVec   // pipeline, group, topic
-	ConsumerLagSeconds    *prometheus.GaugeVec   // pipeline, group, topic
-	ConnectorRunning      *prometheus.GaugeVec   // pipeline, connector
-	ConnectorTaskFailures *prometheus.GaugeVec   // pipeline, connector
-	ConnectorRestarts     *prometheus.CounterVec // pipeline, connector
+	Up                    *compactvec.GaugeVec   // pipeline, watcher
+	LastSuccess           *compactvec.GaugeVec   // pipeline, watcher
+	Errors                *compactvec.CounterVec // pipeline, watcher
+	BacklogRows           *compactvec.GaugeVec   // pipeline
+	OldestUnpublishedAge  *compactvec.GaugeVec   // pipeline
+	OldestTransactionAge  *compactvec.GaugeVec   // pipeline
+	LongTransactions      *compactvec.GaugeVec   // pipeline
+	SlotRetainedWAL       *compactvec.GaugeVec   // pipeline, slot
+	SlotUnconfirmedWAL    *compactvec.GaugeVec   // pipeline, slot
+	SlotActive            *compactvec.GaugeVec   // pipeline, slot
+	SlotWALStatus         *compactvec.GaugeVec   // pipeline, slot, wal_status
+	SlotSafeWALSize       *compactvec.GaugeVec   // pipeline, slot
+	ConsumerLagMessages   *compactvec.GaugeVec   // pipeline, group, topic
+	ConsumerLagSeconds    *compactvec.GaugeVec   // pipeline, group, topic
+	ConnectorRunning      *compactvec.GaugeVec   // pipeline, connector
+	ConnectorTaskFailures *compactvec.GaugeVec   // pipeline, connector
+	ConnectorRestarts     *compactvec.CounterVec // pipeline, connector
 }
 
 // NewMetrics creates and registers the watchers' series.

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/outbox-canary/outbox-canary/internal/compactvec"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 	"github.com/outbox-canary/outbox-canary/slo"
@@ -408,7 +409,7 @@ func TestWatchSlotConfinesTheSlotWatcherToThePipelinesSlot(t *testing.T) {
 			t.Fatalf("drop slot %s: %v", gone, err)
 		}
 		w.Sample(ctx)
-		for _, vec := range []*prometheus.GaugeVec{m.SlotActive, m.SlotRetainedWAL, m.SlotUnconfirmedWAL} {
+		for _, vec := range []*compactvec.GaugeVec{m.SlotActive, m.SlotRetainedWAL, m.SlotUnconfirmedWAL} {
 			if vec.DeleteLabelValues("orders", gone) {
 				t.Errorf("a series of the dropped slot %s is still exported", gone)
 			}

@@ -1,0 +1,51 @@
+package prober
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+)
+
+// BenchmarkMetricsHeapPerPipeline reports the live heap the metrics of one
+// pipeline cost: every series created at zero, and every latency histogram
+// given observations from 1 ms to 1 s 5 % apart (native buckets are made
+// as observed). At 300 pipelines this is most of the prober's heap that
+// does not grow with the canaries remembered.
+func BenchmarkMetricsHeapPerPipeline(b *testing.B) {
+	const pipelines = 300
+	ps := make([]config.Pipeline, pipelines)
+	for i := range ps {
+		ps[i] = testPipeline()
+		ps[i].Name = fmt.Sprintf("p%03d", i)
+	}
+	var perPipeline float64
+	for b.Loop() {
+		before := liveHeap()
+		m, err := NewMetrics(prometheus.NewRegistry(), ps)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range ps {
+			for _, s := range ps[i].Segments() {
+				for d := time.Millisecond; d < time.Second; d = d * 21 / 20 {
+					m.ObserveLatency(ps[i].Name, s, d)
+				}
+			}
+		}
+		perPipeline = float64(liveHeap()-before) / pipelines
+		runtime.KeepAlive(m)
+	}
+	b.ReportMetric(perPipeline, "B/pipeline")
+}
+
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
