@@ -259,11 +259,19 @@ func (c *Consumer) samplePosition(last time.Time) time.Time {
 // Run consumes until ctx is done. Broker failures are logged, counted and
 // retried with backoff; Run returns only when ctx is done.
 func (c *Consumer) Run(ctx context.Context) error {
+	// Every partition's messages are handled on one goroutine of the
+	// pipeline's, apart from the checks: a check waits on the network,
+	// and a canary must not wait for it to be consumed.
+	reader := c.cluster.Fetcher().NewReader()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	wg.Go(func() { c.read(ctx, reader) })
+	defer func() {
+		wg.Wait()
+		reader.Close()
+	}()
 	retryWait := retry.Backoff(500*time.Millisecond, 10*time.Second)
 	for {
-		err := c.check(ctx, &wg)
+		err := c.check(ctx, reader)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -300,12 +308,12 @@ const (
 // check starts a reader for every partition that has none yet, looking
 // the topic up at most every partitionsRecheck once all have one, and says
 // whether the readers' latest fetches worked.
-func (c *Consumer) check(ctx context.Context, wg *sync.WaitGroup) error {
+func (c *Consumer) check(ctx context.Context, reader *kafkaclient.Reader) error {
 	c.mu.Lock()
 	readerStopped := len(c.readers) < c.partitionCount
 	c.mu.Unlock()
 	if readerStopped || c.partitionsAt.IsZero() || time.Since(c.partitionsAt) >= partitionsRecheck {
-		if err := c.startReaders(ctx, wg); err != nil {
+		if err := c.startReaders(ctx, reader); err != nil {
 			// Looked up again on the next check.
 			c.partitionsAt = time.Time{}
 			return err
@@ -324,7 +332,7 @@ func (c *Consumer) check(ctx context.Context, wg *sync.WaitGroup) error {
 
 // startReaders looks the topic's partitions up and starts a reader for
 // every partition that has none yet.
-func (c *Consumer) startReaders(ctx context.Context, wg *sync.WaitGroup) error {
+func (c *Consumer) startReaders(ctx context.Context, reader *kafkaclient.Reader) error {
 	partitions, err := c.lookupPartitions(ctx)
 	if err != nil {
 		return err
@@ -360,11 +368,7 @@ func (c *Consumer) startReaders(ctx context.Context, wg *sync.WaitGroup) error {
 		c.readers[part.ID] = true
 		c.starts[part.ID] = start
 		c.mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.readPartition(ctx, part.ID, start, ok)
-		}()
+		c.readPartition(ctx, reader, part.ID, start, ok)
 	}
 	return errors.Join(errs...)
 }
@@ -474,30 +478,43 @@ func offsetSince(partition int, since time.Time, lookup func(kafka.OffsetRequest
 	return end, nil
 }
 
-// readPartition reads one partition until ctx is done. The cluster's
+// readPartition adds a partition to the pipeline's reader. The cluster's
 // Fetcher retries broken connections by itself, from the offset it had
-// reached, so nothing here needs to restart it; it returns only for an
-// offset beyond the partition's end (the topic was recreated while we read
-// it), and check then starts the partition again through startOffset,
-// which resets the offset.
-func (c *Consumer) readPartition(ctx context.Context, partition int, start int64, stored bool) {
+// reached, so nothing here needs to restart it; a partition leaves the
+// reader only at an offset beyond its end (the topic was recreated while
+// we read it), and check then adds it again through startOffset, which
+// resets the offset.
+func (c *Consumer) readPartition(ctx context.Context, reader *kafkaclient.Reader, partition int, start int64, stored bool) {
 	c.log.Info("reading canary partition", "topic", c.p.Kafka.Topic, "partition", partition,
 		"offset", start, "from_state", stored)
 	r := c.newPartitionReader(partition)
-	err := c.cluster.Fetcher().Read(ctx, kafkaclient.ReadOptions{
+	reader.Add(kafkaclient.ReadOptions{
 		Topic: c.p.Kafka.Topic, Partition: partition, Offset: start,
 		Handle:  func(msg kafka.Message) { r.handle(ctx, msg) },
 		Handled: r.handled,
 		OnRetry: func(err error) {
 			c.log.Debug("kafka fetch failed; retrying", "partition", partition, "err", kafkaclient.Explain(err, c.p.Kafka))
 		},
+		OnStop: func(err error) {
+			c.log.Warn("kafka reader stopped", "partition", partition, "err", err)
+			c.mu.Lock()
+			delete(c.readers, partition)
+			c.mu.Unlock()
+		},
 		Now: c.now,
 	})
-	if ctx.Err() == nil {
-		c.log.Warn("kafka reader stopped", "partition", partition, "err", err)
-		c.mu.Lock()
-		delete(c.readers, partition)
-		c.mu.Unlock()
+}
+
+// read handles the messages of every partition of the pipeline's reader
+// as they are fetched, until ctx is done.
+func (c *Consumer) read(ctx context.Context, reader *kafkaclient.Reader) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reader.Ready():
+			reader.HandleReady(ctx)
+		}
 	}
 }
 
@@ -510,7 +527,7 @@ func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
 }
 
 // partitionReader handles the messages of one partition, a fetch at a
-// time, on the partition's goroutine.
+// time, on the goroutine of the pipeline's reader.
 //
 // Everything else than this pipeline's canaries is counted by reason and
 // skipped: a message on the topic never stops the consumer. A flood of

@@ -93,16 +93,19 @@ type partition struct {
 	subs   []*subscription
 }
 
-// subscription is one Read. The fields below batches are guarded by
-// Fetcher.mu.
+// subscription is one partition read by a Reader. The fields below
+// reader are guarded by Fetcher.mu.
 type subscription struct {
 	part    *partition
 	now     func() time.Time
-	batches chan batch
+	opts    ReadOptions
 	onRetry func(error)
+	reader  *Reader
 
+	// pending holds the fetched batches its Reader has not taken yet.
+	pending []batch
 	next    int64     // the offset of the next fetch
-	queued  int       // batches sent to batches, not yet handled
+	queued  int       // batches fetched for it and not yet handled
 	retryAt time.Time // no fetch before
 	removed bool
 	// live is the partition's place in a broker loop's fetch session while
@@ -140,7 +143,7 @@ func (s *subscription) freeze() {
 }
 
 // batch is what one fetch returned for a subscription's partition: its
-// records are read on the subscription's goroutine, not the broker's.
+// records are read on the Reader's goroutine, not the broker's.
 type batch struct {
 	records recordSet
 	topic   string
@@ -172,6 +175,9 @@ type ReadOptions struct {
 	// OnRetry, optional, hears of the errors after which the partition is
 	// fetched again (a broker down, a leader moving).
 	OnRetry func(error)
+	// OnStop, for Reader.Add, hears why the partition is no longer read
+	// (what Read returns). It is called on the Reader's goroutine.
+	OnStop func(error)
 	// Now is the clock of Mark.At (default time.Now). Every Read of one
 	// Fetcher must use the same clock (the service's): a fetch reads it
 	// once for all its partitions.
@@ -220,44 +226,141 @@ func (f *Fetcher) Marks(topic string) map[int]Mark {
 // the caller resolves by reading again from an offset it chooses, or
 // records that cannot be read although their checksum holds (a producer's
 // bug). Other failures (a broker down, a leader moving) are retried with
-// backoff.
+// backoff. It is a Reader of one partition, on the caller's goroutine.
 func (f *Fetcher) Read(ctx context.Context, o ReadOptions) error {
 	if o.Handle == nil {
 		return errors.New("fetcher: Handle is required")
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	s := &subscription{next: o.Offset, now: o.Now, batches: make(chan batch, subscriptionQueue), onRetry: o.OnRetry}
-	f.add(s, topicPartition{o.Topic, o.Partition})
-	defer f.remove(s)
+	r := f.NewReader()
+	defer r.Close()
+	var stopped error
+	o.OnStop = func(err error) { stopped = err }
+	r.Add(o)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-f.ctx.Done():
 			return errors.New("kafka fetcher closed")
-		case b := <-s.batches:
-			if b.err != nil {
-				return b.err
+		case <-r.Ready():
+			r.HandleReady(ctx)
+			if stopped != nil {
+				return stopped
 			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			if err := eachMessage(b.records, b.topic, o.Partition, b.hwm, b.from, o.Handle); err != nil {
-				return fmt.Errorf("topic %s partition %d: %w", b.topic, o.Partition, err)
-			}
-			if o.Handled != nil {
-				o.Handled(b.records.next)
-			}
-			f.mu.Lock()
-			if s.queued == subscriptionQueue {
-				f.changes.Add(1) // fetched again
-			}
-			s.queued--
-			f.mu.Unlock()
-			f.wakeLoops()
 		}
+	}
+}
+
+// Reader reads any number of partitions on one goroutine, its caller's:
+// it waits on Ready and calls HandleReady. The prober reads all of a
+// pipeline's partitions with one, where a goroutine per partition cost
+// 900 stacks at 300 pipelines.
+type Reader struct {
+	f     *Fetcher
+	ready chan struct{} // a batch waits; buffered, a send never blocks
+	subs  []*subscription
+	// taken is HandleReady's round of batches, reused.
+	taken []takenBatch
+}
+
+type takenBatch struct {
+	s *subscription
+	b batch
+}
+
+// NewReader returns a Reader reading nothing yet.
+func (f *Fetcher) NewReader() *Reader {
+	return &Reader{f: f, ready: make(chan struct{}, 1)}
+}
+
+// Add starts reading a partition from o.Offset. Its messages go to
+// o.Handle when the Reader's goroutine calls HandleReady; when it cannot
+// be read on (as Read returns), it is no longer read and o.OnStop hears
+// why.
+func (r *Reader) Add(o ReadOptions) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &subscription{next: o.Offset, now: o.Now, opts: o, onRetry: o.OnRetry, reader: r}
+	r.f.mu.Lock()
+	r.subs = append(r.subs, s)
+	r.f.mu.Unlock()
+	r.f.add(s, topicPartition{o.Topic, o.Partition})
+}
+
+// Ready receives when batches wait for HandleReady.
+func (r *Reader) Ready() <-chan struct{} { return r.ready }
+
+// HandleReady hands every waiting batch's messages to its partition's
+// Handle, a batch of each partition in turn, until none waits or ctx is
+// done.
+func (r *Reader) HandleReady(ctx context.Context) {
+	f := r.f
+	for ctx.Err() == nil {
+		f.mu.Lock()
+		r.taken = r.taken[:0]
+		for _, s := range r.subs {
+			if len(s.pending) > 0 {
+				r.taken = append(r.taken, takenBatch{s, s.pending[0]})
+				s.pending = slices.Delete(s.pending, 0, 1)
+			}
+		}
+		f.mu.Unlock()
+		if len(r.taken) == 0 {
+			return
+		}
+		for _, t := range r.taken {
+			if ctx.Err() != nil {
+				return
+			}
+			r.handle(t.s, t.b)
+		}
+	}
+}
+
+func (r *Reader) handle(s *subscription, b batch) {
+	f, o := r.f, &s.opts
+	err := b.err
+	if err == nil {
+		if err = eachMessage(b.records, b.topic, o.Partition, b.hwm, b.from, o.Handle); err != nil {
+			err = fmt.Errorf("topic %s partition %d: %w", b.topic, o.Partition, err)
+		}
+	}
+	if err != nil {
+		r.stop(s, err)
+		return
+	}
+	if o.Handled != nil {
+		o.Handled(b.records.next)
+	}
+	f.mu.Lock()
+	if s.queued == subscriptionQueue {
+		f.changes.Add(1) // fetched again
+	}
+	s.queued--
+	f.mu.Unlock()
+	f.wakeLoops()
+}
+
+// stop ends the reading of one partition, and says why to its OnStop.
+func (r *Reader) stop(s *subscription, err error) {
+	r.f.remove(s)
+	r.f.mu.Lock()
+	r.subs = slices.DeleteFunc(r.subs, func(o *subscription) bool { return o == s })
+	r.f.mu.Unlock()
+	if s.opts.OnStop != nil {
+		s.opts.OnStop(err)
+	}
+}
+
+// Close stops reading every partition.
+func (r *Reader) Close() {
+	r.f.mu.Lock()
+	subs := r.subs
+	r.subs = nil
+	r.f.mu.Unlock()
+	for _, s := range subs {
+		r.f.remove(s)
 	}
 }
 
@@ -288,6 +391,7 @@ func (f *Fetcher) add(s *subscription, tp topicPartition) {
 func (f *Fetcher) remove(s *subscription) {
 	f.mu.Lock()
 	s.removed = true
+	s.pending = nil
 	s.part.subs = slices.DeleteFunc(s.part.subs, func(o *subscription) bool { return o == s })
 	f.changes.Add(1)
 	f.mu.Unlock()
@@ -784,12 +888,13 @@ func (f *Fetcher) deliver(s *subscription, p *fetchResponsePartition, sentAt tim
 	return true
 }
 
-// queue sends b to s, which has room (a send never blocks under the
-// lock); called with f.mu held.
+// queue gives b to s, which has room, and wakes its Reader; called with
+// f.mu held.
 func (f *Fetcher) queue(s *subscription, b batch) {
 	s.queued++
 	if s.queued == subscriptionQueue {
 		f.changes.Add(1) // out of fetches until its handler has room
 	}
-	s.batches <- b
+	s.pending = append(s.pending, b)
+	f.wake(s.reader.ready)
 }

@@ -107,6 +107,70 @@ func TestFetcherReadsEveryPartitionOfSeveralTopicsInOrder(t *testing.T) {
 	}
 }
 
+// TestReaderReadsPartitionsOnOneGoroutine reads three partitions with one
+// Reader, as a pipeline's consumer does, and a fourth from beyond its end:
+// that one stops (its OnStop hears OffsetOutOfRange) while the other three
+// go on, each in order, and every message is handed over on the goroutine
+// that calls HandleReady.
+func TestReaderReadsPartitionsOnOneGoroutine(t *testing.T) {
+	t.Parallel()
+	st := stacktest.Load(t)
+	const n = 12
+	topic, beyond := st.NewTopic(t, 3, nil), st.NewTopic(t, 1, nil)
+	st.ProduceAged(t, topic, n, 0)
+	k := config.Kafka{Brokers: st.KafkaBrokers, ClientID: "reader-test"}
+	clusters, err := NewClusters([]config.Kafka{k}, []string{topic, beyond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clusters.Close()
+	cluster, err := clusters.For(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cluster.Fetcher().NewReader()
+	defer r.Close()
+
+	// Only this goroutine touches these: the race detector holds the
+	// Reader to handing everything over on it.
+	got, last := 0, map[int]int64{}
+	var stopped []error
+	for p := range 3 {
+		r.Add(ReadOptions{Topic: topic, Partition: p, Offset: 0,
+			Handle: func(m kafka.Message) {
+				if m.Topic != topic || m.Partition != p {
+					t.Errorf("partition %d got a message of %s/%d", p, m.Topic, m.Partition)
+				}
+				if prev, ok := last[p]; ok && m.Offset != prev+1 {
+					t.Errorf("partition %d: offset %d after %d", p, m.Offset, prev)
+				}
+				last[p] = m.Offset
+				got++
+			},
+			OnStop: func(err error) { t.Errorf("partition %d stopped: %v", p, err) }})
+	}
+	r.Add(ReadOptions{Topic: beyond, Partition: 0, Offset: 1000,
+		Handle: func(m kafka.Message) { t.Errorf("read a message beyond the end: offset %d", m.Offset) },
+		OnStop: func(err error) { stopped = append(stopped, err) }})
+
+	ctx, cancel := context.WithTimeout(context.Background(), serverWait)
+	defer cancel()
+	for got < n || len(stopped) == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("after %v: %d of %d messages, stops %v", serverWait, got, n, stopped)
+		case <-r.Ready():
+			r.HandleReady(ctx)
+		}
+	}
+	if len(stopped) != 1 || !errors.Is(stopped[0], kafka.OffsetOutOfRange) {
+		t.Errorf("stops %v, want one OffsetOutOfRange", stopped)
+	}
+	if got != n || len(last) != 3 {
+		t.Errorf("read %d messages of %d partitions, want %d of 3", got, len(last), n)
+	}
+}
+
 // BenchmarkFetcherCanaryAmong900Partitions is what fetching costs the
 // prober at the scale of issue 14, 300 pipelines of 3 partitions: one
 // Fetcher reads 900 partitions (20 topics of 45 here, to create them
