@@ -258,39 +258,53 @@ func (c *Consumer) samplePosition(last time.Time) time.Time {
 
 // Run consumes until ctx is done. Broker failures are logged, counted and
 // retried with backoff; Run returns only when ctx is done.
+//
+// Every partition's messages are handled on Run's goroutine, one per
+// pipeline. The checks run on a goroutine of their own, each while it
+// lasts: a check waits on the network, and a canary must not wait for it
+// to be consumed.
 func (c *Consumer) Run(ctx context.Context) error {
-	// Every partition's messages are handled on one goroutine of the
-	// pipeline's, apart from the checks: a check waits on the network,
-	// and a canary must not wait for it to be consumed.
 	reader := c.cluster.Fetcher().NewReader()
-	var wg sync.WaitGroup
-	wg.Go(func() { c.read(ctx, reader) })
+	defer reader.Close()
+	checked := make(chan error, 1)
+	check := func() { checked <- c.check(ctx, reader) }
+	go check()
+	checking := true
+	var next *time.Timer
+	var due <-chan time.Time
 	defer func() {
-		wg.Wait()
-		reader.Close()
+		if next != nil {
+			next.Stop()
+		}
 	}()
 	retryWait := retry.Backoff(500*time.Millisecond, 10*time.Second)
 	for {
-		err := c.check(ctx, reader)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err == nil {
-			retryWait.Reset()
-			// Every pipeline's check in the same instant, on the wake grid.
-			if !tick.Wait(ctx, consumerCheckInterval) {
-				return nil
-			}
-			continue
-		}
-		c.metrics.DependencyErrors.WithLabelValues(c.p.Name, DependencyKafka).Inc()
-		c.setHealth(false, err.Error())
-		t := time.NewTimer(retryWait.NextBackOff())
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			if checking {
+				<-checked // its requests end with ctx
+			}
 			return nil
-		case <-t.C:
+		case <-reader.Ready():
+			reader.HandleReady(ctx)
+		case err := <-checked:
+			checking = false
+			if err == nil {
+				retryWait.Reset()
+				// Every pipeline's check in the same instant, on the wake grid.
+				next = tick.NewTimer(consumerCheckInterval)
+			} else if ctx.Err() == nil {
+				c.metrics.DependencyErrors.WithLabelValues(c.p.Name, DependencyKafka).Inc()
+				c.setHealth(false, err.Error())
+				next = time.NewTimer(retryWait.NextBackOff())
+			}
+			if next != nil {
+				due = next.C
+			}
+		case <-due:
+			due = nil
+			checking = true
+			go check()
 		}
 	}
 }
@@ -503,19 +517,6 @@ func (c *Consumer) readPartition(ctx context.Context, reader *kafkaclient.Reader
 		},
 		Now: c.now,
 	})
-}
-
-// read handles the messages of every partition of the pipeline's reader
-// as they are fetched, until ctx is done.
-func (c *Consumer) read(ctx context.Context, reader *kafkaclient.Reader) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-reader.Ready():
-			reader.HandleReady(ctx)
-		}
-	}
 }
 
 // Handle classifies one message of the canary topic, as a partition's

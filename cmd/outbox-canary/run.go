@@ -10,6 +10,7 @@ import (
 	"net/http"
 	httppprof "net/http/pprof"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -48,9 +49,35 @@ are retried with backoff, never fatal. On SIGTERM or SIGINT it stops sending, le
 in-flight inserts finish (5s at most), flushes the in-flight state to the
 state directory, and stops the HTTP server (5s at most).
 
+The Go garbage collector runs with GOGC=75 unless the GOGC environment
+variable says otherwise: most of the heap is long-lived (remembered
+canaries, metric series), so the default 100 would keep as much again in
+garbage.
+
 Example:
   OUTBOX_CANARY_SIGNING_KEY=... OUTBOX_CANARY_PG_DSN=postgres://... \
     outbox-canary run --config.file=/etc/outbox-canary.yml --web.listen-address=:9465`
+
+// defaultGCPercent is the GC target the service runs with when GOGC is not
+// set. Most of its heap lives long (the canaries remembered for lost_after
+// + forget, the metric series), and Go's default of 100 lets garbage grow
+// to the size of all of it before a collection. 75 is Prometheus's
+// default since 2.53, for the same reason; what it saves and costs here is
+// in docs/benchmarks.md.
+const defaultGCPercent = 75
+
+// applyDefaultGCPercent sets defaultGCPercent unless GOGC is set (the
+// runtime has applied it then), and returns the GC target in force and
+// whether it came from GOGC.
+func applyDefaultGCPercent() (percent int, fromEnv bool) {
+	if os.Getenv("GOGC") != "" {
+		p := debug.SetGCPercent(100)
+		debug.SetGCPercent(p)
+		return p, true
+	}
+	debug.SetGCPercent(defaultGCPercent)
+	return defaultGCPercent, false
+}
 
 // httpShutdownTimeout bounds how long open HTTP requests may delay exit.
 const httpShutdownTimeout = 5 * time.Second
@@ -79,6 +106,8 @@ func runCommand(app *kingpin.Application, c *cli) action {
 		if err != nil {
 			return fmt.Errorf("run: %w", err)
 		}
+		gogc, fromEnv := applyDefaultGCPercent()
+		logger.Debug("Go garbage collector target", "gogc", gogc, "from_env", fromEnv)
 		// Every secret and DSN now, all problems at once, rather than one
 		// pipeline's at its first connection.
 		if err := cfg.CheckSecrets(); err != nil {
