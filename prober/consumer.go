@@ -111,7 +111,7 @@ type Consumer struct {
 	// lastPosition is the time of the position reported last.
 	lastPosition time.Time
 	// partitionsAt is when every partition of the topic last had a
-	// reader, zero until then; only Run's goroutine uses it.
+	// reader, zero until then; only the checks use it, one at a time.
 	partitionsAt time.Time
 	// partitionCount is how many partitions the topic had then: fewer
 	// readers means one stopped (readPartition), and the next check
