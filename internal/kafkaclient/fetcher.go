@@ -234,7 +234,13 @@ func (f *Fetcher) Read(ctx context.Context, o ReadOptions) error {
 	r := f.NewReader()
 	defer r.Close()
 	var stopped error
-	o.OnStop = func(err error) { stopped = err }
+	onStop := o.OnStop
+	o.OnStop = func(err error) {
+		stopped = err
+		if onStop != nil {
+			onStop(err)
+		}
+	}
 	r.Add(o)
 	for {
 		select {
@@ -310,11 +316,13 @@ func (r *Reader) HandleReady(ctx context.Context) {
 			return
 		}
 		for _, t := range r.taken {
-			if ctx.Err() != nil {
-				return
+			if ctx.Err() == nil {
+				r.handle(t.s, t.b)
 			}
-			r.handle(t.s, t.b)
 		}
+		// A batch holds its fetch's bytes (up to a megabyte in a flood
+		// of foreign messages): not kept past its handling.
+		clear(r.taken)
 	}
 }
 
