@@ -118,16 +118,7 @@ func TestReaderReadsPartitionsOnOneGoroutine(t *testing.T) {
 	const n = 12
 	topic, beyond := st.NewTopic(t, 3, nil), st.NewTopic(t, 1, nil)
 	st.ProduceAged(t, topic, n, 0)
-	k := config.Kafka{Brokers: st.KafkaBrokers, ClientID: "reader-test"}
-	clusters, err := NewClusters([]config.Kafka{k}, []string{topic, beyond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer clusters.Close()
-	cluster, err := clusters.For(k)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cluster := openCluster(t, st, "reader-test", topic, beyond)
 	r := cluster.Fetcher().NewReader()
 	defer r.Close()
 
@@ -185,16 +176,7 @@ func BenchmarkFetcherCanaryAmong900Partitions(b *testing.B) {
 	for i := range topics {
 		topics[i] = st.NewTopic(b, partitions, nil)
 	}
-	k := config.Kafka{Brokers: st.KafkaBrokers, ClientID: "fetcher-bench"}
-	clusters, err := NewClusters([]config.Kafka{k}, topics)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer clusters.Close()
-	cluster, err := clusters.For(k)
-	if err != nil {
-		b.Fatal(err)
-	}
+	cluster := openCluster(b, st, "fetcher-bench", topics...)
 	producer := &kafka.Client{Addr: kafka.TCP(st.KafkaBrokers...), Transport: &kafka.Transport{}, Timeout: serverWait}
 	produce := func(i int) {
 		res, err := producer.Produce(context.Background(), &kafka.ProduceRequest{Topic: topics[i%topicsN], Partition: (i / topicsN) % partitions,
@@ -260,4 +242,20 @@ func BenchmarkFetcherCanaryAmong900Partitions(b *testing.B) {
 		time.Sleep(5 * time.Second)
 		b.ReportMetric(float64((cpu()-idle).Microseconds())/1000/5, "idle-cpu-ms/s")
 	})
+}
+
+// openCluster opens the stack's cluster for topics, closed when tb ends.
+func openCluster(tb testing.TB, st stacktest.Stack, clientID string, topics ...string) *Cluster {
+	tb.Helper()
+	k := config.Kafka{Brokers: st.KafkaBrokers, ClientID: clientID}
+	clusters, err := NewClusters([]config.Kafka{k}, topics)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(clusters.Close)
+	cluster, err := clusters.For(k)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cluster
 }
