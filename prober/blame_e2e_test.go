@@ -71,7 +71,7 @@ func histogram(t *testing.T, m *Metrics, pipeline, segment string) *dto.Histogra
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.(prometheus.Metric).Write(&out); err != nil {
+	if err := h.Write(&out); err != nil {
 		t.Fatal(err)
 	}
 	return out.GetHistogram()
