@@ -72,13 +72,16 @@ func (d *database) status() (ok bool, reason string) {
 // back, as a restart may have moved its clock), until ctx is done.
 func (d *database) watch(ctx context.Context, every time.Duration) {
 	var lastEstimate time.Time
+	estimateFailing := false
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := d.pinger.Ping(pctx)
-		pingFailed := err != nil
+		var estimateErr error
 		if err == nil && (lastEstimate.IsZero() || d.now().Sub(lastEstimate) >= d.clockEvery) {
-			// A failed estimate is counted once, by Estimate, as db_clock.
-			if err = d.clock.Estimate(pctx); err == nil {
+			// A failed estimate is counted once, by Estimate, as db_clock;
+			// the database answered, so it is not down: the previous
+			// estimate stays in use and the next check tries again.
+			if estimateErr = d.clock.Estimate(pctx); estimateErr == nil {
 				lastEstimate = d.now()
 			}
 		}
@@ -87,14 +90,16 @@ func (d *database) watch(ctx context.Context, every time.Duration) {
 			return
 		}
 		d.set(err)
-		if pingFailed {
+		if err != nil {
 			for _, c := range d.errors {
 				c.Inc()
 			}
+			lastEstimate = time.Time{} // a restart may have moved its clock
 		}
-		if err != nil {
-			lastEstimate = time.Time{}
+		if estimateErr != nil && !estimateFailing {
+			d.log.Warn("database clock offset not measured; the last estimate stays in use", "err", postgres.Explain(estimateErr))
 		}
+		estimateFailing = estimateErr != nil
 		if !tick.Wait(ctx, every) {
 			return
 		}

@@ -224,7 +224,7 @@ func TestWatchDB(t *testing.T) {
 		waitFor(t, "a second estimate", func() bool { return q.count() >= 2*dbClockSamples })
 	})
 
-	t.Run("A failed clock estimate is counted once per pipeline, as db_clock, not as database too.", func(t *testing.T) {
+	t.Run("A failed clock estimate is counted once per pipeline, as db_clock, and neither counts nor marks the database down.", func(t *testing.T) {
 		_, _, _, m := start(t, true)
 		waitFor(t, "two failed estimates", func() bool {
 			return testutil.ToFloat64(m.DependencyErrors.WithLabelValues("payments", DependencyDBClock)) >= 2
@@ -235,6 +235,9 @@ func TestWatchDB(t *testing.T) {
 			}
 			if got := testutil.ToFloat64(m.DependencyErrors.WithLabelValues(p, DependencyDatabase)); got != 0 {
 				t.Errorf("%s: database errors = %v, want 0: the database answered, only the estimate failed", p, got)
+			}
+			if got := testutil.ToFloat64(m.DependencyUp.WithLabelValues(p, DependencyDatabase)); got != 1 {
+				t.Errorf("%s: database up = %v, want 1: the database answered, only the estimate failed", p, got)
 			}
 		}
 	})
