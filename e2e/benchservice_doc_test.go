@@ -236,6 +236,9 @@ func renderBenchScenario(p func(string, ...any), r *benchResult) {
 				fmtSeconds(w.InsertCommitP99), w.ProberLag, w.Late, w.Lost, w.InsertFailures)
 		}
 		p("\nApplication names of the prober's sessions: %s.\n\n", r.Windows[len(r.Windows)-1].PGAppNames)
+		if g := r.Windows[len(r.Windows)-1].GOGC; g > 0 {
+			p("The garbage collector's target (`go_gc_gogc_percent`): GOGC=%.0f.\n\n", g)
+		}
 	}
 	if r.Fsync != nil {
 		p("fsyncs: %.1f per second (%s in %g s, %.0f canaries sent meanwhile). New connections: %s (%s). Traced with %s.\n\n",

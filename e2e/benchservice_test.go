@@ -410,6 +410,9 @@ type benchWindow struct {
 	// The Go runtime at the window's end, from /metrics.
 	Goroutines          float64 `json:"goroutines,omitempty"`
 	HeapInuseBytes      float64 `json:"heap_inuse_bytes,omitempty"`
+	// GOGC is the garbage collector's target, go_gc_gogc_percent: the
+	// prober's default unless the environment set GOGC.
+	GOGC float64 `json:"gogc,omitempty"`
 	WriteBytesPerSec    float64 `json:"write_bytes_per_sec"`
 	PGSocketsMax        int     `json:"pg_sockets_max"`
 	PGSessionsMax       int     `json:"pg_sessions_max"`
@@ -917,6 +920,7 @@ func (a *windowAcc) close(elapsed time.Duration, last procSample, m benchMetrics
 	w.CPUSystemPercent = float64(last.systemTicks-a.first.systemTicks) / userHZ / secs * 100
 	w.RSSEndBytes, w.HWMBytes = last.rss, last.hwm
 	w.Goroutines, w.HeapInuseBytes = m.sum("go_goroutines"), m.sum("go_memstats_heap_inuse_bytes")
+	w.GOGC = m.sum("go_gc_gogc_percent")
 	w.WriteBytesPerSec = float64(last.writeBytes-a.first.writeBytes) / secs
 	var names []string
 	for n := range a.appNames {
