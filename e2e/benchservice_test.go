@@ -408,11 +408,11 @@ type benchWindow struct {
 	RSSAnonBytes uint64 `json:"rss_anon_bytes,omitempty"`
 	RSSFileBytes uint64 `json:"rss_file_bytes,omitempty"`
 	// The Go runtime at the window's end, from /metrics.
-	Goroutines          float64 `json:"goroutines,omitempty"`
-	HeapInuseBytes      float64 `json:"heap_inuse_bytes,omitempty"`
+	Goroutines     float64 `json:"goroutines,omitempty"`
+	HeapInuseBytes float64 `json:"heap_inuse_bytes,omitempty"`
 	// GOGC is the garbage collector's target, go_gc_gogc_percent: the
 	// prober's default unless the environment set GOGC.
-	GOGC float64 `json:"gogc,omitempty"`
+	GOGC                float64 `json:"gogc,omitempty"`
 	WriteBytesPerSec    float64 `json:"write_bytes_per_sec"`
 	PGSocketsMax        int     `json:"pg_sockets_max"`
 	PGSessionsMax       int     `json:"pg_sessions_max"`
