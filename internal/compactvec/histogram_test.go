@@ -30,6 +30,21 @@ func twin(o HistogramOpts) *prometheus.HistogramVec {
 	}, []string{"segment"})
 }
 
+// registeredTwins registers the family of o in client_golang's
+// HistogramVec and in ours, each in a pedantic registry of its own.
+func registeredTwins(t *testing.T, o HistogramOpts) (theirs, ours *prometheus.Registry, tv *prometheus.HistogramVec, ov *HistogramVec) {
+	t.Helper()
+	theirs, ours = prometheus.NewPedanticRegistry(), prometheus.NewPedanticRegistry()
+	tv = twin(o)
+	ov, err := NewHistogramVec(o, []string{"segment"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs.MustRegister(tv)
+	ours.MustRegister(ov)
+	return theirs, ours, tv, ov
+}
+
 // gather returns what reg exposes, created timestamps cleared (the two
 // families are created at different instants).
 func gather(t *testing.T, reg *prometheus.Registry) []*dto.MetricFamily {
@@ -66,15 +81,7 @@ func observations(rng *rand.Rand, n int) []float64 {
 // classic buckets, sum, count, native schema, zero bucket, spans and
 // deltas, between scrapes and after them.
 func TestHistogramExposedAsClientGolangExposesIt(t *testing.T) {
-	o := latencyOpts()
-	theirs, ours := prometheus.NewPedanticRegistry(), prometheus.NewPedanticRegistry()
-	tv := twin(o)
-	ov, err := NewHistogramVec(o, []string{"segment"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	theirs.MustRegister(tv)
-	ours.MustRegister(ov)
+	theirs, ours, tv, ov := registeredTwins(t, latencyOpts())
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 3 {
 		for _, seg := range []string{"end_to_end", "commit_to_publish", "empty"} {
@@ -105,14 +112,7 @@ func TestHistogramExposedAsClientGolangExposesIt(t *testing.T) {
 func TestHistogramPastTheCapWidensAsClientGolang(t *testing.T) {
 	o := latencyOpts()
 	o.NativeMaxBuckets = 20
-	theirs, ours := prometheus.NewRegistry(), prometheus.NewRegistry()
-	tv := twin(o)
-	ov, err := NewHistogramVec(o, []string{"segment"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	theirs.MustRegister(tv)
-	ours.MustRegister(ov)
+	theirs, ours, tv, ov := registeredTwins(t, o)
 	for v := 0.001; v < 100; v *= 1.07 {
 		tv.WithLabelValues("s").Observe(v)
 		ov.WithLabelValues("s").Observe(v)
