@@ -269,41 +269,41 @@ func (c *Consumer) Run(ctx context.Context) error {
 	checked := make(chan error, 1)
 	check := func() { checked <- c.check(ctx, reader) }
 	go check()
-	checking := true
-	var next *time.Timer
-	var due <-chan time.Time
+	// due is the next check's timer, nil while a check runs.
+	var due *time.Timer
 	defer func() {
-		if next != nil {
-			next.Stop()
+		if due != nil {
+			due.Stop()
 		}
 	}()
 	retryWait := retry.Backoff(500*time.Millisecond, 10*time.Second)
 	for {
+		var dueC <-chan time.Time
+		if due != nil {
+			dueC = due.C
+		}
 		select {
 		case <-ctx.Done():
-			if checking {
-				<-checked // its requests end with ctx
+			if due == nil {
+				<-checked // the running check; its requests end with ctx
 			}
 			return nil
 		case <-reader.Ready():
 			reader.HandleReady(ctx)
 		case err := <-checked:
-			checking = false
 			if err == nil {
 				retryWait.Reset()
 				// Every pipeline's check in the same instant, on the wake grid.
-				next = tick.NewTimer(consumerCheckInterval)
-			} else if ctx.Err() == nil {
+				due = tick.NewTimer(consumerCheckInterval)
+				continue
+			}
+			if ctx.Err() == nil {
 				c.metrics.DependencyErrors.WithLabelValues(c.p.Name, DependencyKafka).Inc()
 				c.setHealth(false, err.Error())
-				next = time.NewTimer(retryWait.NextBackOff())
 			}
-			if next != nil {
-				due = next.C
-			}
-		case <-due:
+			due = time.NewTimer(retryWait.NextBackOff())
+		case <-dueC:
 			due = nil
-			checking = true
 			go check()
 		}
 	}
