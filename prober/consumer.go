@@ -110,6 +110,10 @@ type Consumer struct {
 
 	// lastPosition is the time of the position reported last.
 	lastPosition time.Time
+	// positionMarks and positionStarts are samplePosition's, reused: it
+	// runs for every pipeline twice a second.
+	positionMarks  map[int]kafkaclient.Mark
+	positionStarts map[int]int64
 	// partitionsAt is when every partition of the topic last had a
 	// reader, zero until then; only the checks use it, one at a time.
 	partitionsAt time.Time
@@ -205,12 +209,17 @@ func (c *Consumer) samplePositionOnce() {
 // been handed to the tracker. A position no newer than last is not
 // reported again; the time of the one reported is returned.
 func (c *Consumer) samplePosition(last time.Time) time.Time {
-	marks := c.cluster.Fetcher().Marks(c.p.Kafka.Topic)
+	marks, starts := c.positionMarks, c.positionStarts
+	if marks == nil {
+		marks, starts = map[int]kafkaclient.Mark{}, map[int]int64{}
+		c.positionMarks, c.positionStarts = marks, starts
+	}
+	c.cluster.Fetcher().MarksInto(c.p.Kafka.Topic, marks)
 	c.mu.Lock()
-	starts := maps.Clone(c.starts)
+	clear(starts)
+	maps.Copy(starts, c.starts)
 	var at time.Time
 	var failed error
-	hwm := make(map[int]int64, len(starts))
 	complete := len(starts) > 0
 	for p := range starts {
 		m, ok := marks[p]
@@ -224,7 +233,6 @@ func (c *Consumer) samplePosition(last time.Time) time.Time {
 		if m.Err != nil {
 			failed = m.Err
 		}
-		hwm[p] = m.HighWatermark
 	}
 	c.markErr = kafkaclient.Explain(failed, c.p.Kafka)
 	c.mu.Unlock()
@@ -238,17 +246,15 @@ func (c *Consumer) samplePosition(last time.Time) time.Time {
 		c.tracker.Position(judge.Position{At: at, Failed: true})
 		return at
 	}
-	next := c.tracker.StartOffsets()
 	caught, lag := true, int64(0)
-	for p, h := range hwm {
-		done, ok := next[p]
-		if s := starts[p]; !ok || s > done {
-			done, ok = s, true
+	for p, start := range starts {
+		h := marks[p].HighWatermark
+		// What precedes a reader's start was never ours to read.
+		done, ok := c.tracker.NextOffset(p)
+		if !ok || start > done {
+			done = start
 		}
-		switch {
-		case !ok:
-			caught, lag = false, lag+h
-		case done < h:
+		if done < h {
 			caught, lag = false, lag+h-done
 		}
 	}
