@@ -157,6 +157,7 @@ type Judge struct {
 	// open and forgetting index the canaries for Tick (index.go).
 	open       []*Canary
 	forgetting forgetQueue
+	forgetFrom time.Time // forgetting[0].Committed, see forgetFromChanged
 }
 
 // New resumes from a state (nil: a fresh one) at now, the process's start.

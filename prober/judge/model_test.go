@@ -431,6 +431,9 @@ func (s *shellSim) checkIndexes() {
 		}
 		queued[c.ID] = true
 	}
+	if len(s.j.forgetting) > 0 && !s.j.forgetFrom.Equal(s.j.forgetting[0].Committed) {
+		problem = fmt.Sprintf("forgetFrom %v, but the first canary queued to be forgotten was committed at %v", s.j.forgetFrom, s.j.forgetting[0].Committed)
+	}
 	for i, c := range s.j.open {
 		if c.Final || s.j.st.Canaries[c.ID] != c || (i > 0 && bySeq(s.j.open[i-1], c) >= 0) {
 			problem = fmt.Sprintf("%s open: final %t, or not the canary remembered, or out of order", c.ID, c.Final)
