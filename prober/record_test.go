@@ -40,7 +40,7 @@ func TestCanaryRecordsAreEncodedAsJSONMarshalEncodesThem(t *testing.T) {
 // meta given as the state store gives it.
 func encodeStateFile(t *testing.T, f *stateFile, meta judge.State) []byte {
 	t.Helper()
-	metaJSON, err := json.Marshal(&meta)
+	metaJSON, err := appendMeta(nil, &meta)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -311,7 +311,7 @@ func (s *stateStore) save(j *judge.Judge, now time.Time) (err error) {
 	d := j.Delta()
 	meta := j.State().Meta()
 	meta.AliveAt = now
-	metaJSON, err := json.Marshal(&meta)
+	metaJSON, err := appendMeta(make([]byte, 0, 512), &meta)
 	if err != nil {
 		return s.failed(fmt.Errorf("encode state journal record: %w", err))
 	}
@@ -386,7 +386,7 @@ func (s *stateStore) snapshot(j *judge.Judge, now time.Time) error {
 	st.AliveAt = now
 	gen := fmt.Sprintf("%016x", rand.Uint64())
 	meta := st.Meta()
-	metaJSON, err := json.Marshal(&meta)
+	metaJSON, err := appendMeta(make([]byte, 0, 512), &meta)
 	var data []byte
 	if err == nil {
 		data, err = appendStateFile(nil, &stateFile{Version: stateVersion, Pipeline: s.pipeline, Instance: s.instance, Generation: gen, Judge: &st}, metaJSON)

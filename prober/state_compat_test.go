@@ -63,7 +63,7 @@ func TestStateWrittenByAnEarlierReleaseLoadsAndIsWrittenAgainByteForByte(t *test
 		}
 		lines++
 		data = rest
-		metaJSON, err := json.Marshal(&rec.Meta)
+		metaJSON, err := appendMeta(nil, &rec.Meta)
 		if err != nil {
 			t.Fatal(err)
 		}
