@@ -140,6 +140,9 @@ func renderBench(d *benchDoc) []byte {
 		if steady.Fsync != nil {
 			p("| fsyncs, same | (one per batch) | %.1f /s (%s over %g s, %.0f canaries sent) |\n", steady.Fsync.PerSecond, fmtCalls(steady.Fsync.Calls), steady.Fsync.Seconds, steady.Fsync.CanariesSent)
 		}
+		if sc := steady.Scrapes; sc != nil {
+			p("| a scrape of `/metrics`, same (left out of the CPU above) | (none set) | %s |\n", fmtScrapes(sc))
+		}
 		if steady.Statements != nil {
 			p("| SQL statements per canary, same | ≤ 3 | %s%.2f (every statement of the prober's role over %.0f canaries; breakdown below) |\n",
 				mark(steady.Statements.PerCanary <= 3), steady.Statements.PerCanary, steady.Statements.Canaries)
@@ -168,6 +171,9 @@ func renderBench(d *benchDoc) []byte {
 		p("| Kafka connections per broker, same | ≤ 3 | %s%s |\n", mark(okK), strings.Join(kc, "; "))
 		p("| CPU, same | ≤ 5 %% of one core | %s%s |\n", mark(okCPU), strings.Join(cpu, "; "))
 		p("| memory (VmRSS), same | ≤ 100 MiB | %s%s%s |\n", mark(okRSS), strings.Join(rss, "; "), rssSplit(scale.Windows[len(scale.Windows)-1]))
+		if sc := scale.Scrapes; sc != nil {
+			p("| a scrape of `/metrics`, same (left out of the CPU above) | (none set) | %s |\n", fmtScrapes(sc))
+		}
 		if scale.Statements != nil {
 			p("| SQL statements per canary, same | ≤ 3 | %s%.2f |\n", mark(scale.Statements.PerCanary <= 3), scale.Statements.PerCanary)
 		}
@@ -189,7 +195,7 @@ func renderBench(d *benchDoc) []byte {
 	}
 
 	p("## How the figures are taken\n\n")
-	p("- **CPU %% of one core**: utime + stime of `/proc/<pid>/stat` (in USER_HZ, 100/s) over the window, divided by its wall time. The windows start after every pipeline has received a canary and a further warm-up.\n")
+	p("- **CPU %% of one core**: utime + stime of `/proc/<pid>/stat` (in USER_HZ, 100/s) over the window, divided by its wall time. The windows start after every pipeline has received a canary and a further warm-up. The harness scrapes `/metrics` at each window's end (protobuf); that scrape is left out of both windows and reported on its own, its CPU from the samples just before and after it, and its share of a core at a %s scrape interval, as Prometheus would scrape.\n", scrapeInterval)
 	p("- **VmRSS**: the largest of the samples (every 5 s) in the window, split into RssAnon (the process's own memory: Go heap, stacks, runtime) and RssFile (pages of the binary mapped from the page cache, shared and reclaimable, which grows with the binary's size rather than the work); **VmHWM** the process's peak at the window's end (`/proc/<pid>/status`). Go heap in use and goroutines are `go_memstats_heap_inuse_bytes` and `go_goroutines` from `/metrics` at the window's end.\n")
 	p("- **Disk writes**: `write_bytes` of `/proc/<pid>/io` over the window (bytes the process caused to be sent to storage; not socket writes).\n")
 	p("- **fsyncs and new connections**: `strace -f -e trace=fsync,fdatasync,sync_file_range,syncfs,connect -p <pid>` for a window of its own after the measured ones (tracing stops the process at every traced call), each call counted, each `connect` by its destination port.\n")
@@ -315,4 +321,11 @@ func kernelShare(w benchWindow) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.2f", w.CPUSystemPercent)
+}
+
+// fmtScrapes says what a scrape cost and its share of a core at
+// scrapeInterval.
+func fmtScrapes(s *benchScrapes) string {
+	return fmt.Sprintf("%.0f ms of CPU each (%.2f CPU s over %d scrapes at the window ends); %.2f %% of one core at a %s scrape interval",
+		s.PerScrape()*1000, s.CPUSeconds, s.Count, s.PerScrape()/scrapeInterval.Seconds()*100, scrapeInterval)
 }

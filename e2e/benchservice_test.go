@@ -388,6 +388,7 @@ type benchResult struct {
 	Windows     []benchWindow  `json:"windows,omitempty"`
 	Statements  *benchStmts    `json:"statements,omitempty"`
 	Fsync       *benchFsync    `json:"fsync,omitempty"`
+	Scrapes     *benchScrapes  `json:"scrapes,omitempty"`
 	Foreign     *benchForeignR `json:"foreign,omitempty"`
 	ProberLog   map[string]int `json:"prober_log,omitempty"`      // lines by level, over the whole scenario
 	ProberMsgs  []string       `json:"prober_messages,omitempty"` // the most frequent WARN and ERROR messages, with counts
@@ -429,6 +430,31 @@ type benchWindow struct {
 	InsertCommitMax     float64 `json:"insert_commit_over_1s"`     // observations above 1 s
 	LoadMax             float64 `json:"load_max"`
 }
+
+// benchScrapes is what the harness's scrapes of /metrics at the window
+// ends cost the prober, left out of the windows: its CPU ticks from the
+// sample before each scrape to the one after (USER_HZ, so a scrape under
+// 10 ms may read as none).
+type benchScrapes struct {
+	Count      int     `json:"count"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+}
+
+func (s *benchScrapes) add(before, after procSample) *benchScrapes {
+	if s == nil {
+		s = &benchScrapes{}
+	}
+	s.Count++
+	s.CPUSeconds += float64(after.cpuTicks-before.cpuTicks) / userHZ
+	return s
+}
+
+// PerScrape is the mean CPU seconds of one scrape.
+func (s *benchScrapes) PerScrape() float64 { return s.CPUSeconds / float64(s.Count) }
+
+// scrapeInterval is the Prometheus scrape interval the scrape's share of
+// a core is given at: the common 15 s.
+const scrapeInterval = 15 * time.Second
 
 type benchStmts struct {
 	Canaries  float64         `json:"canaries"`
@@ -723,6 +749,13 @@ func (b *bench) runCanaryScenario(t *testing.T, sc canaryScenario) *benchResult 
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The harness's own scrape is no part of the scenario: the window
+		// closes on the sample before it and the next opens on one after
+		// it, and what it cost is reported apart (a scrape of 300
+		// pipelines is a tenth of a second of CPU, more than two minutes
+		// of a short last window would show otherwise).
+		scraped := b.sampleProc(t, pid)
+		res.Scrapes = res.Scrapes.add(cur, scraped)
 		w := win.close(elapsed, cur, m)
 		res.Windows = append(res.Windows, w)
 		res.LoadDuring = append(res.LoadDuring, w.LoadMax)
@@ -733,7 +766,7 @@ func (b *bench) runCanaryScenario(t *testing.T, sc canaryScenario) *benchResult 
 			res.Statements = b.readStatements(t, m.sum(slo.MetricCanariesSent)-runStart.sum(slo.MetricCanariesSent))
 			break
 		}
-		win = b.newWindow(elapsed, cur, m)
+		win = b.newWindow(elapsed, scraped, m)
 		windowEnd = min(windowEnd+b.settings.Window, sc.Duration)
 	}
 	res.Fsync = b.traceFsyncs(t, pid, addr, sc.Name)
