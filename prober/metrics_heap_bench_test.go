@@ -18,29 +18,36 @@ import (
 // does not grow with the canaries remembered.
 func BenchmarkMetricsHeapPerPipeline(b *testing.B) {
 	const pipelines = 300
-	ps := make([]config.Pipeline, pipelines)
-	for i := range ps {
-		ps[i] = testPipeline()
-		ps[i].Name = fmt.Sprintf("p%03d", i)
-	}
 	var perPipeline float64
 	for b.Loop() {
 		before := liveHeap()
-		m, err := NewMetrics(prometheus.NewRegistry(), ps)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i := range ps {
-			for _, s := range ps[i].Segments() {
-				for d := time.Millisecond; d < time.Second; d = d * 21 / 20 {
-					m.ObserveLatency(ps[i].Name, s, d)
-				}
-			}
-		}
+		m := observedMetrics(b, prometheus.NewRegistry(), pipelines)
 		perPipeline = float64(liveHeap()-before) / pipelines
 		runtime.KeepAlive(m)
 	}
 	b.ReportMetric(perPipeline, "B/pipeline")
+}
+
+// observedMetrics registers the metrics of n pipelines in reg, every
+// latency histogram given observations from 1 ms to 1 s 5 % apart.
+func observedMetrics(b *testing.B, reg *prometheus.Registry, n int) *Metrics {
+	ps := make([]config.Pipeline, n)
+	for i := range ps {
+		ps[i] = testPipeline()
+		ps[i].Name = fmt.Sprintf("p%03d", i)
+	}
+	m, err := NewMetrics(reg, ps)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range ps {
+		for _, s := range ps[i].Segments() {
+			for d := time.Millisecond; d < time.Second; d = d * 21 / 20 {
+				m.ObserveLatency(ps[i].Name, s, d)
+			}
+		}
+	}
+	return m
 }
 
 func liveHeap() int64 {

@@ -1,17 +1,13 @@
 package prober
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/outbox-canary/outbox-canary/internal/config"
 )
 
 // BenchmarkScrapeOf300Pipelines is one scrape of the prober's own metrics
@@ -21,24 +17,8 @@ import (
 // asks for when native histograms are enabled. Prometheus scrapes every
 // 15 to 60 s, so a scrape's CPU counts beside the pipelines'.
 func BenchmarkScrapeOf300Pipelines(b *testing.B) {
-	const pipelines = 300
-	ps := make([]config.Pipeline, pipelines)
-	for i := range ps {
-		ps[i] = testPipeline()
-		ps[i].Name = fmt.Sprintf("p%03d", i)
-	}
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, ps)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for i := range ps {
-		for _, s := range ps[i].Segments() {
-			for d := time.Millisecond; d < time.Second; d = d * 21 / 20 {
-				m.ObserveLatency(ps[i].Name, s, d)
-			}
-		}
-	}
+	observedMetrics(b, reg, 300)
 	handler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
 	for _, format := range []struct{ name, accept string }{
 		{"text", "text/plain;version=0.0.4"},
