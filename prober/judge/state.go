@@ -145,7 +145,8 @@ type State struct {
 	Canaries map[string]*Canary `json:"canaries"`
 	// LastSeq is the highest sequence number that arrived, per message key.
 	LastSeq map[string]uint64 `json:"last_seq_by_key,omitempty"`
-	// Next is the next offset to process, per partition of the canary topic.
+	// Next is the next offset to process, per partition of the canary
+	// topic. Partitions are only ever added (the state store counts on it).
 	Next map[int]int64 `json:"next_offset_by_partition,omitempty"`
 	// Downtimes are the spans the prober was not running (from the last
 	// state write of one process to the start of the next), newest last.
