@@ -143,6 +143,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 		cluster: o.Cluster, client: o.Cluster.Client(o.Pipeline.Kafka, kafkaRequestTimeout),
 		now: o.Now, log: o.Logger, since: o.Since, skipped: skipped,
 		reason: "not connected to Kafka yet", readers: map[int]bool{}, starts: map[int]int64{},
+		positionMarks: map[int]kafkaclient.Mark{}, positionStarts: map[int]int64{},
 	}, nil
 }
 
@@ -210,10 +211,6 @@ func (c *Consumer) samplePositionOnce() {
 // reported again; the time of the one reported is returned.
 func (c *Consumer) samplePosition(last time.Time) time.Time {
 	marks, starts := c.positionMarks, c.positionStarts
-	if marks == nil {
-		marks, starts = map[int]kafkaclient.Mark{}, map[int]int64{}
-		c.positionMarks, c.positionStarts = marks, starts
-	}
 	c.cluster.Fetcher().MarksInto(c.p.Kafka.Topic, marks)
 	c.mu.Lock()
 	clear(starts)
