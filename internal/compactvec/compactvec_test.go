@@ -2,6 +2,9 @@ package compactvec
 
 import (
 	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 )
 
@@ -172,5 +176,61 @@ func TestDeleteLabelValues(t *testing.T) {
 	}
 	if v.Len() != 1 || testutil.ToFloat64(v.WithLabelValues("orders", "b")) != 2 {
 		t.Errorf("after the delete: %d series, b = %v; want 1 and 2", v.Len(), testutil.ToFloat64(v.WithLabelValues("orders", "b")))
+	}
+}
+
+// collected is the label pairs of what c collects, in the order it
+// collects them, as text.
+func collected(t *testing.T, c prometheus.Collector) []string {
+	t.Helper()
+	ch := make(chan prometheus.Metric)
+	go func() { c.Collect(ch); close(ch) }()
+	var out []string
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprint(d.GetLabel()))
+	}
+	return out
+}
+
+// A family is collected in the order a registry sorts it to (label values,
+// labels in name order, not in declared order), after creations in any
+// order and deletions, so the registry's sort has nothing to do.
+func TestCollectedInTheRegistrysOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	counters := NewCounterVec("x_total", "X.", []string{"segment", "pipeline"})
+	histograms, err := NewHistogramVec(latencyOpts(), []string{"segment"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 300 {
+		p, s := fmt.Sprintf("p%d", rng.IntN(40)), fmt.Sprintf("s%d", rng.IntN(7))
+		if rng.IntN(4) == 0 {
+			counters.DeleteLabelValues(s, p)
+			continue
+		}
+		counters.WithLabelValues(s, p).Inc()
+		histograms.WithLabelValues(s).Observe(rng.Float64())
+	}
+	for _, c := range []prometheus.Collector{counters, histograms} {
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(c)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sorted []string
+		for _, m := range mfs[0].GetMetric() {
+			sorted = append(sorted, fmt.Sprint(m.GetLabel()))
+		}
+		if got := collected(t, c); !slices.Equal(got, sorted) {
+			t.Errorf("collected %d series in another order than the registry's %d:\n%v\n%v", len(got), len(sorted), got, sorted)
+		}
+	}
+	if n := counters.Len(); n < 100 {
+		t.Errorf("only %d counter series: the test orders too few", n)
 	}
 }

@@ -197,6 +197,7 @@ func NewHistogramVec(o HistogramOpts, labels []string) (*HistogramVec, error) {
 		return h
 	}
 	v.metric = func(h *Histogram) prometheus.Metric { return h }
+	v.labelValues = func(h *Histogram) []string { return h.lvs }
 	return v, nil
 }
 
@@ -314,15 +315,22 @@ func (h *Histogram) Write(out *dto.Metric) error {
 		ZeroThreshold:    new(float64(nativeZeroThreshold)),
 		ZeroCount:        new(h.zero),
 	}
-	var cumulative uint64
-	for i, upper := range o.Buckets {
-		cumulative += h.classic[i]
-		his.Bucket[i] = &dto.Bucket{CumulativeCount: new(cumulative), UpperBound: new(upper)}
+	// The classic buckets in three allocations rather than three each;
+	// their upper bounds are the family's own.
+	buckets := make([]dto.Bucket, len(o.Buckets))
+	cumulative := make([]uint64, len(o.Buckets))
+	var sum uint64
+	for i := range o.Buckets {
+		sum += h.classic[i]
+		cumulative[i] = sum
+		b := &buckets[i]
+		b.CumulativeCount, b.UpperBound = &cumulative[i], &o.Buckets[i]
+		his.Bucket[i] = b
 	}
 	his.NegativeSpan, his.NegativeDelta = h.negative.spans()
 	his.PositiveSpan, his.PositiveDelta = h.positive.spans()
 	out.Histogram = his
-	out.Label = prometheus.MakeLabelPairs(h.vec.desc, h.lvs)
+	out.Label = h.vec.labelPairs(h.lvs)
 	return nil
 }
 
