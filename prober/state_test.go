@@ -166,8 +166,39 @@ func TestTheJournalRebuildsTheStateAndIsCompactedIntoASnapshot(t *testing.T) {
 	if got := testutil.ToFloat64(h.m().StateTornRecords.WithLabelValues(h.p.Name)); got != 0 {
 		t.Errorf("torn records = %v, want 0", got)
 	}
-	if info, err := os.Stat(h.path + journalSuffix); err != nil || info.Size() > compactRatio*snapshot+8<<10 {
+	if info, err := os.Stat(h.path + journalSuffix); err != nil || float64(info.Size()) > compactRatio*(1+compactSpread)*float64(snapshot)+8<<10 {
 		t.Errorf("journal %v, %v: want it bounded by the compaction", info, err)
+	}
+}
+
+// Pipelines started together and written alike do not compact together:
+// at 300 pipelines their compactions fell in the same 15 s.
+func TestPipelinesWrittenAlikeCompactAtDifferentWrites(t *testing.T) {
+	firstCompaction := map[int]int{} // canary at which a pipeline first compacted: pipelines
+	for range 8 {
+		h := newHarness(t, plainPipeline(), true)
+		h.tr.store.minCompact = 64 << 10
+		for i := range 300 {
+			h.at(time.Duration(i) * time.Second)
+			c := h.send(fmt.Sprint("c", i), uint64(i+1))
+			h.at(time.Duration(i)*time.Second + 300*time.Millisecond)
+			h.arrive(c, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+			h.sweep(time.Duration(i)*time.Second + 900*time.Millisecond)
+			if h.tr.store.stats.snapshots > 1 { // the first is the process's first write
+				firstCompaction[i]++
+				break
+			}
+		}
+	}
+	compacted := 0
+	for _, n := range firstCompaction {
+		compacted += n
+	}
+	if compacted != 8 {
+		t.Fatalf("%d of 8 pipelines compacted in 300 canaries (%v); the test needs them all to", compacted, firstCompaction)
+	}
+	if len(firstCompaction) < 2 {
+		t.Errorf("eight pipelines written alike first compacted at the same canary: %v", firstCompaction)
 	}
 }
 
