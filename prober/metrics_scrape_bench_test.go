@@ -7,28 +7,34 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // BenchmarkScrapeOf300Pipelines is one scrape of the prober's own metrics
 // for 300 pipelines, every latency histogram with observations from 1 ms
-// to 1 s 5 % apart, through promhttp as the service serves them: in the
-// text format a plain scrape asks for, and in the protobuf one Prometheus
-// asks for when native histograms are enabled. Prometheus scrapes every
+// to 1 s 5 % apart, through MetricsHandler as the service serves them: in
+// the text format a plain scrape asks for, and in the protobuf one
+// Prometheus asks for when native histograms are enabled; plain and
+// gzipped. Prometheus scrapes every
 // 15 to 60 s, so a scrape's CPU counts beside the pipelines'.
 func BenchmarkScrapeOf300Pipelines(b *testing.B) {
 	reg := prometheus.NewRegistry()
 	observedMetrics(b, reg, 300)
-	handler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
-	for _, format := range []struct{ name, accept string }{
-		{"text", "text/plain;version=0.0.4"},
-		{"protobuf", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"},
+	handler := MetricsHandler(reg)
+	for _, format := range []struct{ name, accept, encoding string }{
+		{"text", "text/plain;version=0.0.4", ""},
+		{"protobuf", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", ""},
+		// Prometheus asks for gzip unless told not to (enable_compression).
+		{"text-gzip", "text/plain;version=0.0.4", "gzip"},
+		{"protobuf-gzip", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", "gzip"},
 	} {
 		b.Run(format.name, func(b *testing.B) {
 			var size int
 			for b.Loop() {
 				req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
 				req.Header.Set("Accept", format.accept)
+				if format.encoding != "" {
+					req.Header.Set("Accept-Encoding", format.encoding)
+				}
 				rec := httptest.NewRecorder()
 				handler.ServeHTTP(rec, req)
 				body, _ := io.ReadAll(rec.Result().Body)

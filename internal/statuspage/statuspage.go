@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/version"
@@ -376,8 +375,7 @@ func utc(t time.Time) time.Time {
 	return t.UTC()
 }
 
-// NewHandler serves /metrics from g (OpenMetrics negotiated, so exemplars
-// and native histograms reach a scraper that asks), /healthz (liveness: the
+// NewHandler serves /metrics from g (prober.MetricsHandler), /healthz (liveness: the
 // process answers), /readyz (readiness: this process works, src.Ready; it
 // answers at all only when HTTP is serving; never whether the pipelines'
 // servers answer, so a downstream outage neither restarts nor unreadies the
@@ -385,7 +383,7 @@ func utc(t time.Time) time.Time {
 // model gives each pipeline's stall threshold.
 func NewHandler(src Source, model *slo.Model, g prometheus.Gatherer, log *slog.Logger, now func() time.Time) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	mux.Handle("GET /metrics", prober.MetricsHandler(g))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
