@@ -10,13 +10,24 @@ import (
 
 // MetricsHandler serves what g gathers as a scraper asks for it:
 // OpenMetrics or protobuf when asked (so exemplars and native histograms
-// reach a scraper that wants them), compressed when the scraper accepts
-// it, as Prometheus does unless told not to.
+// reach a scraper that wants them), gzipped when the scraper accepts it,
+// as Prometheus does unless told not to.
 //
-// The compression is klauspost/compress's gzhttp rather than promhttp's
-// own (compress/gzip at its default level), which at 300 pipelines was
-// most of a scrape: see BenchmarkScrapeOf300Pipelines and
+// The gzip is klauspost/compress's gzhttp rather than promhttp's own
+// (compress/gzip at its default level), which at 300 pipelines was most
+// of a text scrape: see BenchmarkScrapeOf300Pipelines and
 // docs/benchmarks.txt.
 func MetricsHandler(g prometheus.Gatherer) http.Handler {
-	return gzhttp.GzipHandler(promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true, DisableCompression: true}))
+	return gzipped(promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true, DisableCompression: true}))
 }
+
+// gzipped compresses with gzip alone. gzhttp also offers zstd, and
+// prefers it, but Prometheus asks for zstd only behind a feature flag and
+// the prober's scrapes are measured with gzip; promhttp offered none.
+var gzipped = func() func(http.Handler) http.HandlerFunc {
+	wrap, err := gzhttp.NewWrapper(gzhttp.EnableZstd(false))
+	if err != nil {
+		panic(err) // the options are constant
+	}
+	return wrap
+}()

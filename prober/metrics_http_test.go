@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,7 +32,8 @@ func scrape(t *testing.T, h http.Handler, accept, encoding string) *http.Respons
 }
 
 // A scraper that accepts gzip gets what one that does not gets, gzipped
-// once; one that does not gets it plain; the format is still negotiated.
+// once; one that does not gets it plain, and told that the body varies
+// with Accept-Encoding; the format is still negotiated.
 func TestMetricsHandlerCompressesForScrapersThatAcceptIt(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a, b := testPipeline(), testPipeline()
@@ -49,14 +51,21 @@ func TestMetricsHandlerCompressesForScrapersThatAcceptIt(t *testing.T) {
 	if ct := plain.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") {
 		t.Errorf("Content-Type %q, want OpenMetrics as asked", ct)
 	}
+	// A cache between scraper and prober must not hand a gzipped body to
+	// a scraper that did not ask for one.
+	if vary := plain.Header.Values("Vary"); !slices.ContainsFunc(vary, func(v string) bool { return strings.Contains(v, "Accept-Encoding") }) {
+		t.Errorf("Vary %q lacks Accept-Encoding", vary)
+	}
 	want, _ := io.ReadAll(plain.Body)
 	if !bytes.Contains(want, []byte(`outbox_canary_canaries_sent_total{pipeline="payments"}`)) {
 		t.Fatalf("the plain scrape lacks a pipeline's series:\n%.500s", want)
 	}
 
-	zipped := scrape(t, h, openMetrics, "gzip")
+	// Prometheus with its zstd feature on offers both: gzip is what the
+	// prober's scrapes are measured with.
+	zipped := scrape(t, h, openMetrics, "zstd,gzip")
 	if enc := zipped.Header.Get("Content-Encoding"); enc != "gzip" {
-		t.Fatalf("Content-Encoding %q for a scraper that accepts gzip, want gzip", enc)
+		t.Fatalf("Content-Encoding %q for a scraper that accepts zstd and gzip, want gzip", enc)
 	}
 	if ct := zipped.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") {
 		t.Errorf("gzipped Content-Type %q, want OpenMetrics as asked", ct)

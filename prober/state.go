@@ -119,7 +119,8 @@ type stateStore struct {
 	jrnl         *journal
 	snapshotSize int64
 	stats        persistStats
-	// minCompact overrides compactMin (tests).
+	// minCompact overrides compactMin (tests); it takes effect at the next
+	// snapshot, so set it before the first write.
 	minCompact int64
 	// compactAt is the journal size past which the next write is a
 	// snapshot, drawn at each snapshot.
