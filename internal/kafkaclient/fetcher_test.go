@@ -179,13 +179,24 @@ func BenchmarkFetcherCanaryAmong900Partitions(b *testing.B) {
 	cluster := openCluster(b, st, "fetcher-bench", topics...)
 	producer := &kafka.Client{Addr: kafka.TCP(st.KafkaBrokers...), Transport: &kafka.Transport{}, Timeout: serverWait}
 	produce := func(i int) {
-		res, err := producer.Produce(context.Background(), &kafka.ProduceRequest{Topic: topics[i%topicsN], Partition: (i / topicsN) % partitions,
-			RequiredAcks: kafka.RequireOne, Records: kafka.NewRecordReader(kafka.Record{Value: kafka.NewBytes([]byte("canary"))})})
-		if err == nil {
-			err = res.Error
-		}
-		if err != nil {
-			b.Fatal(err)
+		// A partition of a topic just created may have no leader yet
+		// ("Not Leader For Partition"): retried until serverWait.
+		deadline := time.Now().Add(serverWait)
+		for {
+			res, err := producer.Produce(context.Background(), &kafka.ProduceRequest{Topic: topics[i%topicsN], Partition: (i / topicsN) % partitions,
+				RequiredAcks: kafka.RequireOne, Records: kafka.NewRecordReader(kafka.Record{Value: kafka.NewBytes([]byte("canary"))})})
+			if err == nil {
+				err = res.Error
+			}
+			var kerr kafka.Error
+			if err != nil && errors.As(err, &kerr) && kerr.Temporary() && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			return
 		}
 	}
 	cpu := func() time.Duration {
