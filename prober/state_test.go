@@ -139,17 +139,23 @@ func stateOf(t *testing.T, tr *Tracker) string {
 	return string(b)
 }
 
+// canaryOfASecond is canary i of a pipeline that sends one a second: sent
+// at i s, arrived 300 ms later if it arrives, swept at i s + 900 ms.
+func (h *harness) canaryOfASecond(i int, arrives bool) {
+	h.at(time.Duration(i) * time.Second)
+	c := h.send(fmt.Sprint("c", i), uint64(i+1))
+	h.at(time.Duration(i)*time.Second + 300*time.Millisecond)
+	if arrives {
+		h.arrive(c, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
+	}
+	h.sweep(time.Duration(i)*time.Second + 900*time.Millisecond)
+}
+
 func TestTheJournalRebuildsTheStateAndIsCompactedIntoASnapshot(t *testing.T) {
 	h := newHarness(t, plainPipeline(), true)
 	h.tr.store.minCompact = 8 << 10
 	for i := range 200 {
-		h.at(time.Duration(i) * time.Second)
-		c := h.send(fmt.Sprint("c", i), uint64(i+1))
-		h.at(time.Duration(i)*time.Second + 300*time.Millisecond)
-		if i%10 != 3 { // some are lost
-			h.arrive(c, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
-		}
-		h.sweep(time.Duration(i)*time.Second + 900*time.Millisecond)
+		h.canaryOfASecond(i, i%10 != 3) // some are lost
 	}
 	st := h.tr.store.stats
 	if st.snapshots < 3 {
@@ -179,11 +185,7 @@ func TestPipelinesWrittenAlikeCompactAtDifferentWrites(t *testing.T) {
 		h := newHarness(t, plainPipeline(), true)
 		h.tr.store.minCompact = 64 << 10
 		for i := range 300 {
-			h.at(time.Duration(i) * time.Second)
-			c := h.send(fmt.Sprint("c", i), uint64(i+1))
-			h.at(time.Duration(i)*time.Second + 300*time.Millisecond)
-			h.arrive(c, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
-			h.sweep(time.Duration(i)*time.Second + 900*time.Millisecond)
+			h.canaryOfASecond(i, true)
 			if h.tr.store.stats.snapshots > 1 { // the first is the process's first write
 				firstCompaction[i]++
 				break
