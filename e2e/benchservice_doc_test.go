@@ -330,7 +330,7 @@ func kernelShare(w benchWindow) string {
 // prober in service is scraped, and at 300 pipelines a scrape is not
 // negligible.
 func scrapedCPU(windows []benchWindow, s *benchScrapes, target float64) string {
-	share := s.PerScrape() / scrapeInterval.Seconds() * 100
+	share := s.CoreShare()
 	ok := true
 	var out []string
 	for _, w := range windows {
@@ -344,5 +344,5 @@ func scrapedCPU(windows []benchWindow, s *benchScrapes, target float64) string {
 // scrapeInterval.
 func fmtScrapes(s *benchScrapes) string {
 	return fmt.Sprintf("%.0f ms of CPU each (%.2f CPU s over %d scrapes at the window ends); %.2f %% of one core at a %s scrape interval",
-		s.PerScrape()*1000, s.CPUSeconds, s.Count, s.PerScrape()/scrapeInterval.Seconds()*100, scrapeInterval)
+		s.PerScrape()*1000, s.CPUSeconds, s.Count, s.CoreShare(), scrapeInterval)
 }

@@ -452,6 +452,10 @@ func (s *benchScrapes) add(before, after procSample) *benchScrapes {
 // PerScrape is the mean CPU seconds of one scrape.
 func (s *benchScrapes) PerScrape() float64 { return s.CPUSeconds / float64(s.Count) }
 
+// CoreShare is the per cent of one core that scrapes every scrapeInterval
+// cost.
+func (s *benchScrapes) CoreShare() float64 { return s.PerScrape() / scrapeInterval.Seconds() * 100 }
+
 // scrapeInterval is the Prometheus scrape interval the scrape's share of
 // a core is given at: the common 15 s.
 const scrapeInterval = 15 * time.Second

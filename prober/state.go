@@ -115,10 +115,9 @@ type stateStore struct {
 	// gen is the generation of the snapshot on disk that jrnl continues;
 	// jrnl is nil until this process wrote its first snapshot, and after
 	// a failed write, so that the next write is a snapshot.
-	gen          string
-	jrnl         *journal
-	snapshotSize int64
-	stats        persistStats
+	gen   string
+	jrnl  *journal
+	stats persistStats
 	// minCompact overrides compactMin (tests); it takes effect at the next
 	// snapshot, so set it before the first write.
 	minCompact int64
@@ -400,8 +399,8 @@ func (s *stateStore) snapshot(j *judge.Judge, now time.Time) error {
 	if err != nil {
 		return s.failed(fmt.Errorf("write state %s: %w", s.path, err))
 	}
-	s.gen, s.snapshotSize, s.writtenMeta = gen, int64(len(data)), metaJSON
-	threshold := max(cmp.Or(s.minCompact, compactMin), compactRatio*s.snapshotSize)
+	s.gen, s.writtenMeta = gen, metaJSON
+	threshold := max(cmp.Or(s.minCompact, compactMin), compactRatio*int64(len(data)))
 	s.compactAt = threshold + rand.Int64N(int64(float64(threshold)*compactSpread)+1)
 	s.wrote(st.Next)
 	j.MarkPersisted(now)

@@ -164,7 +164,7 @@ func TestTheJournalRebuildsTheStateAndIsCompactedIntoASnapshot(t *testing.T) {
 	if st.records < 400 {
 		t.Errorf("%d journal records, want most writes appended", st.records)
 	}
-	want, snapshot := stateOf(t, h.tr), h.tr.store.snapshotSize
+	want, compactAt := stateOf(t, h.tr), h.tr.store.compactAt
 	h.restart() // kill -9
 	if got := stateOf(t, h.tr); got != want {
 		t.Errorf("state after the restart differs:\n got %.400s\nwant %.400s", got, want)
@@ -172,7 +172,7 @@ func TestTheJournalRebuildsTheStateAndIsCompactedIntoASnapshot(t *testing.T) {
 	if got := testutil.ToFloat64(h.m().StateTornRecords.WithLabelValues(h.p.Name)); got != 0 {
 		t.Errorf("torn records = %v, want 0", got)
 	}
-	if info, err := os.Stat(h.path + journalSuffix); err != nil || float64(info.Size()) > compactRatio*(1+compactSpread)*float64(snapshot)+8<<10 {
+	if info, err := os.Stat(h.path + journalSuffix); err != nil || info.Size() > compactAt+8<<10 {
 		t.Errorf("journal %v, %v: want it bounded by the compaction", info, err)
 	}
 }
