@@ -174,20 +174,11 @@ func (jl *journal) write(gen string, payload []byte) (n int, err error) {
 // the last fsync. It returns the bytes written and how many 4 KiB pages
 // the fsync wrote: every page a line touched since the previous one.
 func (jl *journal) commit(gen string, payload []byte) (n, pages int, err error) {
-	if n, err = jl.writeBatch(gen, payload); err != nil {
-		return n, pagesSpanned(jl.synced, int(jl.size-jl.synced)), err
-	}
-	pages, err = jl.sync()
-	return n, pages, err
-}
-
-// writeBatch appends the record of a batch without syncing it; sync makes
-// it durable. The page the batch ends in is written whole by that fsync
-// anyway: if a batch like this one would not fit in what is left of it,
-// the page is padded out, so that the next batch starts a page rather
-// than dirtying this one again.
-func (jl *journal) writeBatch(gen string, payload []byte) (n int, err error) {
 	b := jl.line(gen, payload)
+	// The page this batch ends in is written whole by the fsync anyway:
+	// if a batch like this one would not fit in what is left of it, pad
+	// it out, so that the next batch starts a page rather than dirtying
+	// this one again.
 	batch := jl.size - jl.synced + int64(len(b))
 	if used := (jl.size + int64(len(b))) % pageSize; used > 0 && pageSize-used < batch {
 		b = append(b, bytes.Repeat([]byte{'\n'}, int(pageSize-used))...)
@@ -195,24 +186,15 @@ func (jl *journal) writeBatch(gen string, payload []byte) (n int, err error) {
 	}
 	n, err = jl.f.Write(b)
 	jl.size += int64(n)
-	if err != nil {
-		return n, fmt.Errorf("write: %w", err)
-	}
-	return n, nil
-}
-
-// unsynced reports whether lines were written since the last fsync.
-func (jl *journal) unsynced() bool { return jl.size > jl.synced }
-
-// sync fsyncs every line written since the last fsync and returns the
-// pages it wrote: every page a line touched since the previous one.
-func (jl *journal) sync() (pages int, err error) {
 	pages = pagesSpanned(jl.synced, int(jl.size-jl.synced))
+	if err != nil {
+		return n, pages, fmt.Errorf("write: %w", err)
+	}
 	if err := jl.f.Sync(); err != nil {
-		return pages, fmt.Errorf("fsync: %w", err)
+		return n, pages, fmt.Errorf("fsync: %w", err)
 	}
 	jl.synced = jl.size
-	return pages, nil
+	return n, pages, nil
 }
 
 func (jl *journal) close() { _ = jl.f.Close() }

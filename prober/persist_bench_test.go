@@ -48,13 +48,7 @@ type persister interface {
 	syncs() int64
 }
 
-// journalStore is the state store as a persister: each save fsynced.
-type journalStore struct{ *stateStore }
-
-func (s journalStore) save(j *judge.Judge, now time.Time) error {
-	return s.stateStore.save(j, now, false)
-}
-func (s journalStore) syncs() int64 { return s.stats.syncs }
+func (s *stateStore) syncs() int64 { return s.stats.syncs }
 
 // rewriteStore is the previous design: the whole state in one file,
 // rewritten atomically (two fsyncs) on every change.
@@ -221,9 +215,9 @@ func BenchmarkTrackerPersist(b *testing.B) {
 	}{
 		{"memory", func(string) persister { return memoryStore{} }, 0},
 		{"rewrite", func(dir string) persister { return &rewriteStore{path: filepath.Join(dir, "payments.json")} }, 0},
-		{"journal", func(dir string) persister { return journalStore{newBenchStore(dir)} }, 0},
-		{"journal+group", func(dir string) persister { return journalStore{newBenchStore(dir)} }, time.Second},
-		{"journal+group250ms", func(dir string) persister { return journalStore{newBenchStore(dir)} }, 250 * time.Millisecond},
+		{"journal", func(dir string) persister { return newBenchStore(dir) }, 0},
+		{"journal+group", func(dir string) persister { return newBenchStore(dir) }, time.Second},
+		{"journal+group250ms", func(dir string) persister { return newBenchStore(dir) }, 250 * time.Millisecond},
 	}
 	for _, w := range workloads {
 		for _, pol := range policies {

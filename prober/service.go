@@ -521,17 +521,9 @@ func (s *Service) newCron(sendCtx context.Context) (*cron.Cron, error) {
 // sweep resolves every pipeline's deadlines and lost canaries on a short
 // tick, so that a stall is counted within a tick of its deadline. A
 // tracker's sweep costs its canaries not final, and a write when a batch
-// of its changes is due. Every pipeline's batch is written before any is
-// fsynced (see Tracker.sweepWrite).
+// of its changes is due.
 func (s *Service) sweep(ctx context.Context, every time.Duration) {
-	for tick.Wait(ctx, every) {
-		for _, pr := range s.pipes {
-			pr.tracker.sweepWrite()
-		}
-		for _, pr := range s.pipes {
-			pr.tracker.syncWritten()
-		}
-	}
+	s.forEachPipelineEvery(ctx, every, func(pr *pipelineRunner) { pr.tracker.Sweep() })
 }
 
 // forEachPipelineEvery calls do for every pipeline, one after the other,

@@ -135,9 +135,6 @@ type stateStore struct {
 	// alone repeats it, so that it changes nothing else on replay.
 	writtenMeta []byte
 	payload     []byte // the record being written, reused
-	// batchUnsynced: a deferred save wrote a batch that syncBatch has not
-	// fsynced yet.
-	batchUnsynced bool
 }
 
 // unwrittenPartition reports whether a partition in next, the judge's
@@ -285,13 +282,10 @@ func (s *stateStore) replay(st *judge.State, gen string) []judge.Sent {
 // save persists what changed in the judge's state since its last write and
 // marks it persisted: one journal line, fsynced with the lines written
 // since the last fsync, or a new snapshot when there is no journal to
-// append to yet or the journal outgrew the snapshot. With deferSync the
-// line is written and its fsync left to syncBatch: the sweep writes every
-// pipeline's batch before it fsyncs any, so that the kernel commits its
-// own journal once for all of them rather than once per file. A failure
-// is counted and returned; the state stays in memory, and the next write
-// is a whole snapshot.
-func (s *stateStore) save(j *judge.Judge, now time.Time, deferSync bool) (err error) {
+// append to yet or the journal outgrew the snapshot. A failure is counted
+// and returned; the state stays in memory, and the next write is a whole
+// snapshot.
+func (s *stateStore) save(j *judge.Judge, now time.Time) (err error) {
 	if s.path == "" {
 		j.MarkPersisted(now)
 		return nil
@@ -316,39 +310,16 @@ func (s *stateStore) save(j *judge.Judge, now time.Time, deferSync bool) (err er
 	if err != nil {
 		return s.failed(fmt.Errorf("encode state journal record: %w", err))
 	}
-	var n, pages int
-	if deferSync {
-		n, err = s.jrnl.writeBatch(s.gen, payload)
-	} else {
-		n, pages, err = s.jrnl.commit(s.gen, payload)
-		s.stats.syncs++
-	}
+	n, pages, err := s.jrnl.commit(s.gen, payload)
 	s.stats.bytes += int64(n)
 	s.stats.pages += int64(pages)
+	s.stats.syncs++
 	s.stats.records++
 	if err != nil {
 		return s.failed(fmt.Errorf("append to state journal %s: %w", s.journalPath(), err))
 	}
-	s.batchUnsynced = deferSync
 	s.writtenMeta = metaJSON
 	j.MarkPersisted(now)
-	return nil
-}
-
-// syncBatch fsyncs the batch a deferred save wrote, with every line
-// written before it; it does nothing when no batch waits for its fsync
-// (a committed canary's line alone waits for the next batch).
-func (s *stateStore) syncBatch() error {
-	if !s.batchUnsynced {
-		return nil
-	}
-	s.batchUnsynced = false
-	pages, err := s.jrnl.sync()
-	s.stats.pages += int64(pages)
-	s.stats.syncs++
-	if err != nil {
-		return s.failed(fmt.Errorf("fsync state journal %s: %w", s.journalPath(), err))
-	}
 	return nil
 }
 
@@ -385,7 +356,6 @@ func (s *stateStore) writeCommitted(sent judge.Sent) error {
 // write is a snapshot: a line may be half written, and nothing is ever
 // appended after it.
 func (s *stateStore) failed(err error) error {
-	s.batchUnsynced = false
 	if s.jrnl != nil {
 		s.jrnl.close()
 		s.jrnl = nil
@@ -429,7 +399,7 @@ func (s *stateStore) snapshot(j *judge.Judge, now time.Time) error {
 	if err != nil {
 		return s.failed(fmt.Errorf("write state %s: %w", s.path, err))
 	}
-	s.gen, s.writtenMeta, s.batchUnsynced = gen, metaJSON, false
+	s.gen, s.writtenMeta = gen, metaJSON
 	threshold := max(cmp.Or(s.minCompact, compactMin), compactRatio*int64(len(data)))
 	s.compactAt = threshold + rand.Int64N(int64(float64(threshold)*compactSpread)+1)
 	s.wrote(st.Next)

@@ -394,49 +394,6 @@ func TestGroupCommit(t *testing.T) {
 			t.Errorf("canaries sent over three processes %v, want 2: a canary judged in a batch is not judged again", got)
 		}
 	})
-	t.Run("The service's sweep writes a batch, and its fsync and effects wait for syncWritten.", func(t *testing.T) {
-		h := newGroup(t)
-		a := h.send("a", 1)
-		h.at(300 * time.Millisecond)
-		h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
-		syncs, records := h.tr.store.stats.syncs, h.tr.store.stats.records
-		h.at(1300 * time.Millisecond)
-		h.tr.sweepWrite()
-		if got := h.tr.store.stats.records - records; got != 1 {
-			t.Errorf("sweepWrite wrote %d journal records, want the batch", got)
-		}
-		if got := h.tr.store.stats.syncs; got != syncs {
-			t.Errorf("sweepWrite fsynced %d times, want none: the sweep fsyncs once every pipeline's batch is written", got-syncs)
-		}
-		if got := h.sli(config.SegmentEndToEnd); got != [2]float64{0, 0} {
-			t.Errorf("end_to_end events %v before the batch's fsync, want none", got)
-		}
-		h.tr.syncWritten()
-		if got := h.tr.store.stats.syncs - syncs; got != 1 {
-			t.Errorf("syncWritten fsynced %d times, want once", got)
-		}
-		if got := h.sli(config.SegmentEndToEnd); got != [2]float64{1, 0} {
-			t.Errorf("end_to_end events %v after the batch's fsync, want a's good", got)
-		}
-		h.tr.syncWritten()
-		if got := h.tr.store.stats.syncs - syncs; got != 1 {
-			t.Errorf("a second syncWritten fsynced again (%d in all), want nothing to do", got)
-		}
-	})
-	t.Run("A write that fsyncs applies the effects of a batch written before it.", func(t *testing.T) {
-		h := newGroup(t)
-		a := h.send("a", 1)
-		h.at(300 * time.Millisecond)
-		h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
-		h.at(1300 * time.Millisecond)
-		h.tr.sweepWrite()
-		if err := h.tr.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		if got := h.sli(config.SegmentEndToEnd); got != [2]float64{1, 0} {
-			t.Errorf("end_to_end events %v after Flush, want a's good, written by the sweep", got)
-		}
-	})
 	t.Run("A pipeline fsyncs once per commit delay, however often it sends.", func(t *testing.T) {
 		h := newGroup(t)
 		h.send("first", 1) // the first write: a snapshot

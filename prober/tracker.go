@@ -236,9 +236,6 @@ type Tracker struct {
 	commitDelay  time.Duration
 	pending      []judge.Effect
 	pendingSince time.Time
-	// unsynced holds the effects of a batch written by the sweep and not
-	// yet fsynced (see syncWritten), in order, before pending's.
-	unsynced []judge.Effect
 }
 
 // NewTracker creates the tracker of one pipeline and loads its state file
@@ -374,10 +371,6 @@ const (
 	commitBatched  commitMode = iota // once the oldest unwritten change waited commitDelay
 	commitNow                        // now (a partition's first offset; a Sent that cannot be written alone)
 	commitSnapshot                   // now, as a whole snapshot (shutdown)
-	// commitWritten is commitBatched for the service's sweep: a batch due
-	// is written and its fsync left to syncWritten, which the sweep calls
-	// once every pipeline's batch is written.
-	commitWritten
 )
 
 // commitAndUnlock writes the changed state with the next batch (group
@@ -414,17 +407,16 @@ func (t *Tracker) commitModeAndUnlock(fx []judge.Effect, mode commitMode) error 
 // are taken out of fx.
 func (t *Tracker) commitLookupsAsideAndUnlock(fx []judge.Effect, mode commitMode) error {
 	t.pending = append(t.pending, fx...)
-	batched := mode == commitBatched || mode == commitWritten
-	if batched && t.store.unwrittenPartition(t.j.State().Next) {
+	if mode == commitBatched && t.store.unwrittenPartition(t.j.State().Next) {
 		// The first offset of a partition is written at once: a reader
 		// restarted without one starts near the restart, past what an
 		// unwritten batch had read.
-		mode, batched = commitNow, false
+		mode = commitNow
 	}
 	var err error
 	if t.j.Dirty() || mode == commitSnapshot {
 		now := t.now()
-		if batched && t.path != "" && t.commitDelay > 0 {
+		if mode == commitBatched && t.path != "" && t.commitDelay > 0 {
 			// A change no effect waits on (a canary forgotten, a foreign
 			// message's offset, a lookup that found nothing) rides with the
 			// next write: lost in a crash, it is made again.
@@ -443,22 +435,13 @@ func (t *Tracker) commitLookupsAsideAndUnlock(fx []judge.Effect, mode commitMode
 		if mode == commitSnapshot {
 			err = t.store.snapshot(t.j, now)
 		} else {
-			err = t.store.save(t.j, now, mode == commitWritten)
+			err = t.store.save(t.j, now)
 		}
 		// A failed write is counted and retried with the next batch; the
 		// effects are applied anyway, rather than freeze the metrics.
 		t.pendingSince = time.Time{}
 	}
-	if t.store.batchUnsynced {
-		// Written, not yet durable: the effects wait for syncWritten, or
-		// for the next write that fsyncs the journal.
-		t.unsynced = append(t.unsynced, t.pending...)
-		t.pending = nil
-		t.mu.Unlock()
-		return err
-	}
-	fx = append(t.unsynced, t.pending...)
-	t.unsynced, t.pending = nil, nil
+	fx, t.pending = t.pending, nil
 	reports := t.reportsFor(fx)
 	inFlight := t.inFlightLocked()
 	waiters := t.takeWaiters(reports)
@@ -703,47 +686,12 @@ func (t *Tracker) Position(p Position) {
 }
 
 // Sweep judges what time alone decides: deadlines, losses, lookups due,
-// forgetting. Its clock never passes a fenced arrival. A batch due is
-// written and fsynced.
+// forgetting. Its clock never passes a fenced arrival.
 func (t *Tracker) Sweep() {
-	t.sweepWrite()
-	t.syncWritten()
-}
-
-// sweepWrite is Sweep but for the fsync of the batch it writes, which
-// waits for syncWritten: the service's sweep writes every pipeline's batch
-// first, then fsyncs them one after the other, and the fsyncs after the
-// first find the filesystem's journal already committed (measured: about
-// a third less CPU an fsync, docs/persistence.md). The batch's effects
-// wait for its fsync.
-func (t *Tracker) sweepWrite() {
 	now := t.fencedNow()
 	t.mu.Lock()
 	fx := t.j.Tick(now)
-	if err := t.commitModeAndUnlock(fx, commitWritten); err != nil {
-		t.log.Error("persisting tracker state failed", "err", err)
-	}
-}
-
-// syncWritten fsyncs the batch sweepWrite wrote, if any, and applies the
-// effects that waited for it.
-func (t *Tracker) syncWritten() {
-	t.mu.Lock()
-	if !t.store.batchUnsynced {
-		t.mu.Unlock()
-		return
-	}
-	err := t.store.syncBatch()
-	// As after any write: a failure is counted, the next write is a
-	// snapshot, and the effects are applied rather than freeze the metrics.
-	fx := t.unsynced
-	t.unsynced = nil
-	reports := t.reportsFor(fx)
-	inFlight := t.inFlightLocked()
-	waiters := t.takeWaiters(reports)
-	t.mu.Unlock()
-	t.apply(fx, reports, waiters, inFlight)
-	if err != nil {
+	if err := t.commitAndUnlock(fx); err != nil {
 		t.log.Error("persisting tracker state failed", "err", err)
 	}
 }
