@@ -239,10 +239,12 @@ func TestE2EBlameRelayDropIsChargedToThePublishSide(t *testing.T) {
 			r := startService(t, cfg, t.TempDir(), true)
 			tr, m := r.tracker(t), r.svc.Metrics()
 			// A canary through first: the pipeline works, and the readers
-			// have a position on the topic.
-			if rep := await(t, tr, r.send(t).ID); rep.State != StateArrived {
+			// have a position on the topic. On a loaded machine it may be
+			// late: the counts below are the dropped canary's, from here.
+			if rep := await(t, tr, r.send(t).ID); rep.State != StateArrived && rep.State != StateLate {
 				t.Fatalf("first canary: %s", describe(p, rep))
 			}
+			p2cBad, chargedBad := r.sli("publish_to_consume", slo.OutcomeBad), r.sli(tc.charged, slo.OutcomeBad)
 			if err := o.relay.Faults().DropNext(1); err != nil {
 				t.Fatal(err)
 			}
@@ -266,11 +268,11 @@ func TestE2EBlameRelayDropIsChargedToThePublishSide(t *testing.T) {
 			if got := rep.Segments["end_to_end"]; got.Outcome != judge.Bad {
 				t.Errorf("end_to_end: %+v, want bad", got)
 			}
-			if got := r.sli("publish_to_consume", slo.OutcomeBad); got != 0 {
-				t.Errorf("publish_to_consume bad events = %v, want 0", got)
+			if got := r.sli("publish_to_consume", slo.OutcomeBad) - p2cBad; got != 0 {
+				t.Errorf("publish_to_consume bad events for the dropped canary = %v, want 0", got)
 			}
-			if got := r.sli(tc.charged, slo.OutcomeBad); got != 1 {
-				t.Errorf("%s bad events = %v, want 1", tc.charged, got)
+			if got := r.sli(tc.charged, slo.OutcomeBad) - chargedBad; got != 1 {
+				t.Errorf("%s bad events for the dropped canary = %v, want 1", tc.charged, got)
 			}
 			if got := r.counter(m.CanariesLost); got != 1 {
 				t.Errorf("lost = %v, want 1", got)

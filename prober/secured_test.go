@@ -39,9 +39,9 @@ pipelines:
   - name: e2e
     database: {dsn: {file: %q}}
     relay: {kind: polling}
-    canary: {schedule: "@every 1s", lost_after: 30s}
+    canary: {schedule: "@every 1s", lost_after: 2m}
     kafka: %s
-    budgets: {end_to_end: 10s}
+    budgets: {end_to_end: 60s}
 `, e2eKey, dsnFile, sec.KafkaYAML(o.topic, c.kafkaCA, c.kafkaPasswordFile))
 	cfg, err := config.Load([]byte(yml))
 	if err != nil {

@@ -214,8 +214,12 @@ func TestProberKilledAcrossADeadlineChargesNoSegmentOfKafkas(t *testing.T) {
 			inFlightAtKill, last.inFlight)
 	}
 	for _, seg := range []string{"publish_to_consume", "end_to_end"} {
-		if bad := firstVerdicts[seg]["bad"] + secondVerdicts[seg]["bad"]; bad != 0 {
-			t.Errorf("%s: %v bad events, want 0: the canaries waited for the prober, not for Kafka", seg, bad)
+		// The second process judges only the canaries that waited for it.
+		// The first judged its own on a live stack, where a loaded machine
+		// may make one late, and a paused relay may pass a deadline
+		// before the kill: those verdicts are right, and not the subject.
+		if bad := secondVerdicts[seg]["bad"]; bad != 0 {
+			t.Errorf("%s: %v bad events in the second process, want 0: the canaries waited for the prober, not for Kafka (first process: %v)", seg, bad, firstVerdicts[seg]["bad"])
 		}
 		if down := secondVerdicts[seg]["unjudged/"+"prober_down"]; down < inFlightAtKill {
 			t.Errorf("%s: %v unjudged (prober_down), want at least the %v canaries in flight at the kill", seg, down, inFlightAtKill)

@@ -112,11 +112,11 @@ func insertOrderEvent(ctx context.Context, tx pgx.Tx) error {
 func (d *diagPipeline) diagnose(t *testing.T) (string, diagnose.Diagnosis, int) {
 	t.Helper()
 	var text, stderr bytes.Buffer
-	err := Run(context.Background(), []string{"diagnose", "--config.file", d.config, "--timeout", "5s"}, &text, &stderr)
+	err := Run(context.Background(), []string{"diagnose", "--config.file", d.config, "--timeout", "30s"}, &text, &stderr)
 	code := exitCode(err)
 	t.Logf("outbox-canary diagnose (exit %d):\n%s", code, text.String())
 	var js bytes.Buffer
-	jerr := Run(context.Background(), []string{"diagnose", "--config.file", d.config, "--pipeline", "orders", "--json", "--timeout", "5s"}, &js, &stderr)
+	jerr := Run(context.Background(), []string{"diagnose", "--config.file", d.config, "--pipeline", "orders", "--json", "--timeout", "30s"}, &js, &stderr)
 	var ds []diagnose.Diagnosis
 	if err := json.Unmarshal(js.Bytes(), &ds); err != nil || len(ds) != 1 {
 		t.Fatalf("--json output %q: %v", js.String(), err)

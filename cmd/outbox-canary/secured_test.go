@@ -44,9 +44,9 @@ func securedPipeline(t *testing.T, st stacktest.Stack, sec stacktest.Secured, na
 	return fmt.Sprintf(`  - name: %s
     database: {dsn: {file: %q}}
     relay: {kind: polling}
-    canary: {lost_after: 1m}
+    canary: {lost_after: 5m}
     kafka: %s
-    budgets: {end_to_end: 10s}
+    budgets: {end_to_end: 60s}
     watch: {consumer_groups: [{group: billing, topic: %q}]}
 `, name, stacktest.SecretFile(t, name+"-dsn", sec.DSN(t, d.dsn, c.pgCA, c.pgPassword)),
 		sec.KafkaYAML(d.topic, c.kafkaCA, c.kafkaPasswordFile), business)
@@ -98,7 +98,7 @@ func TestCheckAndDiagnoseThroughSecuredServers(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "PASS: within every budget") {
 		t.Errorf("check exited %d; want 0 and PASS", code)
 	}
-	stdout, _, code = runBinary(t, bin, "diagnose", "--config.file", path, "--timeout", "10s")
+	stdout, _, code = runBinary(t, bin, "diagnose", "--config.file", path, "--timeout", "30s")
 	if code != 0 || !strings.Contains(stdout, "verdict: healthy") {
 		t.Errorf("diagnose exited %d; want 0 and a healthy verdict", code)
 	}
@@ -171,10 +171,10 @@ func TestCheckAndDiagnoseSayWhichSecuredConnectionFailed(t *testing.T) {
 	diagnosed := make(chan result, 1)
 	go func() {
 		var r result
-		r.stdout, r.stderr, r.code = runBinary(t, bin, "diagnose", "--config.file", path, "--timeout", "5s")
+		r.stdout, r.stderr, r.code = runBinary(t, bin, "diagnose", "--config.file", path, "--timeout", "15s")
 		diagnosed <- r
 	}()
-	checkOut, checkErr, checkCode := runBinary(t, bin, "check", "--config.file", path, "--timeout", "5s")
+	checkOut, checkErr, checkCode := runBinary(t, bin, "check", "--config.file", path, "--timeout", "15s")
 	diag := <-diagnosed
 	if checkCode != 1 {
 		t.Errorf("check exited %d, want 1", checkCode)
