@@ -142,7 +142,9 @@ func TestCDCCanariesAreMeasuredEndToEnd(t *testing.T) {
 	s := stacktest.Load(t)
 	t.Parallel()
 	p := newCDCPipeline(t, s, nil)
-	cfg := p.config(t, "@every 1s", "{commit_to_publish: 8s, end_to_end: 10s}")
+	// Budgets a loaded machine keeps: the test is about Debezium's stamps
+	// and the segments they split, not the stack's speed.
+	cfg := p.config(t, "@every 1s", "{commit_to_publish: 60s, end_to_end: 60s}")
 	r := startService(t, cfg, t.TempDir(), false)
 	wm := startWatcher(t, cfg)
 	tr := r.tracker(t)
