@@ -389,8 +389,11 @@ func TestDisruptiveConnectStopped(t *testing.T) {
 	}
 	t.Logf("outage %s: %d canaries sent during it arrived late; worst commit_to_publish %s, worst publish_to_consume %s; SLI bad commit_to_publish %v, end_to_end %v; duplicates %v",
 		outage.Round(10*time.Millisecond), len(during), worstC2P, worstP2C, r.sli("commit_to_publish", slo.OutcomeBad), r.sli("end_to_end", slo.OutcomeBad), r.counter(m.CanariesDuplicate))
-	if worstP2C > 2*time.Second {
-		t.Errorf("worst publish_to_consume %s: the outage was blamed on the broker or consumer", worstP2C)
+	// Blamed on the broker or the consumer, publish_to_consume would span
+	// the outage; half of it leaves a restarted producer's first
+	// metadata fetch and batching, slow on a loaded machine, its room.
+	if bound := max(2*time.Second, outage/2); worstP2C > bound {
+		t.Errorf("worst publish_to_consume %s, above %s of a %s outage: the outage was blamed on the broker or consumer", worstP2C, bound, outage)
 	}
 	if lost := r.counter(m.CanariesLost); lost != 0 {
 		t.Errorf("lost = %v, want 0: the worker resumed from its offsets", lost)
