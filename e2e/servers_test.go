@@ -152,9 +152,14 @@ func promQuery(ctx context.Context, addr, query string) ([]promSample, error) {
 	return samples, nil
 }
 
+// apiTimeout bounds one call to Prometheus's or Alertmanager's API. The
+// callers poll and fail the test on an error, so it is room for a server
+// slowed by a loaded machine, not a deadline for a behaviour.
+const apiTimeout = 20 * time.Second
+
 // promAPI GETs a Prometheus API path and decodes the data of its envelope.
 func promAPI(ctx context.Context, addr, path string, data any) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 	if err != nil {
@@ -279,7 +284,7 @@ type amAlert struct {
 // amAlerts returns the alerts Alertmanager holds, with whether each is
 // suppressed (inhibited or silenced).
 func amAlerts(ctx context.Context, addr string) ([]amAlert, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v2/alerts", nil)
 	if err != nil {
