@@ -305,7 +305,9 @@ func (r *fakeReaders) next(p int) int64 {
 func (r *fakeReaders) waitMarks(t *testing.T, topic string, partitions int, since time.Time) map[int]Mark {
 	t.Helper()
 	var marks map[int]Mark
-	stacktest.Eventually(t, 10*time.Second, "every partition marked without error", func() (bool, string) {
+	// serverWait, not less: a fresh topic of many partitions on a broker
+	// shared with every package's tests may take a while to have leaders.
+	stacktest.Eventually(t, serverWait, "every partition marked without error", func() (bool, string) {
 		marks = r.f.Marks(topic)
 		for p := range partitions {
 			// An error mark is a partition waiting for its retry, to be
