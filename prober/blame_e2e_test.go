@@ -244,7 +244,7 @@ func TestE2EBlameRelayDropIsChargedToThePublishSide(t *testing.T) {
 			if rep := await(t, tr, r.send(t).ID); rep.State != StateArrived && rep.State != StateLate {
 				t.Fatalf("first canary: %s", describe(p, rep))
 			}
-			p2cBad, chargedBad := r.sli("publish_to_consume", slo.OutcomeBad), r.sli(tc.charged, slo.OutcomeBad)
+			badSince := r.badSince("publish_to_consume", tc.charged)
 			if err := o.relay.Faults().DropNext(1); err != nil {
 				t.Fatal(err)
 			}
@@ -268,10 +268,10 @@ func TestE2EBlameRelayDropIsChargedToThePublishSide(t *testing.T) {
 			if got := rep.Segments["end_to_end"]; got.Outcome != judge.Bad {
 				t.Errorf("end_to_end: %+v, want bad", got)
 			}
-			if got := r.sli("publish_to_consume", slo.OutcomeBad) - p2cBad; got != 0 {
+			if got := badSince("publish_to_consume"); got != 0 {
 				t.Errorf("publish_to_consume bad events for the dropped canary = %v, want 0", got)
 			}
-			if got := r.sli(tc.charged, slo.OutcomeBad) - chargedBad; got != 1 {
+			if got := badSince(tc.charged); got != 1 {
 				t.Errorf("%s bad events for the dropped canary = %v, want 1", tc.charged, got)
 			}
 			if got := r.counter(m.CanariesLost); got != 1 {
@@ -473,11 +473,7 @@ func TestDisruptiveBlameCDCBrokerStall(t *testing.T) {
 	} else {
 		t.Logf("before the stall: %s", describe(pc, rep))
 	}
-	baseline := map[string]float64{}
-	for _, seg := range []string{"commit_to_publish", "publish_to_consume", "end_to_end"} {
-		baseline[seg] = r.sli(seg, slo.OutcomeBad)
-	}
-	badSince := func(seg string) float64 { return r.sli(seg, slo.OutcomeBad) - baseline[seg] }
+	badSince := r.badSince("commit_to_publish", "publish_to_consume", "end_to_end")
 
 	t.Cleanup(func() { s.Script(t, "start-kafka") }) // a no-op when it runs
 	stopAt := time.Now()

@@ -187,6 +187,17 @@ func (r *running) sli(segment, outcome string) float64 {
 	return r.counter(r.svc.Metrics().SLIEvents, segment, outcome)
 }
 
+// badSince returns, for each of segments, the bad SLI events counted after
+// this call: a test's own canaries, apart from those before them (a first
+// canary a loaded machine made late).
+func (r *running) badSince(segments ...string) func(segment string) float64 {
+	before := map[string]float64{}
+	for _, s := range segments {
+		before[s] = r.sli(s, slo.OutcomeBad)
+	}
+	return func(segment string) float64 { return r.sli(segment, slo.OutcomeBad) - before[segment] }
+}
+
 func (r *running) tracker(t *testing.T) *Tracker {
 	tr, err := r.svc.Tracker("e2e")
 	if err != nil {

@@ -17,17 +17,14 @@ import (
 // (compress/gzip at its default level), which at 300 pipelines was most
 // of a text scrape: see BenchmarkScrapeOf300Pipelines and
 // docs/benchmarks.txt.
+//
+// It is gzip alone: gzhttp also offers zstd, and prefers it, but
+// Prometheus asks for zstd only behind a feature flag and the prober's
+// scrapes are measured with gzip.
 func MetricsHandler(g prometheus.Gatherer) http.Handler {
-	return gzipped(promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true, DisableCompression: true}))
-}
-
-// gzipped compresses with gzip alone. gzhttp also offers zstd, and
-// prefers it, but Prometheus asks for zstd only behind a feature flag and
-// the prober's scrapes are measured with gzip; promhttp offered none.
-var gzipped = func() func(http.Handler) http.HandlerFunc {
-	wrap, err := gzhttp.NewWrapper(gzhttp.EnableZstd(false))
+	gzipped, err := gzhttp.NewWrapper(gzhttp.EnableZstd(false))
 	if err != nil {
 		panic(err) // the options are constant
 	}
-	return wrap
-}()
+	return gzipped(promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true, DisableCompression: true}))
+}

@@ -82,7 +82,7 @@ func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
 			t.Cleanup(pool.Close)
 
 			if tc.schedule != "@every 1s" {
-				rewriteSchedule(t, path, "@every 1s", tc.schedule)
+				rewriteConfig(t, path, "@every 1s", tc.schedule)
 			}
 			first := startBinary(t, bin, path)
 			// Some canaries resolved before the restart: their events must
@@ -112,7 +112,7 @@ func TestRestartLosesNoCanaryAndCountsNoneTwice(t *testing.T) {
 			// writes them, and a Sent writes the batch once due, so at one
 			// canary a second the previous one is still in flight when
 			// the next is sent, and nothing in flight never comes.
-			rewriteSchedule(t, path, tc.schedule, "@every 5s")
+			rewriteConfig(t, path, tc.schedule, "@every 5s")
 			second := startBinary(t, bin, path)
 			second.waitFor(t, "the second process to serve", func(counts) bool { return true })
 			faults.Resume()

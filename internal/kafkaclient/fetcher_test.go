@@ -180,24 +180,22 @@ func BenchmarkFetcherCanaryAmong900Partitions(b *testing.B) {
 	producer := &kafka.Client{Addr: kafka.TCP(st.KafkaBrokers...), Transport: &kafka.Transport{}, Timeout: serverWait}
 	produce := func(i int) {
 		// A partition of a topic just created may have no leader yet
-		// ("Not Leader For Partition"): retried until serverWait.
-		deadline := time.Now().Add(serverWait)
-		for {
+		// ("Not Leader For Partition"): Kafka's temporary errors are retried.
+		stacktest.Eventually(b, serverWait, "a produce to a partition with a leader", func() (bool, string) {
 			res, err := producer.Produce(context.Background(), &kafka.ProduceRequest{Topic: topics[i%topicsN], Partition: (i / topicsN) % partitions,
 				RequiredAcks: kafka.RequireOne, Records: kafka.NewRecordReader(kafka.Record{Value: kafka.NewBytes([]byte("canary"))})})
 			if err == nil {
 				err = res.Error
 			}
 			var kerr kafka.Error
-			if err != nil && errors.As(err, &kerr) && kerr.Temporary() && time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond)
-				continue
+			if err != nil && errors.As(err, &kerr) && kerr.Temporary() {
+				return false, err.Error()
 			}
 			if err != nil {
 				b.Fatal(err)
 			}
-			return
-		}
+			return true, ""
+		})
 	}
 	cpu := func() time.Duration {
 		var ru syscall.Rusage
