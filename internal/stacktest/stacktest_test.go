@@ -5,6 +5,8 @@ package stacktest_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
@@ -168,7 +171,15 @@ func TestDisruptiveScriptRestartsTheServers(t *testing.T) {
 	conn.Close(context.Background())
 
 	s.Script(t, "restart-kafka")
-	produce(t, s, topic, kafka.Message{Value: []byte("after")})
+	// The script returns once the broker answers; the topic's partition
+	// gets its leader back a moment later, however long that takes here.
+	stacktest.Eventually(t, time.Minute, "a produce after restart-kafka", func() (bool, string) {
+		err := writeMessages(t, s, topic, kafka.Message{Value: []byte("after")})
+		if err != nil && !noLeaderYet(err) {
+			t.Fatalf("kafka-go Writer after restart-kafka: %v", err)
+		}
+		return err == nil, fmt.Sprint(err)
+	})
 	if out := s.Kcat(t, topic, "%s\n"); out != "before\nafter" {
 		t.Errorf("after restart-kafka kcat read %q, want both messages", out)
 	}
@@ -176,6 +187,14 @@ func TestDisruptiveScriptRestartsTheServers(t *testing.T) {
 
 func produce(t *testing.T, s stacktest.Stack, topic string, msgs ...kafka.Message) {
 	t.Helper()
+	if err := writeMessages(t, s, topic, msgs...); err != nil {
+		t.Fatalf("kafka-go Writer: %v", err)
+	}
+}
+
+// writeMessages writes msgs to topic with a kafka-go Writer, all replicas
+// acknowledging.
+func writeMessages(t *testing.T, s stacktest.Stack, topic string, msgs ...kafka.Message) error {
 	w := &kafka.Writer{
 		Addr:         kafka.TCP(s.KafkaBrokers...),
 		Topic:        topic,
@@ -185,9 +204,22 @@ func produce(t *testing.T, s stacktest.Stack, topic string, msgs ...kafka.Messag
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatalf("kafka-go Writer: %v", err)
+	return w.WriteMessages(ctx, msgs...)
+}
+
+// noLeaderYet reports whether a Writer's error says nothing was written
+// because a partition had no leader yet, as just after a broker restart.
+func noLeaderYet(err error) bool {
+	var we kafka.WriteErrors
+	if !errors.As(err, &we) {
+		return false
 	}
+	for _, e := range we {
+		if e != nil && !errors.Is(e, protocol.ErrNoLeader) {
+			return false
+		}
+	}
+	return true
 }
 
 // consume reads the first message of partition 0 with a partition reader (no
