@@ -116,7 +116,9 @@ func FromConfig(cfg *config.Config) (*Model, error) {
 		}
 		burn, err := burnAlerts(windows, time.Duration(p.SLO.Window))
 		if err != nil {
-			return nil, fmt.Errorf("pipeline %q: slo.window: %w", p.Name, err)
+			// Named by line and field as Load names its problems: the
+			// window is wrong in the file, not in the model.
+			return nil, cfg.PipelineProblem(i, "slo.window", "%s", err)
 		}
 		for _, seg := range p.BudgetedSegments() {
 			budget, _ := p.Budget(seg)

@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,22 @@ func TestFromConfigUsesConfiguredBurnWindows(t *testing.T) {
 func TestFromConfigRejectsAnAlertWindowLongerThanTheSLOWindow(t *testing.T) {
 	cfg := loadConfig(t, "    slo: {window: 2d}\n")
 	_, err := FromConfig(cfg)
-	if err == nil || !strings.Contains(err.Error(), `pipeline "orders": slo.window`) || !strings.Contains(err.Error(), "3d/6h") {
+	if err == nil || !strings.Contains(err.Error(), `"orders": slo.window`) || !strings.Contains(err.Error(), "3d/6h") {
 		t.Fatalf("error = %v, want one naming the pipeline, slo.window and the 3d/6h window", err)
+	}
+}
+
+// The window is wrong in the file, so the error points at its line as
+// every config problem does.
+func TestAnSLOWindowShorterThanTheBurnWindowsIsRejectedWithItsLine(t *testing.T) {
+	cfg := loadConfig(t, "    slo:\n      window: 1ms\n")
+	_, err := FromConfig(cfg)
+	want := `line 11: pipelines[0] "orders": slo.window: burn window 0 (1h/5m): the long window must be shorter than the SLO window 1ms; shorten it or lengthen slo.window`
+	if err == nil || err.Error() != want {
+		t.Fatalf("error:\n  got  %v\n  want %s", err, want)
+	}
+	var problem config.Problem
+	if !errors.As(err, &problem) || problem.Line != 11 {
+		t.Fatalf("error %v is not a config.Problem with line 11", err)
 	}
 }

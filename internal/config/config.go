@@ -58,7 +58,8 @@ type Config struct {
 	// Shapes the generated Prometheus alerting rules and dashboards.
 	Alerting Alerting `yaml:"alerting"`
 
-	pos positions // where each field was written; nil unless loaded
+	pos   positions       // where each field was written; nil unless loaded
+	blank map[string]bool // fields written with an empty value; nil unless loaded
 }
 
 // Pipeline is one outbox pipeline: database -> outbox table -> relay -> Kafka.
@@ -421,11 +422,12 @@ const defaultTopicPrefix = "outbox.event."
 // field path, none repeating a secret.
 func Load(data []byte) (*Config, error) {
 	var cfg Config
-	pos, failed, problems := decode(data, &cfg)
+	pos, failed, blank, problems := decode(data, &cfg)
 	if pos == nil { // not YAML at all: nothing to validate
 		return nil, problems.err()
 	}
 	cfg.pos = pos
+	cfg.blank = blank
 	if err := cfg.setDefaults(); err != nil {
 		problems = append(problems, Problem{Path: "instance_id", Message: err.Error()})
 	}
@@ -478,7 +480,11 @@ func (c *Config) Pipeline(name string) (*Pipeline, bool) {
 func (c *Config) setDefaults() error {
 	c.Alerting.setDefaults()
 	for i := range c.Pipelines {
-		c.Pipelines[i].setDefaults()
+		base := fmt.Sprintf("pipelines[%d]", i)
+		c.Pipelines[i].setDefaults(func(field string) bool {
+			path := joinPath(base, field)
+			return c.pos.has(path) && !c.blank[path]
+		})
 	}
 	if c.InstanceID == "" {
 		host, err := os.Hostname()
@@ -490,7 +496,9 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-func (p *Pipeline) setDefaults() {
+// setDefaults fills what was not written; written tells a field set to
+// zero in the file (a mistake validation reports) from one left out.
+func (p *Pipeline) setDefaults(written func(field string) bool) {
 	if p.Database.ClockOffsetInterval == 0 {
 		p.Database.ClockOffsetInterval = Duration(time.Minute)
 	}
@@ -539,10 +547,12 @@ func (p *Pipeline) setDefaults() {
 	setIfEmpty(&p.Kafka.Topic, defaultTopicPrefix+cn.AggregateType)
 	setIfEmpty(&p.Kafka.ClientID, "outbox-canary")
 	defSLO := DefaultSLO()
-	if p.SLO.Objective == 0 {
+	// A zero objective or window is no setting to fall back from: it would
+	// silently become 99.9 % over 30d.
+	if p.SLO.Objective == 0 && !written("slo.objective") {
 		p.SLO.Objective = defSLO.Objective
 	}
-	if p.SLO.Window == 0 {
+	if p.SLO.Window == 0 && !written("slo.window") {
 		p.SLO.Window = defSLO.Window
 	}
 	if p.Watch.Interval == 0 {

@@ -43,6 +43,7 @@ func TestInvalidConfigsAreRejectedWithTheirMessage(t *testing.T) {
 		{"invalid-no-signing-key.yml", `signing_key: required (set env: NAME or file: PATH); canaries are signed so a forged message cannot fake health`},
 		{"invalid-not-yaml.yml", `line 11: not valid YAML: found character that cannot start any token`},
 		{"invalid-objective-over-100.yml", `line 14: pipelines[0] "orders": slo.objective: 100 must be a percentage strictly between 0 and 100, e.g. 99.9`},
+		{"invalid-objective-zero.yml", `line 14: pipelines[0] "orders": slo.objective: 0 must be a percentage strictly between 0 and 100, e.g. 99.9`},
 		{"invalid-published-at-on-cdc.yml", `line 11: pipelines[0] "orders": relay.published_stamp: published_at is written only by polling relays; use header or record_timestamp for cdc`},
 		{"invalid-sasl-without-password.yml", `line 11: pipelines[0] "orders": kafka.sasl.password: required with a SASL mechanism (value, env or file)`},
 		{"invalid-schedule-never-fires.yml", `line 10: pipelines[0] "orders": canary.schedule: "0 0 30 2 *" never fires: no date matches its day-of-month, month and day-of-week fields`},
@@ -55,6 +56,7 @@ func TestInvalidConfigsAreRejectedWithTheirMessage(t *testing.T) {
 		{"invalid-unknown-field.yml", `line 11: pipelines[0] "orders": unknown field "budgts"; did you mean "budgets"?`},
 		{"invalid-unknown-owner-segment.yml", `line 14: pipelines[0] "orders": owners.relay: unknown segment; known: default, insert_to_commit, commit_to_publish, publish_to_consume, end_to_end`},
 		{"invalid-unknown-segment-budget.yml", `line 13: pipelines[0] "orders": budgets.relay_lag: unknown segment; known: insert_to_commit, commit_to_publish, publish_to_consume, end_to_end`},
+		{"invalid-window-zero.yml", `line 14: pipelines[0] "orders": slo.window: must be positive, e.g. 30d`},
 		{"invalid-unparsable-dsn.yml", `line 7: pipelines[0] "orders": database.dsn: not a valid connection string: invalid port`},
 	}
 	files, err := filepath.Glob("testdata/invalid-*.yml")
@@ -197,6 +199,23 @@ func TestAMinimalConfigGetsWorkingDefaults(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
 		}
+	}
+}
+
+// An empty value is unset, as everywhere in the file: only a written zero
+// is refused (invalid-objective-zero.yml, invalid-window-zero.yml).
+func TestAnEmptySLOValueGetsTheDefault(t *testing.T) {
+	data, err := os.ReadFile("testdata/invalid-objective-over-100.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = bytes.Replace(data, []byte("objective: 100"), []byte("objective:\n      window:"), 1)
+	cfg, err := Load(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.Pipelines[0].SLO, DefaultSLO(); got != want {
+		t.Fatalf("slo = %+v, want the default %+v", got, want)
 	}
 }
 

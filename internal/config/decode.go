@@ -24,19 +24,20 @@ import (
 // keeps all of that in our hands; yaml.v3 still parses, and decodes the
 // leaves.
 //
-// It returns the lines of the fields written and the paths whose values
+// It returns the lines of the fields written, the paths whose values
 // could not be decoded (validation stays quiet about those: their zero
-// value would only add a second, misleading message).
-func decode(data []byte, cfg *Config) (positions, []string, Problems) {
+// value would only add a second, misleading message) and the paths
+// written with an empty value (unset, as if not written).
+func decode(data []byte, cfg *Config) (positions, []string, map[string]bool, Problems) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
 	if err := dec.Decode(&root); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, nil, Problems{{Message: "the file is empty: at least one pipeline is required"}}
+			return nil, nil, nil, Problems{{Message: "the file is empty: at least one pipeline is required"}}
 		}
-		return nil, nil, Problems{syntaxProblem(err)}
+		return nil, nil, nil, Problems{syntaxProblem(err)}
 	}
-	d := &decoder{pos: positions{}}
+	d := &decoder{pos: positions{}, blank: map[string]bool{}}
 	d.decode(&root, reflect.ValueOf(cfg).Elem(), "", "")
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
@@ -44,7 +45,7 @@ func decode(data []byte, cfg *Config) (positions, []string, Problems) {
 	} else if !errors.Is(err, io.EOF) {
 		d.problems = append(d.problems, syntaxProblem(err))
 	}
-	return d.pos, d.failed, d.problems
+	return d.pos, d.failed, d.blank, d.problems
 }
 
 var (
@@ -79,6 +80,7 @@ type decoder struct {
 	problems   Problems
 	pos        positions
 	failed     []string
+	blank      map[string]bool
 	nodes      int
 	mergeDepth int
 }
@@ -122,7 +124,11 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path, pipeline string) {
 		return
 	}
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
-		return // an empty value leaves the field unset, as if not written
+		// An empty value leaves the field unset, as if not written.
+		if d.blank != nil {
+			d.blank[path] = true
+		}
+		return
 	}
 	t := v.Type()
 	if t == reflect.TypeFor[Secret]() {

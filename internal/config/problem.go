@@ -152,3 +152,11 @@ func joinPath(path, field string) string {
 	}
 	return path + "." + field
 }
+
+// PipelineProblem is a problem with a pipeline's field that is found
+// outside this package (the SLO model knows the burn windows a window must
+// hold): it carries the field's line and path as Load's problems do.
+func (c *Config) PipelineProblem(i int, field, format string, args ...any) Problem {
+	path := joinPath(fmt.Sprintf("pipelines[%d]", i), field)
+	return Problem{Line: c.pos.line(path), Path: path, Message: fmt.Sprintf(format, args...), pipeline: c.Pipelines[i].Name}
+}
