@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outbox-canary/outbox-canary/prober/judge"
+	"github.com/outbox-canary/outbox-canary/slo"
 )
 
 // The state of a pipeline is kept in two files side by side, so that a
@@ -135,6 +136,9 @@ type stateStore struct {
 	// alone repeats it, so that it changes nothing else on replay.
 	writtenMeta []byte
 	payload     []byte // the record being written, reused
+	// failing is whether the last write failed: the log says when writes
+	// start failing and when they work again, not every failure.
+	failing bool
 }
 
 // unwrittenPartition reports whether a partition in next, the judge's
@@ -147,7 +151,13 @@ func (s *stateStore) unwrittenPartition(next map[int]int64) bool {
 
 // wrote records that a successful write holds the offsets of every
 // partition in next.
-func (s *stateStore) wrote(next map[int]int64) { s.offsetsWritten = len(next) }
+func (s *stateStore) wrote(next map[int]int64) {
+	s.offsetsWritten = len(next)
+	if s.failing {
+		s.failing = false
+		s.log.Info("state writes work again", "path", s.path)
+	}
+}
 
 func (s *stateStore) journalPath() string { return s.path + journalSuffix }
 
@@ -361,6 +371,14 @@ func (s *stateStore) failed(err error) error {
 		s.jrnl = nil
 	}
 	s.m.StateWriteFailures.WithLabelValues(s.pipeline).Inc()
+	// A read-only or full directory fails every write: one warning when
+	// it starts, as for a dependency that goes down.
+	if s.failing {
+		s.log.Debug("state write still failing", "err", err)
+	} else {
+		s.log.Warn("state writes failing; the state is kept in memory only, a restart may recount canaries, counted in "+slo.MetricStateWriteFailures, "err", err)
+	}
+	s.failing = true
 	return err
 }
 

@@ -563,7 +563,7 @@ func (t *Tracker) Sent(c Canary) error {
 		// twice, committed and then judged. The eighth covers a sweep
 		// and the jitter of the schedule.
 		if err := t.commitModeAndUnlock(nil, commitNow); err != nil {
-			t.log.Error("persisting tracker state failed", "err", err)
+			t.log.Debug("persisting tracker state failed", "err", err)
 		}
 		t.mu.Lock()
 	}
@@ -631,7 +631,7 @@ func (t *Tracker) Arrived(token uint64, a Arrival) Outcome {
 		Partition: a.Partition, Offset: a.Offset, Consumed: a.Consumed, Stamps: a.Stamps})
 	t.EndArrival(token)
 	if err := t.commitAndUnlock(fx); err != nil {
-		t.log.Error("persisting tracker state failed; a restart may recount this canary", "canary", a.CanaryID, "err", err)
+		t.log.Debug("persisting tracker state failed; a restart may recount this canary", "canary", a.CanaryID, "err", err)
 	}
 	return Outcome{Kind: kind, CanaryID: a.CanaryID}
 }
@@ -692,7 +692,7 @@ func (t *Tracker) Sweep() {
 	t.mu.Lock()
 	fx := t.j.Tick(now)
 	if err := t.commitAndUnlock(fx); err != nil {
-		t.log.Error("persisting tracker state failed", "err", err)
+		t.log.Debug("persisting tracker state failed", "err", err)
 	}
 }
 
@@ -739,7 +739,7 @@ func (t *Tracker) lookupAnswered(cs []Canary, found map[string]LookupResult, err
 		}
 	}
 	if err := t.commitAndUnlock(fx); err != nil {
-		t.log.Error("persisting tracker state failed", "err", err)
+		t.log.Debug("persisting tracker state failed", "err", err)
 	}
 }
 

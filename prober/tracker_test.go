@@ -295,6 +295,34 @@ func TestAFailedStateWriteIsCountedAndTheCanaryKeptInMemory(t *testing.T) {
 	}
 }
 
+// A read-only or full state directory fails every write: the log says so
+// once, and once more when writes work again, as for a dependency.
+func TestFailingStateWritesAreLoggedOnceAndTheirRecovery(t *testing.T) {
+	h := newHarness(t, plainPipeline(), false)
+	dir := filepath.Join(t.TempDir(), "missing-dir")
+	h.tr.store.path = filepath.Join(dir, "payments.json")
+	for i, id := range []string{"a", "b", "c"} {
+		if err := h.tr.Sent(Canary{ID: id, Seq: uint64(i + 1), Key: "k", InsertStarted: t0, CommitSent: t0, Committed: t0}); err == nil {
+			t.Fatalf("Sent(%s) succeeded with no state directory", id)
+		}
+	}
+	if got := strings.Count(h.logs.String(), "state writes failing"); got != 1 {
+		t.Fatalf("%d warnings for 3 failed writes, want 1:\n%s", got, h.logs.String())
+	}
+	if strings.Contains(h.logs.String(), "state writes work again") {
+		t.Fatalf("recovery logged while failing:\n%s", h.logs.String())
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.tr.Sent(Canary{ID: "d", Seq: 4, Key: "k", InsertStarted: t0, CommitSent: t0, Committed: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(h.logs.String(), "state writes work again"); got != 1 {
+		t.Fatalf("%d recovery lines, want 1:\n%s", got, h.logs.String())
+	}
+}
+
 func TestLookupsRunOutsideTheLockAndDecideWhenTheStampComes(t *testing.T) {
 	p := testPipeline() // published_at with a read header
 	p.Relay.PublishedStamp, p.Relay.MaxClockSkew = config.PublishedFromColumn, config.Duration(time.Minute)
