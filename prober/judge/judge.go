@@ -418,11 +418,14 @@ func (j *Judge) arrived(c *Canary, a Arrival) Kind {
 	}
 	j.emit(Effect{Kind: EffectReceived, Canary: c.ID, At: a.Consumed})
 	e2e := j.cfg.Plan.EndToEnd
-	if c.Lost || (e2e.Budgeted && a.Consumed.After(c.Committed.Add(e2e.Budget))) {
-		j.emit(Effect{Kind: EffectLate, Canary: c.ID})
-	}
+	late := c.Lost || (e2e.Budgeted && a.Consumed.After(c.Committed.Add(e2e.Budget)))
 	j.st.LastReceived = a.Consumed
 	j.judgeArrived(c, a.Consumed)
+	// Late counts canaries already counted bad; one left unjudged (the
+	// prober was down, or its own backlog held it) was counted nowhere.
+	if v := c.Verdicts.find(e2e.Name); late && (v == nil || v.Outcome != Unjudged) {
+		j.emit(Effect{Kind: EffectLate, Canary: c.ID})
+	}
 	if v := c.Verdicts.find(e2e.Name); v != nil && v.Outcome == Good {
 		j.st.LastSuccess = a.Consumed
 	}

@@ -367,6 +367,47 @@ func TestJudgeRestartsWithoutLosingOrRepeatingAVerdict(t *testing.T) {
 	}
 }
 
+// canaries_late_total counts canaries that were already counted bad: one
+// that waited out the prober's downtime was not, and is not late.
+func TestLateCountsOnlyCanariesCountedBad(t *testing.T) {
+	lates := func(h *jh, id string) int {
+		n := 0
+		for _, e := range h.fx {
+			if e.Kind == EffectLate && e.Canary == id {
+				n++
+			}
+		}
+		return n
+	}
+	h := newJH(t, "cdc")
+	h.send("a", 0, ms(2))
+	h.ticksWithPositions(ms(100), ms(2100), true)
+	h.arrive("a", ms(6000), map[string]time.Duration{StampPublish: ms(5990)})
+	h.want("a", "commit_to_publish=bad end_to_end=bad insert_to_commit=good publish_to_consume=good")
+	if n := lates(h, "a"); n != 1 {
+		t.Errorf("a canary counted bad and arriving after its deadline: %d late effects, want 1", n)
+	}
+
+	h = newJH(t, "cdc")
+	h.send("b", ms(100), ms(2))
+	h.j.MarkPersisted(t0.Add(ms(500)))
+	data, err := json.Marshal(h.j.State())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st State
+	if err := json.Unmarshal(data, &st); err != nil {
+		t.Fatal(err)
+	}
+	h.j = New(h.cfg, &st, t0.Add(10*time.Second)) // down from 0.5s to 10s
+	h.tick(10*time.Second + ms(50))
+	h.arrive("b", 10*time.Second+ms(100), map[string]time.Duration{StampPublish: ms(150)})
+	h.want("b", "commit_to_publish=good end_to_end=unjudged(prober_down) insert_to_commit=good publish_to_consume=unjudged(prober_down)")
+	if n := lates(h, "b"); n != 0 {
+		t.Errorf("a canary unjudged prober_down: %d late effects, want 0", n)
+	}
+}
+
 func TestUnjudgedReasonsAreListedOnce(t *testing.T) {
 	seen := map[string]bool{}
 	for _, r := range Reasons() {
