@@ -196,6 +196,36 @@ pipelines:
 	}
 }
 
+// A canary that waited out the prober's downtime measured far over its
+// budgets but was counted nowhere: its line must not say OK, and its
+// durations must not feed the demo's summary.
+func TestTheDemoLineOfAnUnjudgedCanaryIsNotOK(t *testing.T) {
+	cfg, err := config.Load([]byte(`signing_key: {value: k}
+pipelines:
+  - name: orders
+    database: {dsn: {value: "postgres://u@127.0.0.1/db"}}
+    kafka: {brokers: ["127.0.0.1:9092"]}
+    budgets: {end_to_end: 2s, commit_to_publish: 1s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := formatCanaryLine(cfg, prober.Report{Pipeline: "orders", ID: "c1", State: prober.StateArrived, Segments: map[string]prober.SegmentResult{
+		"insert_to_commit":   {Measured: true, Duration: 2 * time.Millisecond, Outcome: "good", Budgeted: true, Budget: time.Second},
+		"commit_to_publish":  {Measured: true, Duration: 40 * time.Millisecond, Budgeted: true, Budget: time.Second, Outcome: "good"},
+		"publish_to_consume": {Measured: true, Duration: 30 * time.Second, Outcome: "unjudged", Reason: "prober_down"},
+		"end_to_end":         {Measured: true, Duration: 30 * time.Second, Budgeted: true, Budget: 2 * time.Second, Outcome: "unjudged", Reason: "prober_down"},
+	}})
+	if fields := strings.Fields(line); len(fields) < 2 || fields[1] != "UNJUDGED" {
+		t.Errorf("verdict column of %q, want UNJUDGED", line)
+	}
+	for _, want := range []string{"publish_to_consume=30s(prober_down)", "end_to_end=30s/2s(prober_down)"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the line lacks %q: %s", want, line)
+		}
+	}
+}
+
 // rareCanariesConfig writes valid-minimal.yml with a canary a minute: at
 // the default 99.9% over 30d one bad canary is 1.67% of the hour's 60,
 // over the 1h page's 1.44%, so validate and rules warn. The default

@@ -315,14 +315,20 @@ func (h minLevel) WithGroup(g string) slog.Handler { return minLevel{h.Handler.W
 // each segment of its pipeline in order against its budget.
 func formatCanaryLine(cfg *config.Config, r prober.Report) string {
 	var b strings.Builder
-	verdict := "OK  "
+	// The verdict is the SLI events the metrics counted: a segment left
+	// unjudged (the prober's own downtime, a stamp it cannot trust) is
+	// neither OK nor OVER, however long it measured.
+	verdict := "OK      "
 	for _, s := range r.Segments {
-		if s.Outcome == "bad" {
-			verdict = "OVER"
+		switch {
+		case s.Outcome == slo.OutcomeBad:
+			verdict = "OVER    "
+		case s.Reason != "" && verdict != "OVER    ": // a Reason only when unjudged
+			verdict = "UNJUDGED"
 		}
 	}
 	if r.State == prober.StateLost {
-		verdict = "LOST"
+		verdict = "LOST    "
 	}
 	fmt.Fprintf(&b, "%s %s %-10s %.8s", r.Committed.UTC().Format("15:04:05.000Z"), verdict, r.Pipeline, r.ID)
 	p, ok := cfg.Pipeline(r.Pipeline)
@@ -348,6 +354,11 @@ func formatCanaryLine(cfg *config.Config, r prober.Report) string {
 		}
 		if s.Budgeted {
 			fmt.Fprintf(&b, "/%s", s.Budget)
+		}
+		if s.Reason != "" {
+			// Marked so the demo's summary leaves it out: not the
+			// pipeline's latency.
+			fmt.Fprintf(&b, "(%s)", s.Reason)
 		}
 	}
 	return b.String()

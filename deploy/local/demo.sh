@@ -115,6 +115,7 @@ summarize() {
 		for (i = 5; i <= NF; i++) {
 			split($i, kv, "=")
 			if (kv[2] == "-") continue
+			if (kv[2] ~ /\(/) continue  # not judged (e.g. prober_down): no latency of the pipeline
 			split(kv[2], vb, "/")
 			v = vb[1]
 			if (v ~ /^</) continue  # an upper bound (<=), not a latency
