@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/prober"
 )
@@ -223,6 +225,33 @@ pipelines:
 		if !strings.Contains(line, want) {
 			t.Errorf("the line lacks %q: %s", want, line)
 		}
+	}
+}
+
+// Canaries sent within a minute share the first 8 characters of their
+// UUID v7 (its timestamp): the id column must tell them apart.
+func TestTheDemoLineIDColumnDiffersPerCanary(t *testing.T) {
+	cfg, err := config.Load([]byte(`signing_key: {value: k}
+pipelines:
+  - name: orders
+    database: {dsn: {value: "postgres://u@127.0.0.1/db"}}
+    kafka: {brokers: ["127.0.0.1:9092"]}
+    budgets: {end_to_end: 2s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for range 20 {
+		id := uuid.Must(uuid.NewV7()).String()
+		fields := strings.Fields(formatCanaryLine(cfg, prober.Report{Pipeline: "orders", ID: id, State: prober.StateArrived}))
+		if len(fields) < 4 {
+			t.Fatalf("line %v has no id column", fields)
+		}
+		if other, dup := seen[fields[3]]; dup {
+			t.Fatalf("canaries %s and %s both print id %q", other, id, fields[3])
+		}
+		seen[fields[3]] = id
 	}
 }
 

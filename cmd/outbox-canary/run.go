@@ -330,7 +330,7 @@ func formatCanaryLine(cfg *config.Config, r prober.Report) string {
 	if r.State == prober.StateLost {
 		verdict = "LOST    "
 	}
-	fmt.Fprintf(&b, "%s %s %-10s %.8s", r.Committed.UTC().Format("15:04:05.000Z"), verdict, r.Pipeline, r.ID)
+	fmt.Fprintf(&b, "%s %s %-10s %s", r.Committed.UTC().Format("15:04:05.000Z"), verdict, r.Pipeline, shortID(r.ID))
 	p, ok := cfg.Pipeline(r.Pipeline)
 	if !ok {
 		return b.String()
@@ -363,6 +363,11 @@ func formatCanaryLine(cfg *config.Config, r prober.Report) string {
 	}
 	return b.String()
 }
+
+// shortID is the last 8 characters of a canary id: a UUID v7 begins with
+// its millisecond timestamp, the same for a minute of canaries, and ends
+// with random bits.
+func shortID(id string) string { return id[max(0, len(id)-8):] }
 
 // systemdListeners takes the sockets systemd passed (a .socket unit).
 func systemdListeners() ([]net.Listener, error) {
