@@ -38,4 +38,7 @@ type Arrival struct {
 	// and any configured extra stamp such as "read". A missing stamp is
 	// simply absent.
 	Stamps map[string]time.Time
+	// Unparseable names the stamps whose header was there but held no
+	// time: invalid stamps, not missing ones.
+	Unparseable []string
 }

@@ -609,8 +609,8 @@ func (r *partitionReader) handle(ctx context.Context, msg kafka.Message) {
 		Partition: msg.Partition,
 		Offset:    msg.Offset,
 		Consumed:  consumed,
-		Stamps:    c.stamps(msg),
 	}
+	a.Stamps, a.Unparseable = c.stamps(msg)
 	out := c.tracker.Arrived(token, a)
 	if out.Kind == KindUnknown {
 		// Counted by the tracker; logged like every other skip, so a
@@ -704,38 +704,45 @@ func (d skipDetail) String() string {
 	return d.field + " " + d.name
 }
 
-// stamps reads the header and record-timestamp stamps of a message. A
+// stamps reads the header and record-timestamp stamps of a message, and
+// names the stamps whose header is there but holds no time. A
 // published_at stamp is read back from the row by the tracker's lookups.
-func (c *Consumer) stamps(msg kafka.Message) map[string]time.Time {
-	stamps := map[string]time.Time{}
+func (c *Consumer) stamps(msg kafka.Message) (stamps map[string]time.Time, unparseable []string) {
+	stamps = map[string]time.Time{}
+	fromHeader := func(stamp, header string) {
+		switch t, present, ok := headerTime(msg, header); {
+		case ok:
+			stamps[stamp] = t
+		case present:
+			unparseable = append(unparseable, stamp)
+		}
+	}
 	switch c.p.Relay.PublishedStamp {
 	case config.PublishedFromHeader:
-		if t, ok := headerTime(msg, c.p.Relay.PublishedHeader); ok {
-			stamps[config.StampPublish] = t
-		}
+		fromHeader(config.StampPublish, c.p.Relay.PublishedHeader)
 	case config.PublishedFromRecordTimestamp:
 		if !msg.Time.IsZero() {
 			stamps[config.StampPublish] = msg.Time
 		}
 	}
 	for _, s := range c.p.Relay.Stamps {
-		if t, ok := headerTime(msg, s.Header); ok {
-			stamps[s.Name] = t
-		}
+		fromHeader(s.Name, s.Header)
 	}
-	return stamps
+	return stamps, unparseable
 }
 
 // headerTime parses a header as RFC 3339 (with or without fractional
 // seconds) or as an integer Unix time in s, ms, µs or ns (by magnitude).
-func headerTime(msg kafka.Message, name string) (time.Time, bool) {
+// present is whether the message has the header at all.
+func headerTime(msg kafka.Message, name string) (t time.Time, present, ok bool) {
 	for _, h := range msg.Headers {
 		if !strings.EqualFold(h.Key, name) {
 			continue
 		}
-		return parseStampValue(string(h.Value))
+		t, ok = parseStampValue(string(h.Value))
+		return t, true, ok
 	}
-	return time.Time{}, false
+	return time.Time{}, false, false
 }
 
 func parseStampValue(v string) (time.Time, bool) {

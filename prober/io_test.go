@@ -190,6 +190,61 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 	}
 }
 
+// A stamp header that is there but holds no time is the relay's mistake
+// in writing it: an invalid stamp, not a missing one.
+func TestAnUnparseableStampHeaderIsInvalidNotMissing(t *testing.T) {
+	cfg := unitConfig(t, "")
+	p := &cfg.Pipelines[0]
+	m, err := NewMetrics(prometheus.NewRegistry(), cfg.Pipelines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	tr, err := NewTracker(TrackerOptions{Pipeline: p, Instance: "unit", Metrics: m, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, _ := NewSigner([]byte("unit-key"))
+	clusters, err := kafkaclient.NewClusters([]config.Kafka{p.Kafka}, []string{p.Kafka.Topic}) // connects to nothing: Handle needs no broker
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clusters.Close()
+	cluster, err := clusters.For(p.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewConsumer(ConsumerOptions{Pipeline: p, Instance: "unit", Signer: signer, Tracker: tr, Metrics: m, Cluster: cluster, Now: clock,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := now.Add(-300 * time.Millisecond)
+	if err := tr.Sent(Canary{ID: "c1", Seq: 1, Pipeline: "orders", Key: "k", InsertStarted: committed.Add(-time.Millisecond), CommitSent: committed, Committed: committed}); err != nil {
+		t.Fatal(err)
+	}
+	value, err := signer.Encode(Payload{CanaryID: "c1", Instance: "unit", Pipeline: "orders", Seq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Handle(context.Background(), kafka.Message{Partition: 0, Offset: 0, Key: []byte("k"), Value: value, Time: now,
+		Headers: []kafka.Header{{Key: "outbox-relay-read-at", Value: []byte("yesterday-ish")}}})
+	if got := testutil.ToFloat64(m.StampsInvalid.WithLabelValues("orders", "read", "unparseable")); got != 1 {
+		t.Errorf("stamps invalid{stamp=read,reason=unparseable} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.StampsMissing.WithLabelValues("orders", "read")); got != 0 {
+		t.Errorf("stamps missing{stamp=read} = %v, want 0: the header was there", got)
+	}
+	rep, ok := tr.Report("c1")
+	if !ok {
+		t.Fatal("the canary is not remembered")
+	}
+	if seg := rep.Segments["commit_to_read"]; seg.Outcome != "unjudged" || seg.Reason != "invalid_stamp" {
+		t.Errorf("commit_to_read = %+v, want unjudged for invalid_stamp", seg)
+	}
+}
+
 // TestAFetchOfForeignMessagesIsRecordedOnceAndNotRecountedAfterARestart:
 // a partition's reader records a fetch's skips with the tracker after its
 // last message, raising no fence for a message screened out; the offset

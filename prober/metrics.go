@@ -139,7 +139,7 @@ var catalogue = []metricsdoc.Family{
 	{Name: slo.MetricClockSkew, Type: metricsdoc.Counter, Help: "Segments measured negative beyond relay.skew_tolerance by stamps from clocks that disagree (a relay's, the database's); not observed, not judged. A published_at marked after consumption is stamp order, not skew.", Labels: lps},
 	{Name: slo.MetricStampOrder, Type: metricsdoc.Counter, Help: "Segments measured negative because a stamp was taken after its event (published_at marked after the record was consumed): not clock skew; the segments next to it are judged by what can be proven.", Labels: lps},
 	{Name: slo.MetricCanariesUnjudged, Type: metricsdoc.Counter, Help: "Segments a canary entered that are not SLI events, by reason: prober_down, prober_lag (the prober's own downtime or backlog), unknown (its own dependency was down), invalid_stamp, missing_stamp, stamp_order, clock_skew, lost.", Labels: lpsr},
-	{Name: slo.MetricStampsInvalid, Type: metricsdoc.Counter, Help: "Stamps more than relay.max_clock_skew before the commit (before_commit) or after the consumption (after_consume): not observed, their segments not judged.", Labels: []string{slo.LabelPipeline, labelStamp, slo.LabelReason}},
+	{Name: slo.MetricStampsInvalid, Type: metricsdoc.Counter, Help: "Stamps more than relay.max_clock_skew before the commit (before_commit) or after the consumption (after_consume), or headers that hold no time (unparseable): not observed, their segments not judged.", Labels: []string{slo.LabelPipeline, labelStamp, slo.LabelReason}},
 	{Name: slo.MetricSegmentBudget, Type: metricsdoc.Gauge, Help: "The configured latency budget of each budgeted segment.", Labels: lps},
 	{Name: slo.MetricStampsMissing, Type: metricsdoc.Counter, Help: "Canaries that arrived without a configured stamp (a relay header, the publish time); the segments next to it are not judged.", Labels: []string{slo.LabelPipeline, labelStamp}},
 
@@ -281,7 +281,7 @@ func (m *Metrics) initPipeline(p *config.Pipeline) {
 	for _, s := range p.StampOrder() {
 		if s != config.StampCommit && s != config.StampConsume {
 			m.StampsMissing.WithLabelValues(n, s)
-			for _, r := range []string{judge.InvalidBeforeCommit, judge.InvalidAfterConsume} {
+			for _, r := range []string{judge.InvalidBeforeCommit, judge.InvalidAfterConsume, judge.InvalidUnparseable} {
 				m.StampsInvalid.WithLabelValues(n, s, r)
 			}
 		}

@@ -628,7 +628,7 @@ func (t *Tracker) Abandon(canaryID string) {
 func (t *Tracker) Arrived(token uint64, a Arrival) Outcome {
 	t.mu.Lock()
 	kind, fx := t.j.Arrived(judge.Arrival{CanaryID: a.CanaryID, Key: a.Key, Seq: a.Seq,
-		Partition: a.Partition, Offset: a.Offset, Consumed: a.Consumed, Stamps: a.Stamps})
+		Partition: a.Partition, Offset: a.Offset, Consumed: a.Consumed, Stamps: a.Stamps, Unparseable: a.Unparseable})
 	t.EndArrival(token)
 	if err := t.commitAndUnlock(fx); err != nil {
 		t.log.Debug("persisting tracker state failed; a restart may recount this canary", "canary", a.CanaryID, "err", err)

@@ -63,6 +63,9 @@ type Arrival struct {
 	Offset    int64
 	Consumed  time.Time
 	Stamps    map[string]time.Time
+	// Unparseable names stamps whose header was there but held no time:
+	// invalid, not missing.
+	Unparseable []string
 }
 
 // Kind classifies an arrival.
@@ -408,6 +411,12 @@ func (j *Judge) arrived(c *Canary, a Arrival) Kind {
 	c.Tainted = j.trouble(c, a.Consumed)
 	for name, t := range a.Stamps {
 		j.addStamp(c, name, t, 0, a.Consumed)
+	}
+	for _, name := range a.Unparseable {
+		if j.cfg.Plan.index(name) > 0 && name != StampConsume && !c.Stamps.Has(name) && !c.Invalid.Has(name) {
+			c.Invalid.Set(name, InvalidUnparseable)
+			j.emit(Effect{Kind: EffectStampInvalid, Canary: c.ID, Stamp: name, Reason: InvalidUnparseable})
+		}
 	}
 	key := cmp.Or(a.Key, c.Key)
 	if last, ok := j.st.LastSeq[key]; ok && c.Seq < last {

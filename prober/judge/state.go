@@ -39,6 +39,8 @@ const (
 const (
 	InvalidBeforeCommit = "before_commit"
 	InvalidAfterConsume = "after_consume"
+	// InvalidUnparseable: the stamp's header is there but is no time.
+	InvalidUnparseable = "unparseable"
 )
 
 // Reasons lists every unjudged reason, in the order the docs show them.
