@@ -245,6 +245,56 @@ func TestAnUnparseableStampHeaderIsInvalidNotMissing(t *testing.T) {
 	}
 }
 
+// A canary of this instance's other pipeline on this pipeline's topic is
+// a routing mistake between pipelines it runs: the hint must not say it
+// does not run that pipeline.
+func TestTheUnknownPipelineHintFitsAPipelineThisInstanceRuns(t *testing.T) {
+	cfg := unitConfig(t, `  - name: payments
+    database: {dsn: {value: "postgres://u:hunter2@127.0.0.1:1/x?connect_timeout=1"}}
+    kafka: {brokers: ["127.0.0.1:1"], topic: canaries}
+    budgets: {end_to_end: 2s}
+`)
+	p := &cfg.Pipelines[0]
+	m, err := NewMetrics(prometheus.NewRegistry(), cfg.Pipelines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	tr, err := NewTracker(TrackerOptions{Pipeline: p, Instance: "unit", Metrics: m, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, _ := NewSigner([]byte("unit-key"))
+	clusters, err := kafkaclient.NewClusters([]config.Kafka{p.Kafka}, []string{p.Kafka.Topic}) // connects to nothing: Handle needs no broker
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clusters.Close()
+	cluster, err := clusters.For(p.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs stacktest.SyncBuffer
+	c, err := NewConsumer(ConsumerOptions{Pipeline: p, Instance: "unit", Signer: signer, Tracker: tr, Metrics: m, Cluster: cluster, Now: clock,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, err := signer.Encode(Payload{CanaryID: "p1", Instance: "unit", Pipeline: "payments", Seq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Handle(context.Background(), kafka.Message{Partition: 0, Offset: 0, Key: []byte("k"), Value: value, Time: now})
+	log := logs.String()
+	if !strings.Contains(log, "skipped ("+ReasonUnknownPipeline+")") || !strings.Contains(log, "detail=\"pipeline payments\"") {
+		t.Fatalf("no unknown_pipeline warning naming payments:\n%s", log)
+	}
+	if strings.Contains(log, "does not run") {
+		t.Errorf("the hint says this instance does not run payments, which it does:\n%s", log)
+	}
+}
+
 // TestAFetchOfForeignMessagesIsRecordedOnceAndNotRecountedAfterARestart:
 // a partition's reader records a fetch's skips with the tracker after its
 // last message, raising no fence for a message screened out; the offset

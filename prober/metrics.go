@@ -23,7 +23,7 @@ const (
 	ReasonMalformed       = "malformed"        // not a canary payload at all
 	ReasonBadSignature    = "bad_signature"    // a canary whose HMAC does not verify: a forgery or a key mismatch
 	ReasonUnknownCanary   = "unknown_canary"   // ours, but not in the tracker's state (see Tracker for when)
-	ReasonUnknownPipeline = "unknown_pipeline" // signed by us for a pipeline this instance does not run
+	ReasonUnknownPipeline = "unknown_pipeline" // signed by us for another pipeline than the topic's
 	// ReasonUnsupportedEncoding: framed by a schema registry (magic byte 0
 	// and a schema id: Avro, Protobuf, JSON Schema), which the prober does
 	// not read; the relay's converter must write JSON or text.

@@ -112,8 +112,9 @@ func SkipFix(reason string) string {
 		return "canaries of another prober instance share this topic: expected when several instances use one canary topic; " +
 			"otherwise check instance_id, which must differ between instances and stay the same across restarts"
 	case ReasonUnknownPipeline:
-		return "this instance signed the canary for a pipeline it does not run: two pipelines' canaries reach one topic; " +
-			"give each pipeline its own kafka.topic (and canary.aggregate_type)"
+		return "this instance signed the canary for another pipeline than this topic's (named in detail): another of its " +
+			"pipelines, or one it ran before, sends its canaries to this topic (the same kafka.topic, or a canary.aggregate_type " +
+			"the relay routes here); give each pipeline its own kafka.topic and canary.aggregate_type"
 	case ReasonUnknownCanary:
 		return "a canary of this instance that its state no longer holds (older than its memory, or sent before the state was lost): " +
 			"expected once after a restart with a lost state directory"
