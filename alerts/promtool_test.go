@@ -5,7 +5,7 @@ package alerts_test
 // scenarios in testdata/scenarios (each a subtest named after its file;
 // run with -v to see promtool's own output). They need promtool (Debian's
 // prometheus package, installed by deploy/local/stack.sh): without it they
-// skip, except in CI (CI set), where they fail.
+// skip, except in CI (CI=true, stacktest.InCI), where they fail.
 
 import (
 	"bytes"
@@ -24,6 +24,7 @@ import (
 
 	"github.com/outbox-canary/outbox-canary/alerts"
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -47,10 +48,7 @@ func promtool(t *testing.T) string {
 	}
 	p, err := exec.LookPath("promtool")
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("promtool not found in CI: %v (deploy/local/stack.sh installs it)", err)
-		}
-		t.Skipf("promtool not found (%v): install Debian's prometheus package or run deploy/local/stack.sh up", err)
+		stacktest.Unavailable(t, "promtool not found (%v): install Debian's prometheus package or run deploy/local/stack.sh up", err)
 	}
 	return p
 }

@@ -226,14 +226,37 @@ func TestSkipLogWarnsAtTheFirstSkipOfEachReasonThenAtMostEveryInterval(t *testin
 
 func TestScreenSkipsForTheReasonDecodeMessageGives(t *testing.T) {
 	_, signer := goldenSigned(t)
+	canary, err := signer.Encode(goldenCanary())
+	if err != nil {
+		t.Fatal(err)
+	}
 	values := foreignValues(t)
 	values["empty"] = nil
 	values["spaces"] = []byte("  \n")
 	values["short frame"] = []byte{0, 1}
+	values["canary"] = canary
+	// What the screen must take out without decoding, and what it must
+	// leave to DecodeMessage: every value that holds the canary field.
+	screenedOut := map[string]bool{
+		"business-event": true, "not-json": true, "schema-registry": true,
+		"empty": true, "spaces": true, "short frame": true,
+		"other-instance": false, "canary": false,
+	}
+	if len(screenedOut) != len(values) {
+		t.Fatalf("the test names %d values and screens %d: keep them in step", len(values), len(screenedOut))
+	}
 	for name, value := range values {
+		want, ok := screenedOut[name]
+		if !ok {
+			t.Fatalf("%s: the test does not say whether the screen takes it out", name)
+		}
 		reason, err := screen(value)
+		if (err != nil) != want {
+			t.Errorf("%s: screened out %t (%v), want %t", name, err != nil, err, want)
+			continue
+		}
 		if err == nil {
-			continue // left to DecodeMessage
+			continue // left to DecodeMessage, as it must be
 		}
 		_, decodeErr := signer.DecodeMessage(value)
 		if decodeErr == nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,7 +175,15 @@ func TestARoundStartsAtOnceWhenIdleAndOtherwiseGathersUntilTheInterval(t *testin
 	waits := make(chan time.Duration, 1)
 	fire := make(chan time.Time)
 	table := &playedTable{called: make(chan []Canary, 10)}
-	l := NewLookups(LookupsOptions{Read: table.read, Interval: time.Second, Now: clock.Now,
+	// A read of i1 before the test fires the interval's timer is early.
+	var intervalRanOut, earlyRead atomic.Bool
+	read := func(ctx context.Context, cs []Canary) (map[string]LookupResult, error) {
+		if !intervalRanOut.Load() && slices.ContainsFunc(cs, func(c Canary) bool { return c.ID == "i1" }) {
+			earlyRead.Store(true)
+		}
+		return table.read(ctx, cs)
+	}
+	l := NewLookups(LookupsOptions{Read: read, Interval: time.Second, Now: clock.Now,
 		After: func(d time.Duration) <-chan time.Time { waits <- d; return fire }})
 	orders := newHarness(t, publishedPipeline("orders"), false).onTable(l)
 	invoices := newHarness(t, publishedPipeline("invoices"), false).onTable(l)
@@ -219,15 +228,21 @@ func TestARoundStartsAtOnceWhenIdleAndOtherwiseGathersUntilTheInterval(t *testin
 	}
 	clock.Advance(300 * time.Millisecond)
 	invoices.arrivedAndDue("i1", 1, 0)
-	select {
-	case cs := <-table.called:
-		t.Fatalf("read %v before the interval ran out", canaryIDs(cs))
-	case <-time.After(50 * time.Millisecond):
-	}
 	clock.Advance(500 * time.Millisecond)
-	fire <- clock.Now()
+	// The loop must still be parked on the interval's timer, the ask for i1
+	// queued behind it: it takes the timer's firing, and nothing read i1
+	// before.
+	intervalRanOut.Store(true)
+	select {
+	case fire <- clock.Now():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the loop was not waiting for the interval when it ran out")
+	}
 	if got := call("once the interval ran out"); !slices.Equal(got, []string{"orders/o2", "invoices/i1"}) {
 		t.Errorf("second round read %v, want orders/o2 and invoices/i1 in one call", got)
+	}
+	if earlyRead.Load() {
+		t.Error("i1 was read before the interval ran out")
 	}
 
 	clock.Advance(5 * time.Second)

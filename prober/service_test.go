@@ -94,6 +94,7 @@ func TestConsumerStampsQueuedCanariesWithoutWaitingForPublishedAt(t *testing.T) 
 	published["1"], published["2"] = t0.Add(200*time.Millisecond), t0.Add(100*time.Millisecond)
 	mu.Unlock()
 	reports := map[string]Report{}
+	deadline := time.Now().Add(testWait)
 	for _, id := range []string{"a", "b"} {
 		for {
 			actx, acancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -102,6 +103,9 @@ func TestConsumerStampsQueuedCanariesWithoutWaitingForPublishedAt(t *testing.T) 
 			if err == nil {
 				reports[id] = r
 				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("canary %s not final within %s of sweeps: %v", id, testWait, err)
 			}
 			clock.Advance(500 * time.Millisecond) // past each lookup's backoff
 			pr.tracker.Sweep()

@@ -346,7 +346,7 @@ func TestLookupsRunOutsideTheLockAndDecideWhenTheStampComes(t *testing.T) {
 	h.at(400 * time.Millisecond)
 	h.arrive(c, map[string]time.Duration{"read": 100 * time.Millisecond})
 	h.sweep(400*time.Millisecond + lookupSettle)
-	<-started // the first sweep after the settle time asked for published_at, which reads NULL
+	receiveWithin(t, started, "the first lookup of published_at") // after the settle time; it reads NULL
 	mu.Lock()
 	published["a"] = t0.Add(300 * time.Millisecond)
 	mu.Unlock()
@@ -392,7 +392,7 @@ func TestAStampOurDatabaseCannotReadIsUnknownNotMissing(t *testing.T) {
 	h.at(400 * time.Millisecond)
 	h.arrive(c, map[string]time.Duration{"read": 100 * time.Millisecond})
 	h.sweep(400*time.Millisecond + lookupSettle)
-	<-failed
+	receiveWithin(t, failed, "the failing lookup of published_at")
 	h.sweep(time.Duration(p.Canary.LostAfter) + time.Second)
 	rep, ok := h.tr.Report("a")
 	if !ok || rep.State != StateArrived {
@@ -422,7 +422,7 @@ func TestTheDoneCallbackRunsOutsideTheLock(t *testing.T) {
 	a, b := h.send("a", 1), h.send("b", 2)
 	h.at(300 * time.Millisecond)
 	go h.arrive(a, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
-	<-entered
+	receiveWithin(t, entered, "a's done callback")
 	arrived := make(chan struct{})
 	go func() {
 		h.arrive(b, map[string]time.Duration{config.StampPublish: 100 * time.Millisecond})
@@ -460,4 +460,22 @@ func (h *harness) sent() float64 {
 		n += testutil.ToFloat64(m.CanariesSent.WithLabelValues(h.p.Name))
 	}
 	return n
+}
+
+// testWait bounds a test's wait for a step of the code under test: long
+// enough for a loaded machine, short of go test's timeout, so a step that
+// never comes fails the test with its name instead of hanging it.
+const testWait = 30 * time.Second
+
+// receiveWithin waits for a value on ch, or fails the test after testWait.
+func receiveWithin[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(testWait):
+		t.Fatalf("%s: nothing within %s", what, testWait)
+		var zero T
+		return zero
+	}
 }

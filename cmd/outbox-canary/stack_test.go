@@ -7,14 +7,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -137,11 +138,12 @@ func TestRunServesUntilCancelledAndFlushesItsState(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	// Three canaries: the first write (a snapshot) holds at most the
+	// first, so the others are in the journal until the flush.
 	deadline := time.Now().Add(45 * time.Second)
 	for {
 		code, body := get("/metrics")
-		if code == 200 && strings.Contains(body, `outbox_canary_sli_events_total{outcome="good",pipeline="orders",segment="end_to_end"} 1`) ||
-			code == 200 && strings.Contains(body, `outbox_canary_canaries_received_total{pipeline="orders"} 2`) {
+		if code == 200 && strings.Contains(body, `outbox_canary_canaries_received_total{pipeline="orders"} 3`) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -165,6 +167,12 @@ func TestRunServesUntilCancelledAndFlushesItsState(t *testing.T) {
 			t.Errorf("GET %s = %d, want %d with %q:\n%.500s", tc.path, code, tc.code, tc.want, body)
 		}
 	}
+	// The first write of the state is a snapshot; later ones are journal
+	// lines. Only the flush at shutdown writes the snapshot again, so a
+	// snapshot stamped after the cancel, holding every canary the prober
+	// had by then, is the flush's.
+	received := statusCanaryIDs(t, addr)
+	cancelled := time.Now()
 	cancel()
 	select {
 	case err := <-done:
@@ -174,9 +182,31 @@ func TestRunServesUntilCancelledAndFlushesItsState(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("run did not stop within 30s of cancel")
 	}
-	state, err := os.ReadFile(filepath.Join(filepath.Dir(path), "state", "orders.json"))
-	if err != nil || !strings.Contains(string(state), `"next_offset_by_partition"`) {
-		t.Errorf("state file after shutdown: %v\n%.300s", err, state)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(path), "state", "orders.json"))
+	if err != nil {
+		t.Fatalf("state file after shutdown: %v", err)
+	}
+	var snapshot struct {
+		Judge struct {
+			Canaries map[string]json.RawMessage `json:"canaries"`
+			Next     map[string]int64           `json:"next_offset_by_partition"`
+			AliveAt  time.Time                  `json:"alive_at"`
+		} `json:"judge"`
+	}
+	if err := json.Unmarshal(data, &snapshot); err != nil {
+		t.Fatalf("state file after shutdown: %v\n%.300s", err, data)
+	}
+	if snapshot.Judge.AliveAt.Before(cancelled) {
+		t.Errorf("the snapshot was written at %s, before the cancel at %s: the state was not flushed at shutdown",
+			snapshot.Judge.AliveAt.Format(time.RFC3339Nano), cancelled.Format(time.RFC3339Nano))
+	}
+	if len(snapshot.Judge.Next) == 0 {
+		t.Errorf("the snapshot after shutdown has no next offset:\n%.300s", data)
+	}
+	for _, id := range received {
+		if _, ok := snapshot.Judge.Canaries[id]; !ok {
+			t.Errorf("canary %s, on /api/status before the cancel, is not in the snapshot written at shutdown", id)
+		}
 	}
 	if strings.Contains(stderr.String(), "CHECK_TEST_DSN") || strings.Contains(stderr.String(), "postgres://") {
 		t.Errorf("the logs show the DSN:\n%s", stderr.String())
@@ -241,23 +271,58 @@ func TestRunRefusesABrokenWebConfigFileAtStart(t *testing.T) {
 	}
 }
 
-// startRun starts `outbox-canary run` on a free loopback port; cancel stops
-// it and done yields its result.
+// startRun starts `outbox-canary run` on a port the kernel picks (a port
+// found free and closed before run listens on it could be taken in
+// between) and reads the address from run's log; cancel stops it and done
+// yields its result.
 func startRun(t *testing.T, configPath string, extraArgs ...string) (addr string, stderr *stacktest.SyncBuffer, cancel context.CancelFunc, done <-chan error) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr = ln.Addr().String()
-	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout stacktest.SyncBuffer
 	stderr = &stacktest.SyncBuffer{}
 	result := make(chan error, 1)
-	args := append([]string{"run", "--config.file", configPath, "--web.listen-address", addr, "--log.level", "warn"}, extraArgs...)
+	args := append([]string{"run", "--config.file", configPath, "--web.listen-address", "127.0.0.1:0", "--log.level", "info"}, extraArgs...)
 	go func() { result <- Run(ctx, args, &stdout, stderr) }()
-	return addr, stderr, cancel, result
+	serving := regexp.MustCompile(`msg="serving [^"]*" addresses=(127\.0\.0\.1:\d+)`)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if m := serving.FindStringSubmatch(stderr.String()); m != nil {
+			return m[1], stderr, cancel, result
+		}
+		select {
+		case err := <-result:
+			cancel()
+			t.Fatalf("run returned %v before serving; log:\n%s", err, stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("run did not log its address within 60s; log:\n%s", stderr.String())
+		}
+	}
+}
+
+// statusCanaryIDs returns the ids of the canaries /api/status lists.
+func statusCanaryIDs(t *testing.T, addr string) []string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/api/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := regexp.MustCompile(`"id":\s*"([0-9a-f-]{36})"`).FindAllStringSubmatch(string(body), -1)
+	if len(ids) == 0 {
+		t.Fatalf("/api/status lists no canary:\n%.1000s", body)
+	}
+	var out []string
+	for _, m := range ids {
+		out = append(out, m[1])
+	}
+	return out
 }
 
 func TestRunSaysAtStartWhatItsDatabaseRoleLacks(t *testing.T) {

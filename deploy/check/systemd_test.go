@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
 const (
@@ -32,10 +33,7 @@ func systemdAnalyze(t *testing.T) string {
 	t.Helper()
 	path, err := exec.LookPath("systemd-analyze")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("systemd-analyze not found (install Debian's systemd package): %v", err)
-		}
-		t.Skipf("systemd-analyze not found (install Debian's systemd package, or run make test-deploy): %v", err)
+		stacktest.Unavailable(t, "systemd-analyze not found (install Debian's systemd package, or run make test-deploy): %v", err)
 	}
 	return path
 }

@@ -331,7 +331,7 @@ func TestFetcherSessionNamesOnlyWhatMovedAndMarksEveryPartition(t *testing.T) {
 
 	produced := time.Now()
 	b.produce(t, topicPartition{topic, 7}, 1, false)
-	stacktest.Eventually(t, 10*time.Second, "the message handled", func() (bool, string) {
+	stacktest.Eventually(t, serverWait, "the message handled", func() (bool, string) {
 		return len(r.offsets(7)) == 1, fmt.Sprint(r.offsets(7))
 	})
 	marks := r.waitMarks(t, topic, partitions, produced)
@@ -362,7 +362,7 @@ func TestFetcherOpensANewSessionWhenTheBrokerLostItWithoutAFailure(t *testing.T)
 			r.waitMarks(t, topic, partitions, time.Time{})
 			b.fail(code)
 			b.produce(t, topicPartition{topic, 1}, 2, false)
-			stacktest.Eventually(t, 10*time.Second, "the messages handled", func() (bool, string) {
+			stacktest.Eventually(t, serverWait, "the messages handled", func() (bool, string) {
 				return len(r.offsets(1)) == 2, fmt.Sprint(r.offsets(1))
 			})
 			reqs := b.fetches()
@@ -404,14 +404,14 @@ func TestFetcherForgetsAPartitionWhoseHandlerIsFullAndResumesWhereItStopped(t *t
 		b.produce(t, p0, 1, false)
 		time.Sleep(50 * time.Millisecond)
 	}
-	stacktest.Eventually(t, 10*time.Second, "partition 0 forgotten", func() (bool, string) {
+	stacktest.Eventually(t, serverWait, "partition 0 forgotten", func() (bool, string) {
 		return slices.ContainsFunc(b.fetches(), func(r fakeRequest) bool { return slices.Contains(r.forgotten, p0) }), ""
 	})
 	if !blocked.Load() {
 		t.Fatal("the handler never blocked")
 	}
 	free()
-	stacktest.Eventually(t, 10*time.Second, "every message handled", func() (bool, string) {
+	stacktest.Eventually(t, serverWait, "every message handled", func() (bool, string) {
 		return len(r.offsets(0)) == 3+subscriptionQueue, fmt.Sprint(r.offsets(0))
 	})
 	if got := r.offsets(0); !slices.Equal(got, []int64{0, 1, 2, 3, 4}) {
@@ -434,10 +434,19 @@ func TestFetcherMovesPastATransactionMarkerAndFetchesItOnce(t *testing.T) {
 	tp := topicPartition{topic, 0}
 	b.produce(t, tp, 3, false)
 	b.produce(t, tp, 1, true) // commit marker at offset 3
-	stacktest.Eventually(t, 10*time.Second, "the marker passed", func() (bool, string) {
+	stacktest.Eventually(t, serverWait, "the marker passed", func() (bool, string) {
 		return r.next(0) == 4, fmt.Sprintf("Handled %d", r.next(0))
 	})
-	time.Sleep(2 * FetchMaxWait)
+	// A fetcher that moved past the marker waits at the end of the log: the
+	// broker holds its next fetch for FetchMaxWait and answers without the
+	// partition. One that fetches the marker again is answered with it at
+	// once, again and again, and never gets such an answer.
+	passed := len(b.fetches())
+	stacktest.Eventually(t, serverWait, "a fetch past the marker answered without the partition", func() (bool, string) {
+		reqs := b.fetches()
+		return slices.ContainsFunc(reqs[passed:], func(r fakeRequest) bool { return !slices.Contains(r.answered, tp) }),
+			fmt.Sprintf("%d fetches since the marker passed, each answered with the partition", len(reqs)-passed)
+	})
 	if got := r.offsets(0); !slices.Equal(got, []int64{0, 1, 2}) {
 		t.Errorf("offsets %v, want 0 to 2: a marker is no message", got)
 	}
@@ -569,14 +578,14 @@ func TestFetcherRetriesAPartitionThatFailedOutsideTheSessionAndTakesItBack(t *te
 	r.waitMarks(t, topic, partitions, time.Time{})
 	tp := topicPartition{topic, 1}
 	b.failPartition(tp, int16(kafka.NotLeaderForPartition))
-	stacktest.Eventually(t, 10*time.Second, "the failure heard", func() (bool, string) {
+	stacktest.Eventually(t, serverWait, "the failure heard", func() (bool, string) {
 		return r.retries.Load() == 1, fmt.Sprint(r.retries.Load())
 	})
 	if m := r.f.Marks(topic)[1]; m.Err == nil {
 		t.Errorf("partition 1: mark %+v right after its failure, want the error", m)
 	}
 	b.produce(t, tp, 2, false)
-	stacktest.Eventually(t, 10*time.Second, "the messages handled", func() (bool, string) {
+	stacktest.Eventually(t, serverWait, "the messages handled", func() (bool, string) {
 		return len(r.offsets(1)) == 2, fmt.Sprint(r.offsets(1))
 	})
 	marks := r.waitMarks(t, topic, partitions, time.Now())
@@ -641,7 +650,7 @@ func TestFetcherMarksAReplacedReaderFromTheSession(t *testing.T) {
 	// partition; its mark is the session's.
 	go func() { defer close(done2); read(ctx2, 0, 3, second) }()
 	defer func() { cancel2(); <-done2 }()
-	stacktest.Eventually(t, 10*time.Second, "the replaced reader marked", func() (bool, string) {
+	stacktest.Eventually(t, serverWait, "the replaced reader marked", func() (bool, string) {
 		m, ok := f.Marks(topic)[0]
 		return ok && m.HighWatermark == 3 && m.Err == nil, fmt.Sprintf("%+v", m)
 	})
@@ -679,7 +688,7 @@ func TestFetcherFeedsTwoReadersOfOnePartition(t *testing.T) {
 				if o != n {
 					t.Fatalf("reader %d: offset %d, want %d", i, o, n)
 				}
-			case <-time.After(10 * time.Second):
+			case <-time.After(serverWait):
 				t.Fatalf("reader %d never got offset %d", i, n)
 			}
 		}

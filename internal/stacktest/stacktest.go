@@ -75,18 +75,30 @@ type Stack struct {
 	Env map[string]string
 }
 
+// InCI reports whether the tests run in CI: the environment variable CI is
+// "true", as .ci/run and the common CI services set it. It is the one rule
+// for "required in CI" in every test of the project.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// Unavailable stops a test that cannot run here: it skips with the reason,
+// or fails in CI (InCI), which always starts the stack and installs every
+// tool the tests use, so a missing one there is a bug, not a reason to skip.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if InCI() {
+		t.Fatalf("%s (CI=true: required in CI)", msg)
+	}
+	t.Skip(msg)
+}
+
 // Load returns the running stack. When there is none (no env file, or its
-// servers do not answer) the test is skipped with the reason, or fails when
-// the environment variable CI is "true": CI always starts the stack, so a
-// missing one there is a bug, not a reason to skip.
+// servers do not answer) the test is Unavailable.
 func Load(t testing.TB) Stack {
 	t.Helper()
 	s, err := load()
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("stacktest: %v (CI=true: the stack must be up; run `make stack-up`)", err)
-		}
-		t.Skipf("stacktest: %v (run `make stack-up` to run this test)", err)
+		Unavailable(t, "stacktest: %v (run `make stack-up` to run this test)", err)
 	}
 	return s
 }
