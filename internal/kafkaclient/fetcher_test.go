@@ -323,3 +323,31 @@ func TestFetcherReportsTheBrokersAppendTimeOnALogAppendTimeTopic(t *testing.T) {
 		t.Logf("%s topic: offset 0 read at %s (kcat %%T %s)", typ, got[0].Time.UTC().Format(time.RFC3339Nano), kcat[0])
 	}
 }
+
+func TestTopicTimestampTypeReadsTheTopicsSetting(t *testing.T) {
+	t.Parallel()
+	st := stacktest.Load(t)
+	client, closeClient, err := NewClient(config.Kafka{Brokers: st.KafkaBrokers, ClientID: "fetcher-test"}, serverWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient()
+	for _, want := range []TimestampType{CreateTime, LogAppendTime} {
+		var cfg map[string]string
+		if want == LogAppendTime {
+			cfg = map[string]string{TopicTimestampConfig: "LogAppendTime"}
+		}
+		topic := st.NewTopic(t, 1, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), serverWait)
+		got, err := TopicTimestampType(ctx, client, topic)
+		cancel()
+		if err != nil || got != want {
+			t.Errorf("topic created with %v: %s, %v; want %s", cfg, got, err, want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), serverWait)
+	defer cancel()
+	if got, err := TopicTimestampType(ctx, client, "no-such-topic-"+t.Name()); err == nil {
+		t.Errorf("a topic that does not exist: %s, want an error", got)
+	}
+}
