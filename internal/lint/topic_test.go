@@ -2,6 +2,8 @@ package lint
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -61,5 +63,15 @@ func TestTopicTimestampChecksRecordTimestampPipelinesOnly(t *testing.T) {
 	p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: "postgres://x/shop", Schema: stacktest.SeedA})
 	if got := TopicTimestamp(t.Context(), p, nil); got != nil {
 		t.Errorf("a published_at pipeline got %v, want no topic timestamp check", got)
+	}
+}
+
+func TestDocsExplainTheTopicTimestampCheck(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "cdc.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "`"+CheckTopicTimestamp+"`") {
+		t.Errorf("docs/cdc.md does not explain check `%s`", CheckTopicTimestamp)
 	}
 }
