@@ -64,12 +64,24 @@ type cdcPipeline struct {
 	startup time.Duration
 }
 
+// recommendedCanaryTopic is the canary topic's configuration docs/cdc.md
+// recommends: the broker's append time as the publish stamp, so that
+// Debezium's queue is charged to commit_to_publish.
+var recommendedCanaryTopic = map[string]string{"message.timestamp.type": "LogAppendTime"}
+
 // newCDCPipeline creates a database with Debezium's outbox table, its canary
-// and heartbeat topics, and a connector with the recommended configuration
-// (deploy/local/connect/outbox-connector.json) changed by edit (nil: as it
-// is), and waits until the connector streams. Cleanup deletes the connector
-// and drops its slot before the database goes.
+// topic (recommendedCanaryTopic) and heartbeat topic, and a connector with
+// the recommended configuration (deploy/local/connect/outbox-connector.json)
+// changed by edit (nil: as it is), and waits until the connector streams.
+// Cleanup deletes the connector and drops its slot before the database goes.
 func newCDCPipeline(t *testing.T, s stacktest.Stack, edit func(cfg map[string]string, names stacktest.ConnectorNames)) *cdcPipeline {
+	t.Helper()
+	return newCDCPipelineOn(t, s, recommendedCanaryTopic, edit)
+}
+
+// newCDCPipelineOn is newCDCPipeline with a canary topic of the given
+// configuration.
+func newCDCPipelineOn(t *testing.T, s stacktest.Stack, topicConfig map[string]string, edit func(cfg map[string]string, names stacktest.ConnectorNames)) *cdcPipeline {
 	t.Helper()
 	ctx := context.Background()
 	s.ConnectURL(t) // skip before creating anything when there is no worker
@@ -90,7 +102,7 @@ func newCDCPipeline(t *testing.T, s stacktest.Stack, edit func(cfg map[string]st
 	// with the test, where Connect's would pile up on the shared broker,
 	// and a routing mistake fails the task at once instead of feeding a
 	// topic that nobody reads.
-	s.NewTopicNamed(t, p.topic, 1, nil)
+	s.NewTopicNamed(t, p.topic, 1, topicConfig)
 	s.NewTopicNamed(t, names.HeartbeatTopic(), 1, nil)
 	cfg := stacktest.RecommendedConnector(t, p.dsn, names)
 	if edit != nil {

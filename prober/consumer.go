@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,19 +26,18 @@ import (
 
 // How the "publish" stamp of a record_timestamp pipeline is to be read.
 //
-// Checked on the real broker (Kafka 4.4.0, kafka-go v0.4.51): a message
-// produced with Time one hour in the past to the LogAppendTime topic
-// outbox.event.outbox-canary.logappend read back through kafka-go with
-// Message.Time equal to that past time to the millisecond, while kcat showed
-// the broker's append time (one hour later) for the same record. The broker
-// overwrites only the batch's MaxTimestamp and sets the timestamp-type bit;
-// kafka-go computes Message.Time from the batch's first timestamp and the
-// record's delta and never looks at the bit. So Message.Time is always the
-// producer's CreateTime: the relay's clock (the reference relay sets it to
-// its send time; Debezium to its processing time), never the broker's.
-// record_timestamp is therefore taken as a relay-clock publish stamp, with
+// The record timestamp is the producer's CreateTime (the reference relay
+// sets it to its send time, Debezium to the time it processed the change,
+// before its queue), or, on a topic with
+// message.timestamp.type=LogAppendTime, the broker's append time: the
+// broker writes it only into the batch's max timestamp and attribute bit,
+// which kafka-go's decoders ignore (Message.Time is always the CreateTime
+// there, checked on Kafka 4.4.0 with kafka-go v0.4.51) and the project's
+// record parser reads (kafkaclient.Message). Either way the stamp is on a
+// clock the prober cannot measure, the relay's or the broker's: taken with
 // no correction, and a negative segment it causes is counted as suspected
-// skew by the tracker rather than clamped.
+// skew by the tracker rather than clamped. Which of the two it was is kept
+// per pipeline (RecordTimestampType) for `check` to say.
 
 // ConsumerOptions configures a Consumer.
 type ConsumerOptions struct {
@@ -121,6 +121,18 @@ type Consumer struct {
 	// readers means one stopped (readPartition), and the next check
 	// starts it again rather than wait for partitionsRecheck.
 	partitionCount int
+
+	// recordTimestampType is the timestamp type of the last canary's
+	// record plus one; zero before the first.
+	recordTimestampType atomic.Int32
+}
+
+// RecordTimestampType says whose clock the record timestamp of the last
+// canary received was on: the broker's (LogAppendTime) or the producer's
+// (CreateTime); false before any canary arrived.
+func (c *Consumer) RecordTimestampType() (kafkaclient.TimestampType, bool) {
+	v := c.recordTimestampType.Load()
+	return kafkaclient.TimestampType(v - 1), v > 0
 }
 
 // NewConsumer checks its options; Run starts consuming.
@@ -507,7 +519,7 @@ func (c *Consumer) readPartition(ctx context.Context, reader *kafkaclient.Reader
 	r := c.newPartitionReader(partition)
 	reader.Add(kafkaclient.ReadOptions{
 		Topic: c.p.Kafka.Topic, Partition: partition, Offset: start,
-		Handle:  func(msg kafka.Message) { r.handle(ctx, msg) },
+		Handle:  func(msg kafkaclient.Message) { r.handle(ctx, msg) },
 		Handled: r.handled,
 		OnRetry: func(err error) {
 			c.log.Debug("kafka fetch failed; retrying", "partition", partition, "err", kafkaclient.Explain(err, c.p.Kafka))
@@ -524,7 +536,7 @@ func (c *Consumer) readPartition(ctx context.Context, reader *kafkaclient.Reader
 
 // Handle classifies one message of the canary topic, as a partition's
 // reader does (partitionReader), and records it with the tracker at once.
-func (c *Consumer) Handle(ctx context.Context, msg kafka.Message) {
+func (c *Consumer) Handle(ctx context.Context, msg kafkaclient.Message) {
 	r := c.newPartitionReader(msg.Partition)
 	r.handle(ctx, msg)
 	r.handled(msg.Offset + 1)
@@ -571,8 +583,8 @@ func (c *Consumer) newPartitionReader(partition int) *partitionReader {
 // consume stamp first, behind the tracker's fence, and its arrival is
 // registered before any I/O: a canary consumed before its deadline is
 // never judged late.
-func (r *partitionReader) handle(ctx context.Context, msg kafka.Message) {
-	c := r.c
+func (r *partitionReader) handle(ctx context.Context, rec kafkaclient.Message) {
+	c, msg := r.c, rec.Message
 	if !r.reading {
 		r.reading = true
 		r.replayBelow = math.MinInt64
@@ -611,6 +623,7 @@ func (r *partitionReader) handle(ctx context.Context, msg kafka.Message) {
 		Consumed:  consumed,
 	}
 	a.Stamps, a.Unparseable = c.stamps(msg)
+	c.recordTimestampType.Store(int32(rec.TimestampType) + 1)
 	out := c.tracker.Arrived(token, a)
 	if out.Kind == KindUnknown {
 		// Counted by the tracker; logged like every other skip, so a

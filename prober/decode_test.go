@@ -351,7 +351,7 @@ func BenchmarkConsumerSkipsForeign(b *testing.B) {
 	r := c.newPartitionReader(0)
 	for name, value := range foreignValues(b) {
 		b.Run(name, func(b *testing.B) {
-			msg := kafka.Message{Topic: p.Kafka.Topic, Partition: 0, Key: []byte("order-184467"), Value: value}
+			msg := kafkaclient.Message{Message: kafka.Message{Topic: p.Kafka.Topic, Partition: 0, Key: []byte("order-184467"), Value: value}}
 			b.ReportAllocs()
 			for b.Loop() {
 				msg.Offset = offset

@@ -154,6 +154,9 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 		{"Our canary unknown to the tracker is skipped as unknown.", enc(signer, Payload{CanaryID: "z", Instance: "unit", Pipeline: "orders", Seq: 2}), ReasonUnknownCanary},
 		{"Our canary is handed to the tracker with its header stamps.", enc(signer, Payload{CanaryID: "c1", Instance: "unit", Pipeline: "orders", Seq: 1}), ""},
 	}
+	if _, seen := c.RecordTimestampType(); seen {
+		t.Error("a record timestamp type is reported before any canary arrived")
+	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := testutil.ToFloat64(m.CanariesReceived.WithLabelValues("orders"))
@@ -161,8 +164,9 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 			if tc.reason != "" {
 				skippedBefore = testutil.ToFloat64(m.MessagesSkipped.WithLabelValues("orders", tc.reason))
 			}
-			c.Handle(context.Background(), kafka.Message{Partition: 0, Offset: int64(i), Key: []byte("k"), Value: tc.value, Time: published,
-				Headers: []kafka.Header{{Key: "outbox-relay-read-at", Value: []byte(read)}}})
+			c.Handle(context.Background(), kafkaclient.Message{TimestampType: kafkaclient.LogAppendTime,
+				Message: kafka.Message{Partition: 0, Offset: int64(i), Key: []byte("k"), Value: tc.value, Time: published,
+					Headers: []kafka.Header{{Key: "outbox-relay-read-at", Value: []byte(read)}}}})
 			if tc.reason != "" {
 				if got := testutil.ToFloat64(m.MessagesSkipped.WithLabelValues("orders", tc.reason)); got != skippedBefore+1 {
 					t.Errorf("skipped %s = %v, want %v", tc.reason, got, skippedBefore+1)
@@ -182,6 +186,9 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 			}
 			if seg := rep.Segments["commit_to_read"]; !seg.Measured || seg.Duration != 100*time.Millisecond {
 				t.Errorf("commit_to_read = %+v, want 100ms from the read header", seg)
+			}
+			if typ, seen := c.RecordTimestampType(); !seen || typ != kafkaclient.LogAppendTime {
+				t.Errorf("record timestamp type %s (seen %t), want the canary's LogAppendTime", typ, seen)
 			}
 		})
 	}
@@ -228,8 +235,8 @@ func TestAnUnparseableStampHeaderIsInvalidNotMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Handle(context.Background(), kafka.Message{Partition: 0, Offset: 0, Key: []byte("k"), Value: value, Time: now,
-		Headers: []kafka.Header{{Key: "outbox-relay-read-at", Value: []byte("yesterday-ish")}}})
+	c.Handle(context.Background(), kafkaclient.Message{Message: kafka.Message{Partition: 0, Offset: 0, Key: []byte("k"), Value: value, Time: now,
+		Headers: []kafka.Header{{Key: "outbox-relay-read-at", Value: []byte("yesterday-ish")}}}})
 	if got := testutil.ToFloat64(m.StampsInvalid.WithLabelValues("orders", "read", "unparseable")); got != 1 {
 		t.Errorf("stamps invalid{stamp=read,reason=unparseable} = %v, want 1", got)
 	}
@@ -285,7 +292,7 @@ func TestTheUnknownPipelineHintFitsAPipelineThisInstanceRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Handle(context.Background(), kafka.Message{Partition: 0, Offset: 0, Key: []byte("k"), Value: value, Time: now})
+	c.Handle(context.Background(), kafkaclient.Message{Message: kafka.Message{Partition: 0, Offset: 0, Key: []byte("k"), Value: value, Time: now}})
 	log := logs.String()
 	if !strings.Contains(log, "skipped ("+ReasonUnknownPipeline+")") || !strings.Contains(log, "detail=\"pipeline payments\"") {
 		t.Fatalf("no unknown_pipeline warning naming payments:\n%s", log)
@@ -348,7 +355,7 @@ func TestAFetchOfForeignMessagesIsRecordedOnceAndNotRecountedAfterARestart(t *te
 	fetch := func(l life, from, next int64) {
 		r := l.c.newPartitionReader(0)
 		for o := from; o < next; o++ {
-			r.handle(context.Background(), kafka.Message{Topic: p.Kafka.Topic, Partition: 0, Offset: o, Value: value(o)})
+			r.handle(context.Background(), kafkaclient.Message{Message: kafka.Message{Topic: p.Kafka.Topic, Partition: 0, Offset: o, Value: value(o)}})
 			l.tr.fenceMu.Lock()
 			fenced := len(l.tr.fence)
 			l.tr.fenceMu.Unlock()

@@ -350,6 +350,17 @@ func (s *Service) Tracker(pipeline string) (*Tracker, error) {
 	return pr.tracker, nil
 }
 
+// RecordTimestampType says whose clock the Kafka record timestamp of the
+// pipeline's last canary was on (see Consumer.RecordTimestampType).
+func (s *Service) RecordTimestampType(pipeline string) (kafkaclient.TimestampType, bool, error) {
+	pr, err := s.pipeline(pipeline)
+	if err != nil {
+		return 0, false, err
+	}
+	t, ok := pr.consumer.RecordTimestampType()
+	return t, ok, nil
+}
+
 // Send sends one canary now, outside the schedule.
 func (s *Service) Send(ctx context.Context, pipeline string) (Canary, error) {
 	pr, err := s.pipeline(pipeline)

@@ -21,6 +21,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
@@ -87,9 +88,9 @@ func TestConsumerStampsQueuedCanariesWithoutWaitingForPublishedAt(t *testing.T) 
 	// a's relay has not committed published_at yet, and b is queued
 	// behind a on the partition: the consumer must not wait for it.
 	clock.Advance(300 * time.Millisecond)
-	pr.consumer.Handle(context.Background(), msgs[0])
+	pr.consumer.Handle(context.Background(), kafkaclient.Message{Message: msgs[0]})
 	clock.Advance(10 * time.Millisecond)
-	pr.consumer.Handle(context.Background(), msgs[1])
+	pr.consumer.Handle(context.Background(), kafkaclient.Message{Message: msgs[1]})
 	mu.Lock()
 	published["1"], published["2"] = t0.Add(200*time.Millisecond), t0.Add(100*time.Millisecond)
 	mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/prober"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
@@ -22,7 +23,9 @@ import (
 const checkHelp = `Send one canary through each pipeline now and print where its time went.
 
 Send one canary through each pipeline (or only --pipeline), wait for it on
-the canary topic, and print every segment against its budget, then a verdict.
+the canary topic, and print every segment against its budget, the clock each
+stamp was taken on (a Kafka record timestamp is the broker's on a
+LogAppendTime topic, the relay's on CreateTime), then a verdict.
 
 It does not disturb a running 'outbox-canary run' on the same topic: its
 canaries carry the instance id "<instance_id>-check-<random>", which the
@@ -133,7 +136,10 @@ func waitDependencies(ctx context.Context, svc *prober.Service) error {
 
 type checkResult struct {
 	report prober.Report
-	err    error
+	// recordType is the timestamp type of the canary's record, nil when
+	// not known.
+	recordType *kafkaclient.TimestampType
+	err        error
 }
 
 func checkPipeline(ctx context.Context, svc *prober.Service, p *config.Pipeline) checkResult {
@@ -149,7 +155,11 @@ func checkPipeline(ctx context.Context, svc *prober.Service, p *config.Pipeline)
 	if err != nil {
 		return checkResult{err: fmt.Errorf("canary %s did not arrive before --timeout: %w", c.ID, err)}
 	}
-	return checkResult{report: rep}
+	res := checkResult{report: rep}
+	if typ, ok, err := svc.RecordTimestampType(p.Name); err == nil && ok {
+		res.recordType = &typ
+	}
+	return res
 }
 
 // printCheck prints one pipeline's canary and reports whether it passed.
@@ -191,6 +201,12 @@ func printCheck(w io.Writer, p *config.Pipeline, r checkResult) bool {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", s.Segment, took, budget, verdict)
 	}
 	_ = tw.Flush()
+	fmt.Fprintf(w, "  stamps: %s\n", strings.Join(stampClocks(p, r.recordType), "; "))
+	if r.recordType != nil {
+		if note := clockNote(p, *r.recordType); note != "" {
+			fmt.Fprintln(w, "  "+strings.ReplaceAll(note, "\n", "\n  "))
+		}
+	}
 	if stampOrder {
 		fmt.Fprintf(w, "  NOTE: %s was written after the canary was consumed (stamp order, not clock skew): the relay marks rows\n"+
 			"        after sending them, so it only bounds the publish from above and publish_to_consume is not measured.\n"+

@@ -36,7 +36,12 @@ with a fix under every WARN and FAIL:
     header with the relay's send time, or the record timestamp, is better);
   - canaries go to a topic of their own: not one a watched business group
     reads, and named after the canary aggregate type under the default
-    routing (outbox.event.<aggregate type>).
+    routing (outbox.event.<aggregate type>);
+  - with relay.published_stamp record_timestamp, the canary topic's
+    message.timestamp.type (asked of Kafka): LogAppendTime makes the
+    publish stamp the broker's append time; CreateTime behind Debezium
+    warns, because the wait in Debezium's queue (poll.interval.ms) then
+    lands in publish_to_consume, and the fix is the exact setting.
 
 A cdc pipeline with watch.connect_url and watch.connector also gets its
 connector checked, through the Kafka Connect REST API (and its slot,
@@ -123,7 +128,22 @@ func lintPipeline(ctx context.Context, p *config.Pipeline, opts lint.Options, ti
 	if err != nil {
 		return dbFail(err)
 	}
+	findings = append(findings, lintTopicTimestamp(ctx, p, timeout)...)
 	return append(findings, lintConnector(ctx, p, pool, timeout)...)
+}
+
+// lintTopicTimestamp checks the canary topic's timestamp type, for a
+// pipeline whose publish stamp is the record timestamp.
+func lintTopicTimestamp(ctx context.Context, p *config.Pipeline, timeout time.Duration) []lint.Finding {
+	if p.Relay.PublishedStamp != config.PublishedFromRecordTimestamp {
+		return nil
+	}
+	client, closeKafka, err := kafkaclient.NewClient(p.Kafka, timeout)
+	if err != nil {
+		return []lint.Finding{lint.TopicTimestampCheck(p, 0, err)}
+	}
+	defer closeKafka()
+	return lint.TopicTimestamp(ctx, p, client)
 }
 
 // lintConnector checks a cdc pipeline's connector; nothing for the others.

@@ -17,8 +17,9 @@ import (
 const validateHelp = `Check a configuration file and print what it would do.
 
 Check a configuration file and print what the prober would do with it: each
-pipeline's table and column mapping, relay, canary schedule, Kafka topic, and
-every segment with its budget and owner. Secrets are shown as <secret>; they
+pipeline's table and column mapping, relay, the clock each stamp is taken on
+(the prober's, the database's, the relay's or the broker's), canary schedule,
+Kafka topic, and every segment with its budget and owner. Secrets are shown as <secret>; they
 must resolve (their environment variable set, their file readable), or the
 check fails. It connects to no server (see 'check' for that).
 
@@ -106,6 +107,18 @@ func describeConfig(w io.Writer, cfg *config.Config, model *slo.Model) {
 			publish += " " + p.Relay.PublishedHeader
 		}
 		fmt.Fprintf(w, "  relay:     %s; publish stamp from %s; extra stamps: %s\n", p.Relay.Kind, publish, orDash(strings.Join(stamps, ", ")))
+		for i, c := range stampClocks(p, nil) {
+			label := ""
+			if i == 0 {
+				label = "clocks:"
+			}
+			fmt.Fprintf(w, "  %-10s %s\n", label, c)
+		}
+		if unmeasured(p) {
+			fmt.Fprintf(w, "             relay and broker clocks are not measured: a segment negative by more than relay.skew_tolerance (%s) is suspected skew,\n"+
+				"             a stamp more than relay.max_clock_skew (%s) outside [commit, consume] is invalid; neither is judged\n",
+				p.Relay.SkewTolerance, p.Relay.MaxClockSkew)
+		}
 		fmt.Fprintf(w, "  canary:    route value %q, key %q, schedule %q (at most %s apart), lost after %s, delete after insert %t\n",
 			p.Canary.AggregateType, p.Canary.Key, p.Canary.Schedule, mp.CanaryInterval, p.Canary.LostAfter, p.Canary.DeleteAfterInsert)
 		sasl := "none"

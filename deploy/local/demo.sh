@@ -45,14 +45,21 @@ prepare_db demo_shipments deploy/sql/debezium_outbox.sql
 # The stack creates outbox.event.outbox-canary; the other pipelines route
 # their canaries (by their aggregate types) to topics of their own, and
 # Debezium writes heartbeats to a topic the broker will not create itself.
-create_topic() {
+# Canary topics stamp at the broker (LogAppendTime): the shipments
+# pipeline's publish stamp is then the broker's append time, after
+# Debezium's queue (docs/cdc.md). An existing topic is given the setting.
+kafka_tool() {
 	"$OUTBOX_CANARY_JAVA" -Dlog4j2.configurationFile="$OUTBOX_CANARY_KAFKA_TOOLS_LOG4J" \
-		-cp "$OUTBOX_CANARY_KAFKA_LIBS/*" org.apache.kafka.tools.TopicCommand \
-		--bootstrap-server "$OUTBOX_CANARY_KAFKA_BROKERS" --create --if-not-exists \
-		--topic "$1" --partitions "$2" --replication-factor 1 >/dev/null
+		-cp "$OUTBOX_CANARY_KAFKA_LIBS/*" "$@" --bootstrap-server "$OUTBOX_CANARY_KAFKA_BROKERS" >/dev/null
 }
-create_topic outbox.event.outbox-canary-payments 3
-create_topic outbox.event.outbox-canary-shipments 1
+create_topic() {
+	kafka_tool org.apache.kafka.tools.TopicCommand --create --if-not-exists \
+		--topic "$1" --partitions "$2" --replication-factor 1 ${3:+--config "$3"}
+	[[ -z ${3:-} ]] || kafka_tool org.apache.kafka.tools.ConfigCommand --alter --entity-type topics --entity-name "$1" --add-config "$3"
+}
+canary_topic=message.timestamp.type=LogAppendTime
+create_topic outbox.event.outbox-canary-payments 3 "$canary_topic"
+create_topic outbox.event.outbox-canary-shipments 1 "$canary_topic"
 create_topic __debezium-heartbeat.demo-shipments 1
 
 # The Debezium connector of the shipments pipeline, (re)created through the

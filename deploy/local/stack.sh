@@ -48,9 +48,12 @@ SECURE_DIR=$STACK_DIR/secure # CA, server certificate, passwords: see secure_mat
 KAFKA_SASL_USER=canary       # the SCRAM-SHA-512 user of the SASL_SSL listener
 PG_TLS_USER=canary_tls       # the role that pg_hba.conf allows only over TLS
 
-# The topics every test run can rely on: name partitions [config].
+# The topics every test run can rely on: name partitions [config]. Canary
+# topics stamp records at the broker (LogAppendTime): with Debezium the
+# publish stamp is then the broker's append time, after the connector's
+# queue (docs/cdc.md).
 TOPICS=(
-	"outbox.event.outbox-canary 3"
+	"outbox.event.outbox-canary 3 message.timestamp.type=LogAppendTime"
 	"outbox.event.order 3"
 	"outbox.event.outbox-canary.logappend 1 message.timestamp.type=LogAppendTime"
 )
@@ -345,6 +348,9 @@ kafka_topics() {
 		read -r name parts config <<<"$spec"
 		if kafka_metadata "$name" | grep -q "topic \"$name\" with $parts partitions"; then
 			log "kafka: topic $name exists"
+			# A topic made before its config was listed gets it now.
+			[[ -z $config ]] || kafka_tool org.apache.kafka.tools.ConfigCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" \
+				--alter --entity-type topics --entity-name "$name" --add-config "$config" >/dev/null
 			continue
 		fi
 		log "kafka: creating topic $name ($parts partitions${config:+, $config}) ..."

@@ -164,7 +164,8 @@ func QueryConsumerLag(ctx context.Context, client *kafka.Client, g config.Consum
 	return lag, nil
 }
 
-// recordTime reads the timestamp of the record at offset. It fetches
+// recordTime reads the timestamp of the record at offset (the broker's
+// append time on a LogAppendTime topic). It fetches
 // through the client's transport rather than with kafka.Client.Fetch,
 // which cannot read the fetch responses of this package (records.go).
 func recordTime(ctx context.Context, client *kafka.Client, topic string, partition int, offset int64) (time.Time, error) {
@@ -199,7 +200,7 @@ func recordTime(ctx context.Context, client *kafka.Client, topic string, partiti
 	}
 	var at time.Time
 	found := false
-	err = eachMessage(rs, topic, partition, p.HighWatermark, offset, func(m kafka.Message) {
+	err = eachMessage(rs, topic, partition, p.HighWatermark, offset, func(m Message) {
 		if !found {
 			at, found = m.Time, true
 		}

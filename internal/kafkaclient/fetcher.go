@@ -166,7 +166,7 @@ type ReadOptions struct {
 	Offset int64
 	// Handle is called with every message of the partition from Offset
 	// on, in order, one at a time.
-	Handle func(kafka.Message)
+	Handle func(Message)
 	// Handled, optional, is called after the messages of each fetch were
 	// handed to Handle, with the offset the next fetch starts at: past the
 	// last message, and past the records that are no messages

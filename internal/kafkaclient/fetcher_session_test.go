@@ -248,7 +248,7 @@ type fakeReaders struct {
 	handled map[int]int64   // partition -> the latest Handled
 }
 
-func readFake(t *testing.T, b *fakeBroker, topic string, partitions int, handle func(kafka.Message)) *fakeReaders {
+func readFake(t *testing.T, b *fakeBroker, topic string, partitions int, handle func(Message)) *fakeReaders {
 	t.Helper()
 	fctx, stop := context.WithCancel(context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -260,7 +260,7 @@ func readFake(t *testing.T, b *fakeBroker, topic string, partitions int, handle 
 		go func() {
 			defer r.wg.Done()
 			err := r.f.Read(ctx, ReadOptions{Topic: topic, Partition: p,
-				Handle: func(m kafka.Message) {
+				Handle: func(m Message) {
 					if handle != nil {
 						handle(m)
 					}
@@ -390,7 +390,7 @@ func TestFetcherForgetsAPartitionWhoseHandlerIsFullAndResumesWhereItStopped(t *t
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	var blocked atomic.Bool
-	r := readFake(t, b, topic, partitions, func(m kafka.Message) {
+	r := readFake(t, b, topic, partitions, func(m Message) {
 		if m.Partition == 0 && m.Offset == 0 {
 			blocked.Store(true)
 			<-release
@@ -533,7 +533,7 @@ func TestFetcherSessionOnTheBroker(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = f.Read(ctx, ReadOptions{Topic: topic, Partition: p, Handle: func(m kafka.Message) { arrived <- m.Offset }})
+			_ = f.Read(ctx, ReadOptions{Topic: topic, Partition: p, Handle: func(m Message) { arrived <- m.Offset }})
 		}()
 	}
 	r := &fakeReaders{f: f}
@@ -622,7 +622,7 @@ func TestFetcherMarksAReplacedReaderFromTheSession(t *testing.T) {
 		f.wait()
 	}()
 	read := func(ctx context.Context, p int, offset int64, got chan<- int64) {
-		if err := f.Read(ctx, ReadOptions{Topic: topic, Partition: p, Offset: offset, Handle: func(m kafka.Message) { got <- m.Offset }}); err != nil {
+		if err := f.Read(ctx, ReadOptions{Topic: topic, Partition: p, Offset: offset, Handle: func(m Message) { got <- m.Offset }}); err != nil {
 			t.Errorf("read %d: %v", p, err)
 		}
 	}
@@ -677,7 +677,7 @@ func TestFetcherFeedsTwoReadersOfOnePartition(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = f.Read(ctx, ReadOptions{Topic: topic, Partition: 0, Handle: func(m kafka.Message) { got[i] <- m.Offset }})
+			_ = f.Read(ctx, ReadOptions{Topic: topic, Partition: 0, Handle: func(m Message) { got[i] <- m.Offset }})
 		}()
 	}
 	for n := range int64(5) {

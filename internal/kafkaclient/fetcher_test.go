@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -57,7 +58,7 @@ func TestFetcherReadsEveryPartitionOfSeveralTopicsInOrder(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				err := cluster.Fetcher().Read(ctx, ReadOptions{Topic: topic, Partition: p, Offset: 0,
-					Handle: func(m kafka.Message) {
+					Handle: func(m Message) {
 						mu.Lock()
 						defer mu.Unlock()
 						key := fmt.Sprintf("%s/%d", m.Topic, m.Partition)
@@ -101,7 +102,7 @@ func TestFetcherReadsEveryPartitionOfSeveralTopicsInOrder(t *testing.T) {
 	rctx, rcancel := context.WithTimeout(context.Background(), serverWait)
 	defer rcancel()
 	err = cluster.Fetcher().Read(rctx, ReadOptions{Topic: names[0], Partition: 0, Offset: 1000,
-		Handle: func(m kafka.Message) { t.Errorf("read a message beyond the end: offset %d", m.Offset) }})
+		Handle: func(m Message) { t.Errorf("read a message beyond the end: offset %d", m.Offset) }})
 	if !errors.Is(err, kafka.OffsetOutOfRange) {
 		t.Errorf("reading from beyond the end: %v, want OffsetOutOfRange (the caller picks a new offset)", err)
 	}
@@ -128,7 +129,7 @@ func TestReaderReadsPartitionsOnOneGoroutine(t *testing.T) {
 	var stopped []error
 	for p := range 3 {
 		r.Add(ReadOptions{Topic: topic, Partition: p, Offset: 0,
-			Handle: func(m kafka.Message) {
+			Handle: func(m Message) {
 				if m.Topic != topic || m.Partition != p {
 					t.Errorf("partition %d got a message of %s/%d", p, m.Topic, m.Partition)
 				}
@@ -141,7 +142,7 @@ func TestReaderReadsPartitionsOnOneGoroutine(t *testing.T) {
 			OnStop: func(err error) { t.Errorf("partition %d stopped: %v", p, err) }})
 	}
 	r.Add(ReadOptions{Topic: beyond, Partition: 0, Offset: 1000,
-		Handle: func(m kafka.Message) { t.Errorf("read a message beyond the end: offset %d", m.Offset) },
+		Handle: func(m Message) { t.Errorf("read a message beyond the end: offset %d", m.Offset) },
 		OnStop: func(err error) { stopped = append(stopped, err) }})
 
 	ctx, cancel := context.WithTimeout(context.Background(), serverWait)
@@ -229,7 +230,7 @@ func BenchmarkFetcherCanaryAmong900Partitions(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				_ = cluster.Fetcher().Read(ctx, ReadOptions{Topic: topic, Partition: p, Offset: ends[p],
-					Handle: func(kafka.Message) { arrived <- struct{}{} }})
+					Handle: func(Message) { arrived <- struct{}{} }})
 			}()
 		}
 	}
@@ -267,4 +268,86 @@ func openCluster(tb testing.TB, st stacktest.Stack, clientID string, topics ...s
 		tb.Fatal(err)
 	}
 	return cluster
+}
+
+// TestFetcherReportsTheBrokersAppendTimeOnALogAppendTimeTopic: records
+// produced with a CreateTime an hour old to a LogAppendTime topic are read
+// with the broker's append time, as kcat reads them, and said to be so.
+func TestFetcherReportsTheBrokersAppendTimeOnALogAppendTimeTopic(t *testing.T) {
+	t.Parallel()
+	st := stacktest.Load(t)
+	const n = 5
+	topics := map[TimestampType]string{
+		CreateTime:    st.NewTopic(t, 1, nil),
+		LogAppendTime: st.NewTopic(t, 1, map[string]string{"message.timestamp.type": "LogAppendTime"}),
+	}
+	for typ, topic := range topics {
+		before := time.Now().Add(-time.Second)
+		st.ProduceAged(t, topic, n, time.Hour)
+		after := time.Now().Add(time.Second)
+
+		k := config.Kafka{Brokers: st.KafkaBrokers, ClientID: "fetcher-test"}
+		clusters, err := NewClusters([]config.Kafka{k}, []string{topic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cluster, err := clusters.For(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), serverWait)
+		var got []Message
+		err = cluster.Fetcher().Read(ctx, ReadOptions{Topic: topic, Partition: 0, Handle: func(m Message) {
+			got = append(got, m)
+			if len(got) == n {
+				cancel()
+			}
+		}})
+		cancel()
+		clusters.Close()
+		if err != nil || len(got) != n {
+			t.Fatalf("%s topic: read %d of %d messages: %v", typ, len(got), n, err)
+		}
+		kcat := strings.Split(st.Kcat(t, topic, "%T\n"), "\n")
+		for i, m := range got {
+			if m.TimestampType != typ {
+				t.Errorf("%s topic, offset %d: timestamp type %s", typ, m.Offset, m.TimestampType)
+			}
+			if want := kcat[i]; fmt.Sprint(m.Time.UnixMilli()) != want {
+				t.Errorf("%s topic, offset %d: time %d, kcat %%T %s", typ, m.Offset, m.Time.UnixMilli(), want)
+			}
+			if fresh := !m.Time.Before(before) && !m.Time.After(after); fresh != (typ == LogAppendTime) {
+				t.Errorf("%s topic, offset %d: time %s, produced an hour before %s", typ, m.Offset, m.Time.UTC(), before.UTC())
+			}
+		}
+		t.Logf("%s topic: offset 0 read at %s (kcat %%T %s)", typ, got[0].Time.UTC().Format(time.RFC3339Nano), kcat[0])
+	}
+}
+
+func TestTopicTimestampTypeReadsTheTopicsSetting(t *testing.T) {
+	t.Parallel()
+	st := stacktest.Load(t)
+	client, closeClient, err := NewClient(config.Kafka{Brokers: st.KafkaBrokers, ClientID: "fetcher-test"}, serverWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient()
+	for _, want := range []TimestampType{CreateTime, LogAppendTime} {
+		var cfg map[string]string
+		if want == LogAppendTime {
+			cfg = map[string]string{TopicTimestampConfig: "LogAppendTime"}
+		}
+		topic := st.NewTopic(t, 1, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), serverWait)
+		got, err := TopicTimestampType(ctx, client, topic)
+		cancel()
+		if err != nil || got != want {
+			t.Errorf("topic created with %v: %s, %v; want %s", cfg, got, err, want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), serverWait)
+	defer cancel()
+	if got, err := TopicTimestampType(ctx, client, "no-such-topic-"+t.Name()); err == nil {
+		t.Errorf("a topic that does not exist: %s, want an error", got)
+	}
 }

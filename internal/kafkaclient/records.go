@@ -74,12 +74,47 @@ const (
 	batchAttributesAt = 21 // int16
 	batchLastDeltaAt  = 23 // int32: the last offset minus the base offset
 	batchTimestampAt  = 27 // int64: the first record's timestamp, ms
+	batchMaxTimeAt    = 35 // int64: the largest timestamp, or the broker's append time (attrLogAppendTime), ms
 	batchCountAt      = 57 // int32
 	batchRecordsAt    = 61
 
-	attrCompression = 0x07
-	attrControl     = 0x20
+	attrCompression   = 0x07
+	attrLogAppendTime = 0x08 // the timestamp type: set when the broker stamped the batch
+	attrControl       = 0x20
 )
+
+// TimestampType says whose clock a record's timestamp is on.
+type TimestampType int8
+
+const (
+	// CreateTime: the producer's timestamp (a relay's send time,
+	// Debezium's processing time), on the producer's clock.
+	CreateTime TimestampType = iota
+	// LogAppendTime: the broker's append time, on the broker's clock
+	// (a topic with message.timestamp.type=LogAppendTime).
+	LogAppendTime
+)
+
+func (t TimestampType) String() string {
+	if t == LogAppendTime {
+		return "LogAppendTime"
+	}
+	return "CreateTime"
+}
+
+// Message is a record as the Fetcher reads it: kafka-go's Message, whose
+// Time is the record's timestamp as Kafka's own consumer reports it (the
+// broker's append time in a LogAppendTime batch, else the producer's
+// CreateTime), and whose clock that is.
+//
+// kafka-go's decoders take the first timestamp plus the record's delta
+// whatever the batch's timestamp type: on a LogAppendTime topic that is the
+// producer's time, and the broker's append time, which the broker writes
+// only into the batch's max timestamp and attribute bit, is lost.
+type Message struct {
+	kafka.Message
+	TimestampType TimestampType
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -135,8 +170,10 @@ func scanRecords(data []byte) (recordSet, error) {
 // eachMessage calls each with every message of rs at or after offset from,
 // in offset order (a fetch returns whole batches, which may start before
 // the offset asked for). Transaction markers are no messages. Key, Value
-// and the header values point into rs's bytes.
-func eachMessage(rs recordSet, topic string, partition int, hwm, from int64, each func(kafka.Message)) error {
+// and the header values point into rs's bytes. A LogAppendTime batch's
+// messages all take the batch's max timestamp, as Kafka's consumer gives
+// them: the broker stamps the batch, not its records.
+func eachMessage(rs recordSet, topic string, partition int, hwm, from int64, each func(Message)) error {
 	if rs.legacy {
 		return eachLegacyMessage(rs, topic, partition, hwm, from, each)
 	}
@@ -163,6 +200,10 @@ func eachMessage(rs recordSet, topic string, partition int, hwm, from int64, eac
 		}
 		b := batchReader{topic: topic, partition: partition, hwm: hwm, base: base,
 			firstTimestamp: int64(binary.BigEndian.Uint64(batch[batchTimestampAt:]))}
+		if attributes&attrLogAppendTime != 0 {
+			b.timestampType = LogAppendTime
+			b.appendTime = unixMilli(int64(binary.BigEndian.Uint64(batch[batchMaxTimeAt:])))
+		}
 		count := int(int32(binary.BigEndian.Uint32(batch[batchCountAt:])))
 		if err := b.each(records, count, from, each); err != nil {
 			return fmt.Errorf("record batch at offset %d: %w", base, err)
@@ -194,11 +235,13 @@ type batchReader struct {
 	hwm            int64
 	base           int64
 	firstTimestamp int64
+	timestampType  TimestampType
+	appendTime     time.Time // the broker's, for LogAppendTime
 	b              []byte
 	err            error
 }
 
-func (r *batchReader) each(records []byte, count int, from int64, each func(kafka.Message)) error {
+func (r *batchReader) each(records []byte, count int, from int64, each func(Message)) error {
 	r.b = records
 	for range count {
 		length := r.varint()
@@ -223,13 +266,15 @@ func (r *batchReader) each(records []byte, count int, from int64, each func(kafk
 }
 
 // record reads one record (its length already taken off).
-func (r *batchReader) record() (kafka.Message, error) {
+func (r *batchReader) record() (Message, error) {
 	r.skip(1) // attributes, unused
 	timestampDelta := r.varint()
 	offsetDelta := r.varint()
-	t := r.firstTimestamp + timestampDelta
-	m := kafka.Message{Topic: r.topic, Partition: r.partition, HighWaterMark: r.hwm, Offset: r.base + offsetDelta,
-		Time: time.Unix(t/1000, (t%1000)*int64(time.Millisecond))} // as kafka-go: the producer's time plus the delta, whatever the timestamp type
+	m := Message{TimestampType: r.timestampType, Message: kafka.Message{Topic: r.topic, Partition: r.partition,
+		HighWaterMark: r.hwm, Offset: r.base + offsetDelta, Time: r.appendTime}}
+	if r.timestampType == CreateTime {
+		m.Time = unixMilli(r.firstTimestamp + timestampDelta)
+	}
 	m.Key = r.bytes()
 	m.Value = r.bytes()
 	if n := r.varint(); n > 0 && r.err == nil {
@@ -243,6 +288,10 @@ func (r *batchReader) record() (kafka.Message, error) {
 		}
 	}
 	return m, r.err
+}
+
+func unixMilli(ms int64) time.Time {
+	return time.Unix(ms/1000, (ms%1000)*int64(time.Millisecond))
 }
 
 // varint reads a zigzag-encoded varint.
@@ -286,8 +335,10 @@ func (r *batchReader) skip(n int) {
 }
 
 // eachLegacyMessage reads records with kafka-go's decoder: old message
-// sets (v0, v1), which a log may still hold from before Kafka 0.11.
-func eachLegacyMessage(rs recordSet, topic string, partition int, hwm, from int64, each func(kafka.Message)) error {
+// sets (v0, v1), which a log may still hold from before Kafka 0.11. Their
+// timestamps are reported as CreateTime: kafka-go does not say which they
+// are, and brokers write no new ones since Kafka 0.11.
+func eachLegacyMessage(rs recordSet, topic string, partition int, hwm, from int64, each func(Message)) error {
 	framed := make([]byte, 4, 4+len(rs.data))
 	binary.BigEndian.PutUint32(framed, uint32(len(rs.data)))
 	framed = append(framed, rs.data...)
@@ -309,7 +360,7 @@ func eachLegacyMessage(rs recordSet, topic string, partition int, hwm, from int6
 		if r.Offset < from {
 			continue
 		}
-		m := kafka.Message{Topic: topic, Partition: partition, Offset: r.Offset, HighWaterMark: hwm, Time: r.Time}
+		m := Message{Message: kafka.Message{Topic: topic, Partition: partition, Offset: r.Offset, HighWaterMark: hwm, Time: r.Time}}
 		if r.Key != nil {
 			if m.Key, err = protocol.ReadAll(r.Key); err != nil {
 				return err

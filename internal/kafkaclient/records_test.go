@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"strings"
 	"testing"
 	"time"
@@ -74,8 +75,8 @@ func testRecords(n int) []protocol.Record {
 func kafkaGoMessages(t testing.TB, data []byte, from int64) []kafka.Message {
 	t.Helper()
 	var out []kafka.Message
-	err := eachLegacyMessage(recordSet{data: data, legacy: true}, "t", 3, 99, from, func(m kafka.Message) {
-		out = append(out, m)
+	err := eachLegacyMessage(recordSet{data: data, legacy: true}, "t", 3, 99, from, func(m Message) {
+		out = append(out, m.Message)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +91,7 @@ func readAll(t testing.TB, data []byte, from int64) (recordSet, []kafka.Message)
 		t.Fatal(err)
 	}
 	var out []kafka.Message
-	if err := eachMessage(rs, "t", 3, 99, from, func(m kafka.Message) { out = append(out, m) }); err != nil {
+	if err := eachMessage(rs, "t", 3, 99, from, func(m Message) { out = append(out, m.Message) }); err != nil {
 		t.Fatal(err)
 	}
 	return rs, out
@@ -253,7 +254,7 @@ func BenchmarkEachMessage(b *testing.B) {
 				b.Fatal(err)
 			}
 			count := 0
-			if err := eachMessage(rs, "t", 0, n, 0, func(kafka.Message) { count++ }); err != nil || count != n {
+			if err := eachMessage(rs, "t", 0, n, 0, func(Message) { count++ }); err != nil || count != n {
 				b.Fatal(count, err)
 			}
 		}
@@ -264,10 +265,69 @@ func BenchmarkEachMessage(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		for b.Loop() {
 			count := 0
-			if err := eachLegacyMessage(recordSet{data: data, legacy: true}, "t", 0, n, 0, func(kafka.Message) { count++ }); err != nil || count != n {
+			if err := eachLegacyMessage(recordSet{data: data, legacy: true}, "t", 0, n, 0, func(Message) { count++ }); err != nil || count != n {
 				b.Fatal(count, err)
 			}
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/message")
 	})
+}
+
+// logAppended does to a v2 batch what a broker does on a topic with
+// message.timestamp.type=LogAppendTime: it sets the timestamp-type bit and
+// writes its append time into the max timestamp, leaving the records and
+// their CreateTime deltas as the producer wrote them, and seals the batch
+// with a new CRC.
+func logAppended(batch []byte, appended time.Time) []byte {
+	b := bytes.Clone(batch)
+	attrs := binary.BigEndian.Uint16(b[batchAttributesAt:])
+	binary.BigEndian.PutUint16(b[batchAttributesAt:], attrs|attrLogAppendTime)
+	binary.BigEndian.PutUint64(b[batchMaxTimeAt:], uint64(appended.UnixMilli()))
+	binary.BigEndian.PutUint32(b[batchCRCAt:], crc32.Checksum(b[batchAttributesAt:], castagnoli))
+	return b
+}
+
+func TestEachMessageTakesTheBrokersAppendTimeFromALogAppendTimeBatch(t *testing.T) {
+	t.Parallel()
+	appended := testRecordTime.Add(90 * time.Minute) // the producer's clock is far behind the broker's
+	for _, c := range []compress.Compression{compress.None, compress.Zstd} {
+		t.Run(c.String(), func(t *testing.T) {
+			created := encodeBatch(t, 2, protocol.Attributes(c), 10, testRecords(3)...)
+			data := slicesConcat(created, logAppended(encodeBatch(t, 2, protocol.Attributes(c), 13, testRecords(3)...), appended))
+			rs, err := scanRecords(data)
+			if err != nil {
+				t.Fatalf("a broker-stamped batch fails its checks: %v", err)
+			}
+			var got []Message
+			if err := eachMessage(rs, "t", 3, 99, 11, func(m Message) { got = append(got, m) }); err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 5 {
+				t.Fatalf("%d messages from offset 11, want 5", len(got))
+			}
+			for _, m := range got {
+				want, wantType := testRecordTime.Add(time.Duration(m.Offset-10)*time.Millisecond), CreateTime
+				if m.Offset >= 13 {
+					want, wantType = appended, LogAppendTime
+				}
+				if !m.Time.Equal(want) || m.TimestampType != wantType {
+					t.Errorf("offset %d: time %s (%s), want %s (%s)", m.Offset, m.Time.UTC(), m.TimestampType, want.UTC(), wantType)
+				}
+			}
+			// The rest of the record is read as from a CreateTime batch.
+			var plain []kafka.Message
+			for _, m := range got {
+				m.Time = time.Time{}
+				plain = append(plain, m.Message)
+			}
+			var want []kafka.Message
+			for _, m := range kafkaGoMessages(t, data, 11) {
+				m.Time = time.Time{}
+				want = append(want, m)
+			}
+			if describe(plain) != describe(want) {
+				t.Errorf("messages\n%s\nkafka-go reads\n%s", describe(plain), describe(want))
+			}
+		})
+	}
 }

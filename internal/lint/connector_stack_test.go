@@ -37,7 +37,7 @@ func TestTheRecommendedConnectorPassesEveryCheckOnTheRealWorker(t *testing.T) {
 	dsn, pool := s.FreshOutbox(t, stacktest.SeedDebezium)
 	names := stacktest.NewConnectorNames(t)
 	agg := names.Name + "-canary"
-	s.NewTopicNamed(t, "outbox.event."+agg, 1, nil)
+	s.NewTopicNamed(t, "outbox.event."+agg, 1, map[string]string{"message.timestamp.type": "LogAppendTime"}) // as docs/cdc.md recommends
 	s.NewTopicNamed(t, names.HeartbeatTopic(), 1, nil)
 	c := s.NewConnector(t, names.Name, stacktest.RecommendedConnector(t, dsn, names))
 	c.WaitRunning(t)
