@@ -96,7 +96,7 @@ type Inserter func(ctx context.Context, values []any, now func() time.Time) (Ins
 // commits in its own round trip, so that is the start) and when the commit
 // returned, on the prober's clock.
 type Inserted struct {
-	RowID                           string
+	RowID                          string
 	Started, CommitSent, Committed time.Time
 }
 
