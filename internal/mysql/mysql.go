@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	driver "github.com/go-sql-driver/mysql"
@@ -373,4 +374,85 @@ func QuoteTable(s string) string {
 		parts[i] = QuoteIdent(p)
 	}
 	return strings.Join(parts, ".")
+}
+
+// Pools holds one DB per distinct MySQL database of the pipelines, shared
+// by every pipeline whose database.dsn resolves to the same string, as
+// postgres.Pools does for PostgreSQL. The key is never logged.
+type Pools struct {
+	mu     sync.Mutex
+	byDSN  map[string]*DB
+	closed bool
+}
+
+// NewPools opens a DB for each distinct MySQL database of dbs (the
+// PostgreSQL ones are postgres.Pools'), of size(users) connections, where
+// users is the number of entries that name it. Its errors name the
+// database's position in dbs, never the DSN.
+func NewPools(dbs []config.Database, size func(users int) int) (*Pools, error) {
+	users := map[string]int{}
+	dsns := make([]string, len(dbs))
+	for i, db := range dbs {
+		kind, err := db.Family()
+		if err != nil {
+			return nil, fmt.Errorf("database %d: %w", i, err)
+		}
+		if kind != config.KindMySQL {
+			continue
+		}
+		if dsns[i], err = db.DSN.Resolve(); err != nil {
+			return nil, fmt.Errorf("database %d: database.dsn: %w", i, err)
+		}
+		users[dsns[i]]++
+	}
+	ps := &Pools{byDSN: map[string]*DB{}}
+	for i, db := range dbs {
+		dsn := dsns[i]
+		if dsn == "" {
+			continue
+		}
+		if _, ok := ps.byDSN[dsn]; ok {
+			continue
+		}
+		d, err := Open(db, size(users[dsn]))
+		if err != nil {
+			ps.Close()
+			return nil, fmt.Errorf("database %d: %w", i, err)
+		}
+		ps.byDSN[dsn] = d
+	}
+	return ps, nil
+}
+
+// DB returns the shared DB of db; db must be a MySQL one NewPools was given.
+func (ps *Pools) DB(db config.Database) (*DB, error) {
+	dsn, err := db.DSN.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("database.dsn: %w", err)
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closed {
+		return nil, errors.New("mysql pools: closed")
+	}
+	d, ok := ps.byDSN[dsn]
+	if !ok {
+		return nil, errors.New("mysql pools: this database.dsn was not among the pipelines the pools were built for")
+	}
+	return d, nil
+}
+
+// Close closes every pool; closing twice is harmless.
+func (ps *Pools) Close() {
+	ps.mu.Lock()
+	if ps.closed {
+		ps.mu.Unlock()
+		return
+	}
+	ps.closed = true
+	dbs := ps.byDSN
+	ps.mu.Unlock()
+	for _, d := range dbs {
+		d.Close()
+	}
 }
