@@ -250,7 +250,8 @@ func (d *DB) OpenTransactions(ctx context.Context) (outboxdb.Transactions, error
 	return t, nil
 }
 
-// CaptureLog reads the binlog's settings, its files (SHOW BINARY LOGS)
+// CaptureLog reads the binlog's global settings (what a new session, such
+// as a connector's, gets), its files (SHOW BINARY LOGS)
 // and the current position (SHOW MASTER STATUS, SHOW BINARY LOG STATUS on
 // MySQL 8.4+); the last two need BINLOG MONITOR on MariaDB, REPLICATION
 // CLIENT on MySQL.
@@ -258,7 +259,7 @@ func (d *DB) CaptureLog(ctx context.Context) (outboxdb.CaptureLog, error) {
 	var c outboxdb.CaptureLog
 	var format, image sql.NullString
 	var expiry sql.NullInt64
-	if err := d.db.QueryRowContext(ctx, "SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_expire_logs_seconds").
+	if err := d.db.QueryRowContext(ctx, "SELECT @@GLOBAL.log_bin, @@GLOBAL.binlog_format, @@GLOBAL.binlog_row_image, @@GLOBAL.binlog_expire_logs_seconds").
 		Scan(&c.Enabled, &format, &image, &expiry); err != nil {
 		return outboxdb.CaptureLog{}, fmt.Errorf("binlog settings: %w", err)
 	}
