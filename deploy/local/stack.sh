@@ -338,8 +338,11 @@ mysql_ready() { mysql_root -N -e 'SELECT 1' >/dev/null 2>&1; }
 #   canary_admin  the tests' and demo's DDL (creating the databases and
 #                 tables), as the PostgreSQL superuser canary is.
 #   canary_tls    as canary, and only over TLS (REQUIRE SSL).
+#   canary_cdc    Debezium's MariaDB connector: what it needs to read the
+#                 binlog and the tables' structure (REPLICATION SLAVE,
+#                 BINLOG MONITOR, SELECT, RELOAD, SHOW DATABASES, LOCK TABLES).
 mysql_bootstrap() {
-	log "mysql: ensuring database canary and users canary (least privilege), canary_admin${MYSQL_TLS_PASSWORD:+, $MYSQL_TLS_USER (TLS only)} ..."
+	log "mysql: ensuring database canary and users canary (least privilege), canary_admin, canary_cdc${MYSQL_TLS_PASSWORD:+, $MYSQL_TLS_USER (TLS only)} ..."
 	{
 		cat <<'SQL'
 CREATE DATABASE IF NOT EXISTS canary;
@@ -348,6 +351,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON `canary%`.* TO 'canary'@'127.0.0.1';
 GRANT PROCESS, BINLOG MONITOR ON *.* TO 'canary'@'127.0.0.1';
 CREATE USER IF NOT EXISTS 'canary_admin'@'127.0.0.1' IDENTIFIED BY 'canary_admin';
 GRANT ALL PRIVILEGES ON *.* TO 'canary_admin'@'127.0.0.1' WITH GRANT OPTION;
+CREATE USER IF NOT EXISTS 'canary_cdc'@'127.0.0.1' IDENTIFIED BY 'canary_cdc';
+GRANT SELECT, RELOAD, SHOW DATABASES, LOCK TABLES, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'canary_cdc'@'127.0.0.1';
 SQL
 		# The password goes through stdin, not the command line that ps
 		# shows; it is hex, so it needs no quoting.
@@ -629,6 +634,8 @@ mysql_env() {
 	cat <<EOF
 OUTBOX_CANARY_MYSQL_DSN=mysql://canary:canary@127.0.0.1:$MYSQL_PORT/canary
 OUTBOX_CANARY_MYSQL_ADMIN_DSN=mysql://canary_admin:canary_admin@127.0.0.1:$MYSQL_PORT/canary
+OUTBOX_CANARY_MYSQL_CDC_USER=canary_cdc
+OUTBOX_CANARY_MYSQL_CDC_PASSWORD=canary_cdc
 OUTBOX_CANARY_MYSQL_HOST=127.0.0.1
 OUTBOX_CANARY_MYSQL_PORT=$MYSQL_PORT
 OUTBOX_CANARY_MYSQL_SOCKET=$(mysql_socket)

@@ -2,11 +2,14 @@ package stacktest
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -149,3 +152,60 @@ func MySQLDatabaseName(dsn string) string {
 	}
 	return strings.TrimPrefix(u.Path, "/")
 }
+
+// RecommendedMariaDBConnectorFile is the recommended configuration of
+// Debezium's MariaDB connector, relative to the module root (docs/mysql.md).
+const RecommendedMariaDBConnectorFile = "deploy/local/connect/outbox-connector-mariadb.json"
+
+// MariaDBConnector reads the recommended MariaDB connector configuration
+// and fills in its placeholders: the stack's CDC user, the database of dsn,
+// the topic prefix, a replica server id of its own, the brokers and the
+// schema history topic (SchemaHistoryTopic, which the test creates).
+func (m MySQL) MariaDBConnector(t testing.TB, s Stack, dsn string, names ConnectorNames) map[string]string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("stacktest: %v", err)
+	}
+	text, err := os.ReadFile(filepath.Join(root, RecommendedMariaDBConnectorFile))
+	if err != nil {
+		t.Fatalf("stacktest: %v", err)
+	}
+	var id [3]byte
+	_, _ = rand.Read(id[:])
+	vars := map[string]string{
+		"@MYSQL_HOST@": m.Host, "@MYSQL_PORT@": m.Port,
+		"@MYSQL_USER@": s.Env["OUTBOX_CANARY_MYSQL_CDC_USER"], "@MYSQL_PASSWORD@": s.Env["OUTBOX_CANARY_MYSQL_CDC_PASSWORD"],
+		"@MYSQL_DBNAME@": MySQLDatabaseName(dsn), "@TOPIC_PREFIX@": names.TopicPrefix,
+		// A replica's server id: unique among the server's replicas, so
+		// tests running alongside each get one of their own.
+		"@SERVER_ID@":            fmt.Sprint(100000 + int(id[0])<<16 | int(id[1])<<8 | int(id[2])),
+		"@BROKERS@":              strings.Join(s.KafkaBrokers, ","),
+		"@SCHEMA_HISTORY_TOPIC@": names.SchemaHistoryTopic(),
+	}
+	if vars["@MYSQL_USER@"] == "" {
+		t.Skip("stacktest: the stack's MariaDB has no CDC user (run deploy/local/stack.sh up again)")
+	}
+	var unknown []string
+	filled := placeholderRE.ReplaceAllFunc(text, func(p []byte) []byte {
+		v, ok := vars[string(p)]
+		if !ok {
+			unknown = append(unknown, string(p))
+			return p
+		}
+		quoted, _ := json.Marshal(v)
+		return quoted[1 : len(quoted)-1]
+	})
+	if len(unknown) > 0 {
+		t.Fatalf("stacktest: %s: unknown placeholders %v", RecommendedMariaDBConnectorFile, unknown)
+	}
+	var cfg map[string]string
+	if err := json.Unmarshal(filled, &cfg); err != nil {
+		t.Fatalf("stacktest: %s: %v", RecommendedMariaDBConnectorFile, err)
+	}
+	return cfg
+}
+
+// SchemaHistoryTopic is where a MySQL or MariaDB connector of these names
+// keeps the tables' structure.
+func (n ConnectorNames) SchemaHistoryTopic() string { return "schema-history." + n.TopicPrefix }
