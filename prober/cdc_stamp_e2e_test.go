@@ -83,6 +83,7 @@ func measureCDCStamps(t *testing.T, p *cdcPipeline, n int, d time.Duration) cdcS
 	return run
 }
 
+// quantile is the q-quantile of ds (nearest rank).
 func quantile(ds []time.Duration, q float64) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)

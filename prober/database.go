@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
-	"github.com/outbox-canary/outbox-canary/internal/postgres"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 	"github.com/outbox-canary/outbox-canary/internal/tick"
 )
 
@@ -20,9 +20,7 @@ import (
 // does not grow with the pipelines; the per-pipeline gauges and readiness
 // reasons are still set for each of them.
 type database struct {
-	pinger interface {
-		Ping(ctx context.Context) error
-	}
+	db    outboxdb.DB
 	clock *DBClock
 	// clockEvery is the shortest database.clock_offset_interval of its
 	// pipelines: each gets an estimate at least as fresh as it asked for.
@@ -39,10 +37,10 @@ type database struct {
 	reason string
 }
 
-// newDatabase watches the database of pipelines (at least one) through
-// pinger, its clock through clockQ; label names it in logs (host, port,
-// database and user: never the DSN).
-func newDatabase(label string, pinger interface{ Ping(context.Context) error }, clockQ RowQuerier,
+// newDatabase watches the database of pipelines (at least one), and its
+// clock; label names it in logs (host, port, database and user: never the
+// DSN).
+func newDatabase(label string, db outboxdb.DB,
 	pipelines []*config.Pipeline, m *Metrics, now func() time.Time, log *slog.Logger) *database {
 	names := make([]string, len(pipelines))
 	every := time.Duration(pipelines[0].Database.ClockOffsetInterval)
@@ -51,7 +49,7 @@ func newDatabase(label string, pinger interface{ Ping(context.Context) error }, 
 		every = min(every, time.Duration(p.Database.ClockOffsetInterval))
 	}
 	log = log.With("database", label, "pipelines", names)
-	d := &database{pinger: pinger, clock: NewDBClock(names, clockQ, m, now, log), clockEvery: every, now: now, log: log,
+	d := &database{db: db, clock: NewDBClock(names, db, m, now, log), clockEvery: every, now: now, log: log,
 		reason: "database not reached yet"}
 	for _, p := range names {
 		d.up = append(d.up, m.DependencyUp.WithLabelValues(p, DependencyDatabase))
@@ -75,7 +73,7 @@ func (d *database) watch(ctx context.Context, every time.Duration) {
 	estimateFailing := false
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := d.pinger.Ping(pctx)
+		err := d.db.Ping(pctx)
 		var estimateErr error
 		if err == nil && (lastEstimate.IsZero() || d.now().Sub(lastEstimate) >= d.clockEvery) {
 			// A failed estimate is counted once, by Estimate, as db_clock;
@@ -97,7 +95,7 @@ func (d *database) watch(ctx context.Context, every time.Duration) {
 			lastEstimate = time.Time{} // a restart may have moved its clock
 		}
 		if estimateErr != nil && !estimateFailing {
-			d.log.Warn("database clock offset not measured; the last estimate stays in use", "err", postgres.Explain(estimateErr))
+			d.log.Warn("database clock offset not measured; the last estimate stays in use", "err", d.db.Explain(estimateErr))
 		}
 		estimateFailing = estimateErr != nil
 		if !tick.Wait(ctx, every) {
@@ -108,7 +106,7 @@ func (d *database) watch(ctx context.Context, every time.Duration) {
 
 // set records a check's result for every pipeline on the database.
 func (d *database) set(err error) {
-	err = postgres.Explain(err) // the reason /readyz and check show, and the log
+	err = d.db.Explain(err) // the reason /readyz and check show, and the log
 	d.mu.Lock()
 	was, known := d.ok, d.known
 	d.ok, d.known = err == nil, true

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -24,17 +23,18 @@ type ClockOffset struct {
 // ToLocal converts a database timestamp to the prober's clock.
 func (o ClockOffset) ToLocal(dbTime time.Time) time.Time { return dbTime.Add(-o.Offset) }
 
-// RowQuerier is what EstimateDBOffset needs of a pgx pool or connection.
-type RowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+// ClockReader reads a database's wall clock (outboxdb.DB's Clock:
+// PostgreSQL's clock_timestamp(), MySQL's SYSDATE(6)).
+type ClockReader interface {
+	Clock(ctx context.Context) (time.Time, error)
 }
 
-// EstimateDBOffset brackets `SELECT clock_timestamp()` with local reads of
+// EstimateDBOffset brackets a read of the database's wall clock with local reads of
 // the clock, samples times. The database read happened somewhere inside the
 // bracket; assuming the middle errs by at most half the round trip, so the
 // fastest sample gives the tightest bound (NTP's reasoning, without its
 // filtering: one short burst is enough for a millisecond budget).
-func EstimateDBOffset(ctx context.Context, q RowQuerier, now func() time.Time, samples int) (ClockOffset, error) {
+func EstimateDBOffset(ctx context.Context, q ClockReader, now func() time.Time, samples int) (ClockOffset, error) {
 	if samples < 1 {
 		samples = 1
 	}
@@ -42,8 +42,8 @@ func EstimateDBOffset(ctx context.Context, q RowQuerier, now func() time.Time, s
 	bestRTT := time.Duration(-1)
 	for i := 0; i < samples; i++ {
 		before := now()
-		var dbTime time.Time
-		if err := q.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&dbTime); err != nil {
+		dbTime, err := q.Clock(ctx)
+		if err != nil {
 			return ClockOffset{}, fmt.Errorf("read database clock: %w", err)
 		}
 		after := now()
@@ -69,7 +69,7 @@ func EstimateDBOffset(ctx context.Context, q RowQuerier, now func() time.Time, s
 // estimate serves them all, as their published_at stamps are all on that
 // one clock.
 type DBClock struct {
-	q   RowQuerier
+	q   ClockReader
 	now func() time.Time
 	log *slog.Logger
 	// Each pipeline's series, resolved once.
@@ -83,7 +83,7 @@ type DBClock struct {
 
 // NewDBClock returns an estimator with no estimate yet for the database
 // of pipelines; log names the database.
-func NewDBClock(pipelines []string, q RowQuerier, m *Metrics, now func() time.Time, log *slog.Logger) *DBClock {
+func NewDBClock(pipelines []string, q ClockReader, m *Metrics, now func() time.Time, log *slog.Logger) *DBClock {
 	d := &DBClock{q: q, now: now, log: log}
 	for _, p := range pipelines {
 		d.offset = append(d.offset, m.DBClockOffset.WithLabelValues(p))

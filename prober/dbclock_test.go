@@ -5,11 +5,9 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
-// scriptedDB answers clock_timestamp() from a script and advances a fake
+// scriptedDB answers the database clock from a script and advances a fake
 // local clock by each sample's round trip.
 type scriptedDB struct {
 	local   *time.Time
@@ -23,25 +21,12 @@ type scriptedSample struct {
 	err         error
 }
 
-type scriptedRow struct {
-	t   time.Time
-	err error
-}
-
-func (r scriptedRow) Scan(dest ...any) error {
-	if r.err != nil {
-		return r.err
-	}
-	*(dest[0].(*time.Time)) = r.t
-	return nil
-}
-
-func (d *scriptedDB) QueryRow(context.Context, string, ...any) pgx.Row {
+func (d *scriptedDB) Clock(context.Context) (time.Time, error) {
 	s := d.samples[d.i]
 	d.i++
 	*d.local = d.local.Add(s.before)
 	defer func() { *d.local = d.local.Add(s.rtt - s.before) }()
-	return scriptedRow{t: s.dbTime, err: s.err}
+	return s.dbTime, s.err
 }
 
 func TestEstimateDBOffsetKeepsTheLowestRoundTrip(t *testing.T) {

@@ -593,7 +593,7 @@ func TestE2ECanariesInsertIntoAllThreeOutboxTables(t *testing.T) {
 				t.Fatal(err)
 			}
 			signer, _ := NewSigner([]byte("k"))
-			snd, err := NewSender(SenderOptions{Pipeline: p, Instance: "e2e", DB: pool, Signer: signer, Metrics: metrics})
+			snd, err := NewSender(SenderOptions{Pipeline: p, Instance: "e2e", DB: postgres.NewOutboxDB(pool), Signer: signer, Metrics: metrics})
 			if err != nil {
 				t.Fatal(err)
 			}

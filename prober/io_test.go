@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
@@ -49,7 +50,7 @@ func TestBuildInsertQuotesEveryIdentifierAndFollowsTheMapping(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &config.Pipeline{Outbox: tc.outbox}
-			ins, del := buildInsert(p)
+			ins, del := postgres.InsertSQL(insertSpec(p))
 			if ins != tc.wantInsert {
 				t.Errorf("insert:\n got %s\nwant %s", ins, tc.wantInsert)
 			}

@@ -7,27 +7,18 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/outbox-canary/outbox-canary/internal/config"
-	"github.com/outbox-canary/outbox-canary/internal/postgres"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 )
 
 // publishedDatabase reads published_at back from the outbox tables of one
 // database (one shared pool) for every pipeline on them: the LookupFunc of
 // the database's Lookups. A round reads the tables together, in one
-// statement per group of at most lookupTablesMax tables, so that the
-// common layout, one pipeline per table and a few tables per database,
-// costs one statement a round rather than one per table:
-//
-//	SELECT 0, "id"::text, <micros of "published_at"> FROM "r0"."outbox" WHERE "id" = ANY($1)
-//	UNION ALL SELECT 1, ... FROM "r1"."outbox" WHERE "id" = ANY($2) ...
-//
-// A group's text is fixed (a table with nothing to read gets an empty
-// array, which its primary key index answers at once), so each connection
-// prepares it once (pgx's statement cache); a group none of whose tables
-// has canaries waiting is not read.
+// statement per group of at most lookupTablesMax tables where the family
+// can (outboxdb.DB's ReadPublished), so that the common layout, one
+// pipeline per table and a few tables per database, costs one statement a
+// round rather than one per table. A group none of whose tables has
+// canaries waiting is not read.
 //
 // A group statement fails as a whole when one of its tables is broken (a
 // column dropped or renamed, SELECT revoked): the round then reads the
@@ -43,7 +34,7 @@ import (
 // Its state (the groups' fallback) is only touched by read, which the
 // database's one Lookups goroutine calls one batch at a time.
 type publishedDatabase struct {
-	q      lookupQuerier
+	db     outboxdb.DB
 	log    *slog.Logger
 	tables []*publishedTable // in the order of their first pipeline
 	groups []*tableGroup
@@ -56,19 +47,12 @@ type publishedDatabase struct {
 	lookups   *Lookups
 }
 
-// lookupQuerier is what publishedDatabase needs of a pgx pool.
-type lookupQuerier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // publishedTable is one outbox table (its name and its id and published_at
 // columns) read back by the pipelines on it.
 type publishedTable struct {
-	key   string // the quoted table and columns
-	index int    // in publishedDatabase.tables, the first column of its rows
-	// sql reads the table alone, for a round after its group's statement
-	// failed.
-	sql   string
+	ref   outboxdb.Table
+	key   string // the table and columns, for logs and to find it again
+	index int    // in publishedDatabase.tables
 	group *tableGroup
 }
 
@@ -76,7 +60,6 @@ type publishedTable struct {
 // statement.
 type tableGroup struct {
 	tables []*publishedTable
-	sql    string // one UNION ALL branch per table, $n for the n-th
 	// alone is the number of rounds left that read the tables one by one,
 	// after the group statement failed on one of them.
 	alone int
@@ -98,8 +81,8 @@ const (
 	lookupFallbackRounds = 60
 )
 
-func newPublishedDatabase(q lookupQuerier, log *slog.Logger) *publishedDatabase {
-	pd := &publishedDatabase{q: q, log: log, pipelines: map[string]pipelineTable{}}
+func newPublishedDatabase(db outboxdb.DB, log *slog.Logger) *publishedDatabase {
+	pd := &publishedDatabase{db: db, log: log, pipelines: map[string]pipelineTable{}}
 	pd.lookups = NewLookups(LookupsOptions{Read: pd.read})
 	return pd
 }
@@ -109,7 +92,8 @@ func newPublishedDatabase(q lookupQuerier, log *slog.Logger) *publishedDatabase 
 // database before the first round.
 func (pd *publishedDatabase) add(p *config.Pipeline, clock *DBClock) {
 	c := p.Outbox.Columns
-	key := postgres.QuoteTable(p.Outbox.Table) + "." + postgres.QuoteIdent(c.ID) + "." + postgres.QuoteIdent(c.PublishedAt)
+	ref := outboxdb.Table{Name: p.Outbox.Table, ID: c.ID, PublishedAt: c.PublishedAt}
+	key := fmt.Sprintf("%s (%s, %s)", ref.Name, ref.ID, ref.PublishedAt)
 	var table *publishedTable
 	for _, t := range pd.tables {
 		if t.key == key {
@@ -118,8 +102,7 @@ func (pd *publishedDatabase) add(p *config.Pipeline, clock *DBClock) {
 		}
 	}
 	if table == nil {
-		table = &publishedTable{key: key, index: len(pd.tables)}
-		table.sql = publishedBranch(p, table.index, 1)
+		table = &publishedTable{ref: ref, key: key, index: len(pd.tables)}
 		pd.tables = append(pd.tables, table)
 		if len(pd.groups) == 0 || len(pd.groups[len(pd.groups)-1].tables) == lookupTablesMax {
 			pd.groups = append(pd.groups, &tableGroup{})
@@ -127,30 +110,8 @@ func (pd *publishedDatabase) add(p *config.Pipeline, clock *DBClock) {
 		g := pd.groups[len(pd.groups)-1]
 		table.group = g
 		g.tables = append(g.tables, table)
-		if len(g.tables) == 1 {
-			g.sql = table.sql
-		} else {
-			g.sql += " UNION ALL " + publishedBranch(p, table.index, len(g.tables))
-		}
 	}
 	pd.pipelines[p.Name] = pipelineTable{table: table, clock: clock}
-}
-
-// publishedBranch reads the published_at of a batch of rows of the
-// pipeline's table by primary key, with the table's index before each
-// row. The ids go as a text array, bound to parameter $param, which
-// PostgreSQL takes as an array of the id column's own type (bigint or
-// uuid), so the primary key index is used; they come back as text, as
-// the sender's RETURNING gave them. published_at comes back as
-// microseconds since 1970, so that tables whose column is timestamptz and
-// tables whose column is timestamp can share a UNION ALL without a cast
-// that would read the latter in the session's TimeZone: the epoch of a
-// timestamp is its wall clock read as UTC, as pgx reads it.
-func publishedBranch(p *config.Pipeline, index, param int) string {
-	c := p.Outbox.Columns
-	id := postgres.QuoteIdent(c.ID)
-	return fmt.Sprintf("SELECT %d, %s::text, (extract(epoch FROM %s) * 1000000)::bigint FROM %s WHERE %s = ANY($%d)",
-		index, id, postgres.QuoteIdent(c.PublishedAt), postgres.QuoteTable(p.Outbox.Table), id, param)
 }
 
 // publishedRow is the canary a row read back belongs to, and the offset
@@ -223,22 +184,14 @@ func (pd *publishedDatabase) readGroup(ctx context.Context, g *tableGroup, pendi
 	// A group of one table is read by the table's own statement: its
 	// failure is that table's, like any table's read alone.
 	if g.alone == 0 && len(g.tables) > 1 {
-		args := make([]any, len(g.tables))
-		for i, t := range g.tables {
-			ids := pending[t.index]
-			if ids == nil {
-				ids = []string{} // nothing to read there: an empty array, no row
-			}
-			args[i] = ids
-		}
-		err := pd.query(ctx, g.sql, args, byRow, found)
-		if err == nil || !tableFault(err) || ctx.Err() != nil {
+		err := pd.query(ctx, g.tables, pending, byRow, found)
+		if err == nil || !pd.db.TableFault(err) || ctx.Err() != nil {
 			return err
 		}
 		g.alone = lookupFallbackRounds
 		pd.fallbacks++
 		pd.log.Warn("reading published_at of several outbox tables in one statement failed on one of them; reading them one by one",
-			"tables", len(g.tables), "rounds", lookupFallbackRounds, "err", postgres.Explain(err))
+			"tables", len(g.tables), "rounds", lookupFallbackRounds, "err", pd.db.Explain(err))
 	}
 	g.alone = max(0, g.alone-1)
 	for _, t := range g.tables {
@@ -246,11 +199,11 @@ func (pd *publishedDatabase) readGroup(ctx context.Context, g *tableGroup, pendi
 		if len(ids) == 0 {
 			continue
 		}
-		err := pd.query(ctx, t.sql, []any{ids}, byRow, found)
+		err := pd.query(ctx, []*publishedTable{t}, pending, byRow, found)
 		if err == nil {
 			continue
 		}
-		if !tableFault(err) || ctx.Err() != nil {
+		if !pd.db.TableFault(err) || ctx.Err() != nil {
 			return err
 		}
 		// This table's canaries only: the others of the group are read.
@@ -263,39 +216,29 @@ func (pd *publishedDatabase) readGroup(ctx context.Context, g *tableGroup, pendi
 	return nil
 }
 
-// query runs one statement of branches (publishedBranch) and adds the
+// query reads the pending rows of tables in one statement and adds the
 // stamps it found.
-func (pd *publishedDatabase) query(ctx context.Context, sql string, args []any,
+func (pd *publishedDatabase) query(ctx context.Context, tables []*publishedTable, pending [][]string,
 	byRow map[tableRow]publishedRow, found map[string]LookupResult) error {
-	rows, err := pd.q.Query(ctx, sql, args...)
+	refs := make([]outboxdb.Table, len(tables))
+	ids := make([][]string, len(tables))
+	for i, t := range tables {
+		refs[i], ids[i] = t.ref, pending[t.index]
+	}
+	rows, err := pd.db.ReadPublished(ctx, refs, ids)
 	if err != nil {
 		return err
 	}
-	var r tableRow
-	var published *int64 // µs since 1970; NULL until the relay marks the row
-	_, err = pgx.ForEachRow(rows, []any{&r.table, &r.id, &published}, func() error {
-		if pr, ok := byRow[r]; ok && published != nil {
-			found[pr.canary] = LookupResult{Stamps: map[string]time.Time{config.StampPublish: pr.off.ToLocal(time.UnixMicro(*published))},
+	for _, r := range rows {
+		if r.Table < 0 || r.Table >= len(tables) {
+			continue
+		}
+		if pr, ok := byRow[tableRow{tables[r.Table].index, r.ID}]; ok {
+			found[pr.canary] = LookupResult{Stamps: map[string]time.Time{config.StampPublish: pr.off.ToLocal(r.PublishedAt)},
 				ErrorBound: pr.off.Error}
 		}
-		return nil
-	})
-	return err
-}
-
-// tableFault reports whether a statement failed because of what it reads
-// rather than where it runs: PostgreSQL refused one of its tables (class
-// 42: a table or column that does not exist, a permission, a type; class
-// 22: a value it cannot convert, such as a row id that is not a uuid).
-// Anything else (no connection, the timeout, a server shutting down) is
-// the database's, and would fail each table's own statement too.
-func tableFault(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
 	}
-	class := pgErr.Code[:min(2, len(pgErr.Code))]
-	return class == "42" || class == "22"
+	return nil
 }
 
 var errClockUnmeasured = errors.New("database clock offset not measured yet")

@@ -16,11 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
@@ -43,15 +44,16 @@ func TestTheTablesOfADatabaseAreReadInOneStatementOfFixedText(t *testing.T) {
 	pd.add(onTable("invoices", "Billing.Outbox", "Event ID", "Published At"), clock)
 	pd.add(onTable("refunds", "public.outbox", "id", "published_at"), clock)
 
+	// PostgreSQL's statement for the group (postgres.PublishedSQL).
 	want := `SELECT 0, "id"::text, (extract(epoch FROM "published_at") * 1000000)::bigint FROM "public"."outbox" WHERE "id" = ANY($1)` +
 		` UNION ALL SELECT 1, "Event ID"::text, (extract(epoch FROM "Published At") * 1000000)::bigint FROM "Billing"."Outbox" WHERE "Event ID" = ANY($2)`
-	if len(pd.groups) != 1 || pd.groups[0].sql != want {
-		t.Fatalf("groups %d, statement\n%s\nwant one:\n%s", len(pd.groups), pd.groups[0].sql, want)
+	if len(pd.groups) != 1 || groupSQL(pd.groups[0].tables) != want {
+		t.Fatalf("groups %d, statement\n%s\nwant one:\n%s", len(pd.groups), groupSQL(pd.groups[0].tables), want)
 	}
 	if len(pd.tables) != 2 || pd.pipelines["refunds"].table != pd.pipelines["orders"].table {
 		t.Errorf("%d tables, want 2: two pipelines on one table share it", len(pd.tables))
 	}
-	if got, want := pd.tables[1].sql, `SELECT 1, "Event ID"::text, (extract(epoch FROM "Published At") * 1000000)::bigint FROM "Billing"."Outbox" WHERE "Event ID" = ANY($1)`; got != want {
+	if got, want := groupSQL(pd.tables[1:]), `SELECT 0, "Event ID"::text, (extract(epoch FROM "Published At") * 1000000)::bigint FROM "Billing"."Outbox" WHERE "Event ID" = ANY($1)`; got != want {
 		t.Errorf("the table alone is read by\n%s\nwant\n%s", got, want)
 	}
 }
@@ -65,22 +67,31 @@ func TestMoreTablesThanAStatementHoldsAreReadInGroups(t *testing.T) {
 	if len(pd.groups) != 2 || len(pd.groups[0].tables) != lookupTablesMax || len(pd.groups[1].tables) != 3 {
 		t.Fatalf("%d groups, want %d tables then 3", len(pd.groups), lookupTablesMax)
 	}
-	last := pd.groups[1].sql
-	if !strings.HasPrefix(last, fmt.Sprintf("SELECT %d, ", lookupTablesMax)) || !strings.HasSuffix(last, `"id" = ANY($3)`) ||
-		strings.Contains(last, "$4") {
-		t.Errorf("the second group's statement numbers its tables from %d and its parameters from $1: %s", lookupTablesMax, last)
+	last := groupSQL(pd.groups[1].tables)
+	if !strings.HasPrefix(last, "SELECT 0, ") || !strings.HasSuffix(last, `"id" = ANY($3)`) ||
+		strings.Contains(last, "$4") || pd.groups[1].tables[0].index != lookupTablesMax {
+		t.Errorf("the second group's statement numbers its tables and parameters from its own first, table %d: %s", lookupTablesMax, last)
 	}
+}
+
+// groupSQL is PostgreSQL's statement for tables read together.
+func groupSQL(tables []*publishedTable) string {
+	refs := make([]outboxdb.Table, len(tables))
+	for i, t := range tables {
+		refs[i] = t.ref
+	}
+	return postgres.PublishedSQL(refs)
 }
 
 // statementCounter counts the statements a publishedDatabase runs.
 type statementCounter struct {
-	q          lookupQuerier
+	outboxdb.DB
 	statements atomic.Int64
 }
 
-func (c *statementCounter) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+func (c *statementCounter) ReadPublished(ctx context.Context, tables []outboxdb.Table, ids [][]string) ([]outboxdb.PublishedRow, error) {
 	c.statements.Add(1)
-	return c.q.Query(ctx, sql, args...)
+	return c.DB.ReadPublished(ctx, tables, ids)
 }
 
 // publishedStack is a database of the stack with outbox tables of
@@ -114,7 +125,7 @@ func newPublishedStack(t *testing.T) *publishedStack {
 		`CREATE SCHEMA "B"; CREATE TABLE "B"."Outbox" ("Event ID" uuid PRIMARY KEY, "Published At" timestamp)`); err != nil {
 		t.Fatal(err)
 	}
-	ps := &publishedStack{t: t, pool: pool, q: &statementCounter{q: pool}, clock: measuredClock(ClockOffset{Offset: time.Second, Error: time.Millisecond})}
+	ps := &publishedStack{t: t, pool: pool, q: &statementCounter{DB: postgres.NewOutboxDB(pool)}, clock: measuredClock(ClockOffset{Offset: time.Second, Error: time.Millisecond})}
 	ps.pd = newPublishedDatabase(ps.q, slog.New(slog.DiscardHandler))
 	ps.pd.add(onTable("orders", "a.outbox", "id", "published_at"), ps.clock)
 	ps.pd.add(onTable("invoices", "B.Outbox", "Event ID", "Published At"), ps.clock)
@@ -287,7 +298,7 @@ func BenchmarkPublishedRoundOf10Tables(b *testing.B) {
 	b.Cleanup(pool.Close)
 	const tables = 10
 	clock := measuredClock(ClockOffset{})
-	q := &statementCounter{q: pool}
+	q := &statementCounter{DB: postgres.NewOutboxDB(pool)}
 	whole := newPublishedDatabase(q, slog.New(slog.DiscardHandler))
 	var alone []*publishedDatabase
 	var cs []Canary

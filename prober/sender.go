@@ -5,25 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outbox-canary/outbox-canary/internal/config"
-	"github.com/outbox-canary/outbox-canary/internal/postgres"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 )
-
-// DB is what the sender needs of a pgx pool: a single INSERT in a
-// transaction of its own (implicit), or, with delete_after_insert, an
-// explicit transaction.
-type DB interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // SenderOptions configures a Sender.
 type SenderOptions struct {
@@ -31,8 +20,9 @@ type SenderOptions struct {
 	// Instance is written into every payload so that instances sharing a
 	// canary topic skip each other's canaries.
 	Instance string
-	DB       DB
-	Signer   *Signer
+	// DB is the pipeline's database, of whichever family.
+	DB     outboxdb.DB
+	Signer *Signer
 	// Tracker receives every committed canary; nil only in tests that look
 	// at the rows themselves.
 	Tracker *Tracker
@@ -45,17 +35,17 @@ type SenderOptions struct {
 type Sender struct {
 	p        *config.Pipeline
 	instance string
-	db       DB
+	db       outboxdb.DB
 	signer   *Signer
 	tracker  *Tracker
 	metrics  *Metrics
 	now      func() time.Time
 	log      *slog.Logger
 
-	insertSQL string
-	deleteSQL string
+	insert outboxdb.Inserter
 	// uuidIDs: the prober supplies the primary key (Debezium's table has
-	// no default), otherwise the database fills it and RETURNING reads it.
+	// no default), otherwise the database fills it and the insert reads it
+	// back.
 	uuidIDs bool
 
 	mu      sync.Mutex
@@ -63,7 +53,7 @@ type Sender struct {
 	failing bool // the last insert failed
 }
 
-// NewSender builds the pipeline's INSERT once, with every identifier quoted.
+// NewSender builds the pipeline's INSERT once, with the database's family.
 func NewSender(o SenderOptions) (*Sender, error) {
 	if o.Pipeline == nil || o.DB == nil || o.Signer == nil || o.Metrics == nil {
 		return nil, errors.New("sender: pipeline, database, signer and metrics are required")
@@ -79,39 +69,30 @@ func NewSender(o SenderOptions) (*Sender, error) {
 		metrics: o.Metrics, now: o.Now, log: o.Logger,
 		uuidIDs: o.Pipeline.Outbox.IDGeneration == config.IDUUID,
 	}
-	s.insertSQL, s.deleteSQL = buildInsert(o.Pipeline)
+	ins, err := o.DB.PrepareInsert(insertSpec(o.Pipeline))
+	if err != nil {
+		return nil, fmt.Errorf("sender: %w", err)
+	}
+	s.insert = ins
 	return s, nil
 }
 
-// buildInsert returns the canary INSERT and the DELETE of cdc hygiene. The
-// payload is passed as a string parameter without a cast: PostgreSQL infers
-// the column's type (jsonb, json or text) for the parameter, and pgx sends a
-// string to a json/jsonb parameter as raw JSON text.
-func buildInsert(p *config.Pipeline) (insert, del string) {
+// insertSpec is the canary row's shape in the pipeline's table: the id
+// when the prober supplies it, the route and key, the event type when it
+// has a column of its own, and the payload.
+func insertSpec(p *config.Pipeline) outboxdb.InsertSpec {
 	c := p.Outbox.Columns
-	table := postgres.QuoteTable(p.Outbox.Table)
-	var cols []string
-	if p.Outbox.IDGeneration == config.IDUUID {
-		cols = append(cols, c.ID)
+	spec := outboxdb.InsertSpec{Table: p.Outbox.Table, IDColumn: c.ID, DeleteAfter: p.Canary.DeleteAfterInsert,
+		SuppliedID: p.Outbox.IDGeneration == config.IDUUID}
+	if spec.SuppliedID {
+		spec.Columns = append(spec.Columns, c.ID)
 	}
-	cols = append(cols, c.Route, c.Key)
+	spec.Columns = append(spec.Columns, c.Route, c.Key)
 	if c.EventType != "" && c.EventType != c.Route {
-		cols = append(cols, c.EventType)
+		spec.Columns = append(spec.Columns, c.EventType)
 	}
-	cols = append(cols, c.Payload)
-	quoted := make([]string, len(cols))
-	params := make([]string, len(cols))
-	for i, col := range cols {
-		quoted[i] = postgres.QuoteIdent(col)
-		params[i] = fmt.Sprintf("$%d", i+1)
-	}
-	insert = fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) RETURNING %s::text",
-		table, strings.Join(quoted, ", "), strings.Join(params, ", "), postgres.QuoteIdent(c.ID))
-	// The id goes back as text: pgx sends a string parameter in text
-	// format, which PostgreSQL parses as the column's own type (bigint or
-	// uuid), so the primary key index is used.
-	del = fmt.Sprintf("DELETE FROM %s WHERE %s = $1", table, postgres.QuoteIdent(c.ID))
-	return insert, del
+	spec.Columns = append(spec.Columns, c.Payload)
+	return spec
 }
 
 // nextSeq returns an increasing sequence number that a restart does not
@@ -133,10 +114,10 @@ func (s *Sender) nextSeq() uint64 {
 // the tracker. A failed insert is counted and logged, and is not an SLI
 // event: the pipeline was not exercised, so it says nothing about it.
 func (s *Sender) Send(ctx context.Context) (Canary, error) {
-	c, err := s.insert(ctx)
+	c, err := s.insertCanary(ctx)
 	if err != nil {
 		s.metrics.CanaryInsertFailures.WithLabelValues(s.p.Name).Inc()
-		err = fmt.Errorf("insert canary: %w", postgres.Explain(err))
+		err = fmt.Errorf("insert canary: %w", s.db.Explain(err))
 		s.logInsert(err)
 		return Canary{}, err
 	}
@@ -151,7 +132,7 @@ func (s *Sender) Send(ctx context.Context) (Canary, error) {
 	return c, nil
 }
 
-func (s *Sender) insert(ctx context.Context) (_ Canary, err error) {
+func (s *Sender) insertCanary(ctx context.Context) (_ Canary, err error) {
 	// A time-ordered (version 7) id: rows the prober supplies the key of
 	// stay in index order, and ids sort by the time they were made.
 	uid, err := uuid.NewV7()
@@ -188,55 +169,15 @@ func (s *Sender) insert(ctx context.Context) (_ Canary, err error) {
 		// instead of skipping it as unknown.
 		s.tracker.Expect(c.ID)
 	}
-	if s.p.Canary.DeleteAfterInsert {
-		if err := s.insertAndDelete(ctx, &c, args); err != nil {
-			return Canary{}, err
-		}
-		return c, nil
-	}
-	// One statement, its own transaction: PostgreSQL commits the INSERT
-	// before it answers, so one round trip holds the insert and the
-	// commit. The commit happened somewhere between sending it and the
-	// answer: CommitSent is when it was sent (the start of segments from
-	// commit, an upper bound on them), Committed when it returned.
-	c.InsertStarted = s.now()
-	c.CommitSent = c.InsertStarted
-	if err := s.db.QueryRow(ctx, s.insertSQL, args...).Scan(&c.RowID); err != nil {
-		return Canary{}, fmt.Errorf("insert into %s: %w", s.p.Outbox.Table, err)
-	}
-	c.Committed = s.now()
-	return c, nil
-}
-
-// insertAndDelete inserts and deletes the canary row in one explicit
-// transaction (delete_after_insert): log capture has the insert in the
-// WAL, Debezium's router ignores the delete, and the table stays empty.
-// CommitSent is taken before COMMIT, Committed when it returned.
-func (s *Sender) insertAndDelete(ctx context.Context, c *Canary, args []any) error {
-	c.InsertStarted = s.now()
-	tx, err := s.db.Begin(ctx)
+	// The commit happened somewhere between sending it and the answer:
+	// CommitSent is when it was sent (the start of segments from commit,
+	// an upper bound on them), Committed when it returned.
+	in, err := s.insert(ctx, args, s.now)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return Canary{}, err
 	}
-	defer func() {
-		// A no-op after Commit; after a cancelled ctx it still needs a
-		// live context to release the connection cleanly.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = tx.Rollback(rctx)
-	}()
-	if err := tx.QueryRow(ctx, s.insertSQL, args...).Scan(&c.RowID); err != nil {
-		return fmt.Errorf("insert into %s: %w", s.p.Outbox.Table, err)
-	}
-	if _, err := tx.Exec(ctx, s.deleteSQL, c.RowID); err != nil {
-		return fmt.Errorf("delete canary row %s: %w", c.RowID, err)
-	}
-	c.CommitSent = s.now()
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	c.Committed = s.now()
-	return nil
+	c.RowID, c.InsertStarted, c.CommitSent, c.Committed = in.RowID, in.Started, in.CommitSent, in.Committed
+	return c, nil
 }
 
 // logInsert logs a failed insert when inserts start failing and once more

@@ -20,6 +20,8 @@ import (
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
+	"github.com/outbox-canary/outbox-canary/internal/mysql"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/tick"
 )
@@ -59,12 +61,44 @@ type Options struct {
 	Connections *Connections
 }
 
-// Connections are a process's shared connections: one pgx pool per
-// distinct database and one Kafka transport per distinct cluster, used by
-// every pipeline on them.
+// Connections are a process's shared connections: one pool per distinct
+// database (pgx for PostgreSQL, database/sql for MySQL) and one Kafka
+// transport per distinct cluster, used by every pipeline on them.
 type Connections struct {
-	Pools    *postgres.Pools
+	Pools    *postgres.Pools // the PostgreSQL databases (the watchers read them)
+	MySQL    *mysql.Pools
 	Clusters *kafkaclient.Clusters
+
+	mu sync.Mutex
+	pg map[*pgxpool.Pool]*postgres.OutboxDB
+}
+
+// DB returns the shared outbox database of db, of its family: one value
+// per distinct database, so it also keys what the service shares per
+// database.
+func (c *Connections) DB(db config.Database) (outboxdb.DB, error) {
+	kind, err := db.Family()
+	if err != nil {
+		return nil, err
+	}
+	if kind == config.KindMySQL {
+		return c.MySQL.DB(db)
+	}
+	pool, err := c.Pools.Pool(db)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pg == nil {
+		c.pg = map[*pgxpool.Pool]*postgres.OutboxDB{}
+	}
+	if d, ok := c.pg[pool]; ok {
+		return d, nil
+	}
+	d := postgres.NewOutboxDB(pool)
+	c.pg[pool] = d
+	return d, nil
 }
 
 // OpenConnections builds the shared connections of pipelines: each
@@ -86,17 +120,27 @@ func OpenConnections(ctx context.Context, pipelines []config.Pipeline) (*Connect
 	if err != nil {
 		return nil, err
 	}
-	clusters, err := kafkaclient.NewClusters(ks, topics)
+	// MySQL pools are sized as PostgreSQL's.
+	mysqlPools, err := mysql.NewPools(dbs, func(users int) int { return int(postgres.PoolSize(users)) })
 	if err != nil {
 		pools.Close()
 		return nil, err
 	}
-	return &Connections{Pools: pools, Clusters: clusters}, nil
+	clusters, err := kafkaclient.NewClusters(ks, topics)
+	if err != nil {
+		pools.Close()
+		mysqlPools.Close()
+		return nil, err
+	}
+	return &Connections{Pools: pools, MySQL: mysqlPools, Clusters: clusters}, nil
 }
 
 // Close closes the pools and the Kafka connections.
 func (c *Connections) Close() {
 	c.Pools.Close()
+	if c.MySQL != nil {
+		c.MySQL.Close()
+	}
 	c.Clusters.Close()
 }
 
@@ -116,7 +160,7 @@ type Service struct {
 	// pipelines on them whose publish stamp is the row's published_at;
 	// lookups, their rounds, in the order of their first pipeline, one
 	// goroutine per database.
-	published map[*pgxpool.Pool]*publishedDatabase
+	published map[outboxdb.DB]*publishedDatabase
 	lookups   []*Lookups
 	started   time.Time
 	// conns are the pools and Kafka connections; closed by the service
@@ -211,7 +255,7 @@ func New(o Options) (*Service, error) {
 		}
 	}
 	s := &Service{opts: o, instance: instance, metrics: metrics, signer: signer, now: o.Now, log: o.Logger, started: o.Now(),
-		conns: o.Connections, published: map[*pgxpool.Pool]*publishedDatabase{}}
+		conns: o.Connections, published: map[outboxdb.DB]*publishedDatabase{}}
 	if s.conns == nil {
 		if s.conns, err = OpenConnections(context.Background(), pipelines); err != nil {
 			return nil, err
@@ -234,33 +278,33 @@ func New(o Options) (*Service, error) {
 	return s, nil
 }
 
-// newDatabases groups the pipelines by their shared pool, one per distinct
-// database (postgres.Pools), and builds the watcher of each.
-func (s *Service) newDatabases(pipelines []config.Pipeline) (map[*pgxpool.Pool]*database, error) {
-	var pools []*pgxpool.Pool
-	on := map[*pgxpool.Pool][]*config.Pipeline{}
+// newDatabases groups the pipelines by their shared database, one per
+// distinct database (Connections.DB), and builds the watcher of each.
+func (s *Service) newDatabases(pipelines []config.Pipeline) (map[outboxdb.DB]*database, error) {
+	var dbs []outboxdb.DB
+	on := map[outboxdb.DB][]*config.Pipeline{}
 	for i := range pipelines {
-		pool, err := s.conns.Pools.Pool(pipelines[i].Database)
+		db, err := s.conns.DB(pipelines[i].Database)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline %q: %w", pipelines[i].Name, err)
 		}
-		if _, ok := on[pool]; !ok {
-			pools = append(pools, pool)
+		if _, ok := on[db]; !ok {
+			dbs = append(dbs, db)
 		}
-		on[pool] = append(on[pool], &pipelines[i])
+		on[db] = append(on[db], &pipelines[i])
 	}
-	byPool := make(map[*pgxpool.Pool]*database, len(pools))
-	for _, pool := range pools {
-		d := newDatabase(postgres.Describe(pool.Config()), pool, pool, on[pool], s.metrics, s.now, s.log)
-		byPool[pool] = d
+	byDB := make(map[outboxdb.DB]*database, len(dbs))
+	for _, db := range dbs {
+		d := newDatabase(db.Describe(), db, on[db], s.metrics, s.now, s.log)
+		byDB[db] = d
 		s.dbs = append(s.dbs, d)
 	}
-	return byPool, nil
+	return byDB, nil
 }
 
-func (s *Service) newPipeline(p *config.Pipeline, stateDir string, dbs map[*pgxpool.Pool]*database) (*pipelineRunner, error) {
+func (s *Service) newPipeline(p *config.Pipeline, stateDir string, dbs map[outboxdb.DB]*database) (*pipelineRunner, error) {
 	log := s.log.With("pipeline", p.Name)
-	pool, err := s.conns.Pools.Pool(p.Database)
+	pool, err := s.conns.DB(p.Database)
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +348,7 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string, dbs map[*pgxp
 // lookupsOf returns the lookups of the pipeline's database, shared with
 // the pipelines before it on the same database, and adds the pipeline's
 // outbox table and clock to the database's.
-func (s *Service) lookupsOf(p *config.Pipeline, pool *pgxpool.Pool, clock *DBClock, log *slog.Logger) *Lookups {
+func (s *Service) lookupsOf(p *config.Pipeline, pool outboxdb.DB, clock *DBClock, log *slog.Logger) *Lookups {
 	pd, ok := s.published[pool]
 	if !ok {
 		pd = newPublishedDatabase(pool, log)

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -22,6 +21,8 @@ import (
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
@@ -129,6 +130,7 @@ func TestConsumerStampsQueuedCanariesWithoutWaitingForPublishedAt(t *testing.T) 
 // them while its pings (it is the database's pinger too, counting them)
 // work.
 type countingQuerier struct {
+	outboxdb.DB
 	pool  *pgxpool.Pool
 	mu    sync.Mutex
 	n     int
@@ -149,15 +151,15 @@ func (q *countingQuerier) pinged() int {
 	return q.pings
 }
 
-func (q *countingQuerier) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+func (q *countingQuerier) Clock(ctx context.Context) (time.Time, error) {
 	q.mu.Lock()
 	q.n++
 	fail := q.fail
 	q.mu.Unlock()
 	if fail {
-		return errRow{errors.New("clock_timestamp() refused")}
+		return time.Time{}, errors.New("clock_timestamp() refused")
 	}
-	return q.pool.QueryRow(ctx, sql, args...)
+	return q.DB.Clock(ctx)
 }
 
 func (q *countingQuerier) count() int {
@@ -166,9 +168,11 @@ func (q *countingQuerier) count() int {
 	return q.n
 }
 
-type errRow struct{ err error }
+// explainOnly is a database that only explains errors, for tests that
+// set its state by hand.
+type explainOnly struct{ outboxdb.DB }
 
-func (r errRow) Scan(...any) error { return r.err }
+func (explainOnly) Explain(err error) error { return err }
 
 func TestWatchDB(t *testing.T) {
 	s := stacktest.Load(t)
@@ -190,8 +194,8 @@ func TestWatchDB(t *testing.T) {
 			t.Fatal(err)
 		}
 		clock := &fakeClock{t: t0}
-		q := &countingQuerier{pool: pool, fail: fail}
-		d := newDatabase("test", q, q, []*config.Pipeline{&orders, &payments}, m, clock.Now, slog.New(slog.DiscardHandler))
+		q := &countingQuerier{DB: postgres.NewOutboxDB(pool), pool: pool, fail: fail}
+		d := newDatabase("test", q, []*config.Pipeline{&orders, &payments}, m, clock.Now, slog.New(slog.DiscardHandler))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); d.watch(ctx, 10*time.Millisecond) }()
@@ -299,7 +303,7 @@ func TestADatabaseChangeIsLoggedOnceNamingEveryPipelineItAffects(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &stacktest.SyncBuffer{}
-	d := newDatabase("db.example:5432/shop as canary", nil, nil, []*config.Pipeline{&orders, &payments}, m, time.Now, logs.Logger())
+	d := newDatabase("db.example:5432/shop as canary", explainOnly{}, []*config.Pipeline{&orders, &payments}, m, time.Now, logs.Logger())
 	refused := errors.New("connection refused")
 	d.set(refused)
 	d.set(refused)

@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/lint"
+	"github.com/outbox-canary/outbox-canary/internal/mysql"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
@@ -119,6 +120,9 @@ func lintPipeline(ctx context.Context, p *config.Pipeline, opts lint.Options, ti
 		return []lint.Finding{{Check: "database", Level: lint.Fail, Message: err.Error(),
 			Fix: "check database.dsn, the network path and that the database is up; the role needs pg_monitor and SELECT on the table"}}
 	}
+	if kind, _ := p.Database.Family(); kind == config.KindMySQL {
+		return lintMySQL(ctx, p, dbFail)
+	}
 	pool, err := postgres.NewPool(ctx, p.Database, postgres.PoolOptions{MaxConns: 1, ConnectTimeout: timeout})
 	if err != nil {
 		return dbFail(err)
@@ -159,4 +163,22 @@ func lintConnector(ctx context.Context, p *config.Pipeline, db postgres.Querier,
 		src.Kafka = client
 	}
 	return lint.Connector(ctx, p, src)
+}
+
+// lintMySQL is lintPipeline on MySQL or MariaDB: the table and the binlog
+// (lint.MySQLOutbox) so far.
+func lintMySQL(ctx context.Context, p *config.Pipeline, dbFail func(error) []lint.Finding) []lint.Finding {
+	db, err := mysql.Open(p.Database, 1)
+	if err != nil {
+		return dbFail(err)
+	}
+	defer db.Close()
+	if err := db.Ping(ctx); err != nil {
+		return dbFail(db.Explain(err))
+	}
+	findings, err := lint.MySQLOutbox(ctx, db, p)
+	if err != nil {
+		return dbFail(err)
+	}
+	return findings
 }

@@ -173,8 +173,19 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	// Pipelines on one database share its watchers' queries.
-	watchers, err := watch.OpenSet(cfg.Pipelines, conns.Pools, conns.Clusters, wm, logger)
+	// Pipelines on one database share its watchers' queries. The watchers
+	// and the privileges check read PostgreSQL only so far: a MySQL
+	// pipeline is probed by canaries, its backlog and binlog not watched.
+	var watched []config.Pipeline
+	for _, p := range cfg.Pipelines {
+		if kind, _ := p.Database.Family(); kind == config.KindPostgres {
+			watched = append(watched, p)
+		} else {
+			logger.Warn("the watchers (backlog, transactions, capture log) and the privileges check do not read this database family yet; its canaries are measured",
+				"pipeline", p.Name, "database_kind", kind)
+		}
+	}
+	watchers, err := watch.OpenSet(watched, conns.Pools, conns.Clusters, wm, logger)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
@@ -213,9 +224,9 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 		"addresses", strings.Join(addrs, ","), "tls_or_auth", *webFlags.WebConfigFile != "", "pipelines", len(cfg.Pipelines), "state_dir", stateDir)
 
 	var wg sync.WaitGroup
-	for i := range cfg.Pipelines {
+	for i := range watched {
 		wg.Add(1)
-		go func() { defer wg.Done(); reportPrivileges(ctx, &cfg.Pipelines[i], conns.Pools, logger) }()
+		go func() { defer wg.Done(); reportPrivileges(ctx, &watched[i], conns.Pools, logger) }()
 	}
 	wg.Go(func() { watchers.Run(ctx) })
 	runErr := svc.Run(ctx)

@@ -24,6 +24,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/mysql"
 	"github.com/outbox-canary/outbox-canary/internal/relay"
 	"github.com/outbox-canary/outbox-canary/internal/version"
 )
@@ -60,7 +62,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	var o options
 	fs := flag.NewFlagSet("outbox-relay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.dsn, "dsn", "", "PostgreSQL connection string of the database that holds the outbox table (default $"+dsnEnv+"; prefer the variable, so the password stays out of ps)")
+	fs.StringVar(&o.dsn, "dsn", "", "connection string of the database that holds the outbox table: PostgreSQL's, or a mysql:// URL for MySQL 8.0+ and MariaDB 10.6+ (default $"+dsnEnv+"; prefer the variable, so the password stays out of ps)")
 	brokers := fs.String("brokers", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers, host:port")
 	fs.StringVar(&o.schema, "schema", "a", "column preset: a = seed schema A (route by aggregate_type), b = seed schema B (route by event_type, sent as header event-type too); --table and --column.* override single names")
 	fs.StringVar(&o.cfg.Columns.Table, "table", "", "outbox table, optionally schema-qualified as schema.table (default outbox)")
@@ -185,16 +187,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	poolCfg, err := pgxpool.ParseConfig(o.dsn)
-	if err != nil {
-		// pgconn masks the password in its parse errors.
-		return fmt.Errorf("--dsn: %w", err)
+	var store relay.Store
+	if config.KindOfDSN(o.dsn) == config.KindMySQL {
+		// Its errors never show the password.
+		db, err := mysql.Open(config.Database{DSN: config.InlineSecret(o.dsn)}, 2)
+		if err != nil {
+			return fmt.Errorf("--dsn: %w", err)
+		}
+		defer db.Close()
+		store = relay.MySQLStore(db.SQL())
+	} else {
+		poolCfg, err := pgxpool.ParseConfig(o.dsn)
+		if err != nil {
+			// pgconn masks the password in its parse errors.
+			return fmt.Errorf("--dsn: %w", err)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+		if err != nil {
+			return fmt.Errorf("database pool: %w", err)
+		}
+		defer pool.Close()
+		store = relay.PostgresStore(pool)
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return fmt.Errorf("database pool: %w", err)
-	}
-	defer pool.Close()
 
 	writer := relay.NewKafkaWriter(o.brokers)
 	defer func() {
@@ -213,7 +227,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	buildInfo.Set(1)
 	reg.MustRegister(buildInfo)
 
-	r, err := relay.New(o.cfg, pool, writer, logger, reg, time.Now)
+	r, err := relay.NewOn(o.cfg, store, writer, logger, reg, time.Now)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Kafka Connect (standalone) with the Debezium 3.6.1 PostgreSQL connector,
-# for the CDC path of the local test stack: a 4.3.0 worker, the Kafka that
+# Kafka Connect (standalone) with the Debezium 3.6.1 PostgreSQL connector and
+# Debezium's MariaDB connector (3.5.0, the newest on Maven Central: see
+# docs/mysql.md), for the CDC path of the local test stack: a 4.3.0 worker, the Kafka that
 # Debezium 3.6.1 is built against (it fails on 4.4.0, see connect/pom.xml),
 # talking to the stack's 4.4.0 broker. It runs beside the
 # PostgreSQL and Kafka of deploy/local/stack.sh, which must be up first: the
@@ -33,6 +34,7 @@ STOP_WAIT=${STOP_WAIT:-60}
 CONNECT_HEAP=${CONNECT_HEAP:--Xms128m -Xmx512m}
 CONNECT_PORT_BASE=${CONNECT_PORT_BASE:-18083}
 DEBEZIUM_CONNECTOR=io.debezium.connector.postgresql.PostgresConnector
+DEBEZIUM_MARIADB_CONNECTOR=io.debezium.connector.mariadb.MariaDbConnector
 
 ENV_FILE=$STACK_DIR/env
 PIDS=$STACK_DIR/pids
@@ -42,6 +44,7 @@ STATE_FILE=$CONNECT_HOME/state # the REST port chosen at first start, reused on 
 CONNECT_LIBS=$CONNECT_HOME/libs
 PLUGIN_PATH=$CONNECT_HOME/plugins
 DEBEZIUM_DIR=$PLUGIN_PATH/debezium-postgres
+DEBEZIUM_MARIADB_DIR=$PLUGIN_PATH/debezium-mariadb
 OFFSETS=$CONNECT_HOME/offsets.dat
 
 log() { printf '[connect] %s\n' "$*" >&2; }
@@ -139,10 +142,14 @@ connect_start() {
 # without the Debezium plugin.
 connect_ready() {
 	rest / >/dev/null || return 1
-	if ! rest /connector-plugins | grep -q "$DEBEZIUM_CONNECTOR"; then
-		tail_logs "$LOGS/connect.log"
-		die "the worker runs but does not list $DEBEZIUM_CONNECTOR (plugin.path $PLUGIN_PATH)"
-	fi
+	local plugins c
+	plugins=$(rest /connector-plugins)
+	for c in "$DEBEZIUM_CONNECTOR" "$DEBEZIUM_MARIADB_CONNECTOR"; do
+		if ! grep -q "$c" <<<"$plugins"; then
+			tail_logs "$LOGS/connect.log"
+			die "the worker runs but does not list $c (plugin.path $PLUGIN_PATH; a worker started before the plugin was added: $0 restart)"
+		fi
+	done
 }
 
 # connect_stop: SIGTERM (the worker stops its connectors and flushes their
@@ -188,6 +195,7 @@ cmd_up() {
 	load_stack
 	fetch "$CONNECT_LIBS" "$HERE/connect/pom.xml"
 	fetch "$DEBEZIUM_DIR" "$HERE/connect/debezium-postgres/pom.xml"
+	fetch "$DEBEZIUM_MARIADB_DIR" "$HERE/connect/debezium-mariadb/pom.xml"
 	if [[ -z ${CONNECT_PORT:-} ]]; then
 		free_port "$CONNECT_PORT_BASE" port_bound && CONNECT_PORT=$REPLY
 		printf 'CONNECT_PORT=%s\n' "$CONNECT_PORT" >"$STATE_FILE"

@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# The local test stack of outbox-canary: PostgreSQL 15 and a single-node
-# Apache Kafka 4.4.0 (KRaft), plus the Debian packages of Prometheus,
+# The local test stack of outbox-canary: PostgreSQL 15, MariaDB 10.11 and a
+# single-node Apache Kafka 4.4.0 (KRaft), plus the Debian packages of Prometheus,
 # Alertmanager, promtool, kcat and chromium (the status page's browser test). Everything lives under $STACK_DIR
 # (default <repo>/.stack, git-ignored); the servers listen on free ports of
 # 127.0.0.1 and are described in $STACK_DIR/env for tests (internal/stacktest).
 # Beside the plaintext connections that most tests use, Kafka has a SASL_SSL
-# listener (SCRAM-SHA-512) and PostgreSQL takes TLS (required of the role
-# canary_tls), with a CA and passwords made at the first `up` in
-# $STACK_DIR/secure.
+# listener (SCRAM-SHA-512) and PostgreSQL and MariaDB take TLS (required of
+# the role and user canary_tls), with a CA and passwords made at the first
+# `up` in $STACK_DIR/secure.
 #
 # Usage: deploy/local/stack.sh COMMAND
 #   up                 install what is missing, start what is not running (idempotent)
 #   down               stop what the stack started, delete its data (keeps the Kafka jars)
-#   status             print each server up/down (exit 0 only when both are up)
+#   status             print each server up/down (exit 0 only when all are up)
 #   env                print the env file
 #   stop-postgres | start-postgres | restart-postgres    (keep data and port)
 #   stop-kafka    | start-kafka    | restart-kafka       (keep data and ports)
+#   stop-mysql    | start-mysql    | restart-mysql       (keep data and port)
 #
 # Environment: STACK_DIR, PG_WAIT (s, default 60), KAFKA_WAIT (s, default 120),
 # KAFKA_HEAP (default -Xmx512m -Xms512m), JAVA (java binary, default: java on
-# PATH), PG_PORT_BASE (54320) and KAFKA_PORT_BASE (19092): the first ports tried.
+# PATH), MYSQL_WAIT (s, default 60), PG_PORT_BASE (54320), KAFKA_PORT_BASE
+# (19092) and MYSQL_PORT_BASE (33306): the first ports tried.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -34,6 +36,8 @@ KAFKA_HEAP=${KAFKA_HEAP:--Xmx512m -Xms512m}
 # are free for a moment and the second stack could take them.
 PG_PORT_BASE=${PG_PORT_BASE:-54320}
 KAFKA_PORT_BASE=${KAFKA_PORT_BASE:-19092}
+MYSQL_PORT_BASE=${MYSQL_PORT_BASE:-33306}
+MYSQL_WAIT=${MYSQL_WAIT:-60}
 KAFKA_VERSION=4.4.0
 PG_BIN=/usr/lib/postgresql/15/bin
 
@@ -47,6 +51,7 @@ KAFKA_DATA=$KAFKA_HOME/data
 SECURE_DIR=$STACK_DIR/secure # CA, server certificate, passwords: see secure_material
 KAFKA_SASL_USER=canary       # the SCRAM-SHA-512 user of the SASL_SSL listener
 PG_TLS_USER=canary_tls       # the role that pg_hba.conf allows only over TLS
+MYSQL_TLS_USER=canary_tls    # the MariaDB user created REQUIRE SSL
 
 # The topics every test run can rely on: name partitions [config]. Canary
 # topics stamp records at the broker (LogAppendTime): with Debezium the
@@ -74,7 +79,7 @@ source "$HERE/lib.sh"
 # The command line of each server's process, which pid_alive checks before
 # trusting a pid file. connect is connect.sh's worker, which `down` stops
 # should connect.sh fail to.
-declare -A PATTERN=([postgres]=postgres [kafka]=kafka.Kafka [connect]=ConnectStandalone)
+declare -A PATTERN=([postgres]=postgres [kafka]=kafka.Kafka [connect]=ConnectStandalone [mysql]=mariadbd)
 
 # server_alive NAME: $PIDS/NAME.pid names our running server NAME.
 server_alive() { pid_alive "$1" "${PATTERN[$1]:-}"; }
@@ -97,15 +102,17 @@ load_state() {
 installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
 
 # debian_daemons: pids of the Prometheus and Alertmanager daemons that
-# Debian's packages run as the prometheus user.
+# Debian's packages run as the prometheus user, and of the MariaDB server its
+# package runs on /var/lib/mysql (ours run with --defaults-file, never there).
 debian_daemons() {
 	pgrep -u prometheus -x prometheus 2>/dev/null || true
 	pgrep -u prometheus -x prometheus-alertmanager 2>/dev/null || true
+	pgrep -u mysql -a -x mariadbd 2>/dev/null | grep -v -- --defaults-file= | cut -d' ' -f1 || true
 }
 
 ensure_packages() {
 	# chromium: e2e loads the status page in it, headless.
-	local want=(postgresql-15 prometheus prometheus-alertmanager kcat chromium)
+	local want=(postgresql-15 mariadb-server prometheus prometheus-alertmanager kcat chromium)
 	command -v java >/dev/null || want+=(openjdk-17-jre-headless)
 	command -v mvn >/dev/null || want+=(maven)
 	command -v ss >/dev/null || want+=(iproute2)
@@ -243,6 +250,147 @@ pg_stop() {
 	# SIGINT is PostgreSQL's "fast" shutdown: SIGTERM ("smart") would wait for
 	# every client, such as a test's connection pool, to disconnect.
 	stop_server postgres INT
+}
+
+# ---------------------------------------------------------------- mariadb
+
+my_as() { setpriv --reuid=mysql --regid=mysql --init-groups -- "$@"; }
+
+# choose_mysql_dirs: MariaDB runs as the mysql system user, which must reach
+# its data and socket directories; as for PostgreSQL, a $STACK_DIR it cannot
+# reach or too long for a unix socket sends them to a private /tmp directory.
+choose_mysql_dirs() {
+	local base=$STACK_DIR
+	if ! my_as test -x "$STACK_DIR" || ((${#STACK_DIR} > 80)); then
+		base=$(mktemp -d /tmp/outbox-canary-mysql.XXXXXX)
+		chmod 755 "$base"
+		log "mysql: $STACK_DIR is not usable by the mysql user, data goes to $base"
+	fi
+	MYSQL_DATA=$base/mysql
+	MYSQL_RUN_DIR=$base/mysql-run
+}
+
+mysql_socket() { echo "$MYSQL_RUN_DIR/mariadbd.sock"; }
+
+# mysql_root ARGS...: the mariadb client as the server's root, which
+# mariadb-install-db lets in through the unix socket only, as the OS user
+# root (this script runs as root).
+mysql_root() { mariadb --no-defaults --protocol=socket --socket="$(mysql_socket)" -u root "$@"; }
+
+mysql_init() {
+	log "mysql: mariadb-install-db in $MYSQL_DATA ..."
+	mkdir -p "$MYSQL_DATA" "$MYSQL_RUN_DIR"
+	chown mysql:mysql "$MYSQL_DATA" "$MYSQL_RUN_DIR"
+	chmod 700 "$MYSQL_DATA"
+	mariadb-install-db --no-defaults --datadir="$MYSQL_DATA" --user=mysql \
+		--auth-root-authentication-method=socket --skip-test-db >"$LOGS/mariadb-install-db.log" 2>&1 ||
+		{
+			tail_logs "$LOGS/mariadb-install-db.log"
+			die "mysql: mariadb-install-db failed"
+		}
+	mysql_tls_files
+}
+
+# mysql_config renders the option file, at every start, so a changed
+# template applies on restart.
+mysql_config() {
+	sed -e "s|@DATA_DIR@|$MYSQL_DATA|g" -e "s|@SOCKET@|$(mysql_socket)|g" -e "s|@RUN_DIR@|$MYSQL_RUN_DIR|g" \
+		-e "s|@LOG_FILE@|$LOGS/mysql.log|g" -e "s|@MYSQL_PORT@|$MYSQL_PORT|g" -e "s|@CA_FILE@|$MYSQL_DATA/ca.pem|g" \
+		"$HERE/mariadb/my.cnf.in" >"$MYSQL_RUN_DIR/my.cnf"
+	chmod 644 "$MYSQL_RUN_DIR/my.cnf"
+}
+
+# mysql_tls_files copies the server certificate, its key (readable by the
+# mysql user only) and the CA into the data directory.
+mysql_tls_files() {
+	[[ -f $SECURE_DIR/server.pem ]] || return 0
+	install -o mysql -g mysql -m 644 "$SECURE_DIR/server.pem" "$MYSQL_DATA/server.crt"
+	install -o mysql -g mysql -m 600 "$SECURE_DIR/server.key" "$MYSQL_DATA/server.key"
+	install -o mysql -g mysql -m 644 "$SECURE_DIR/ca.pem" "$MYSQL_DATA/ca.pem"
+}
+
+mysql_start() {
+	if server_alive mysql; then
+		log "mysql: already running on 127.0.0.1:$MYSQL_PORT"
+	else
+		[[ -n ${MYSQL_PORT:-} && -d $MYSQL_DATA/mysql ]] || die "mysql: no data dir at ${MYSQL_DATA:-?} (run: $0 up)"
+		if port_busy "$MYSQL_PORT"; then
+			die "mysql: port $MYSQL_PORT is taken by another process (run: $0 down; $0 up)"
+		fi
+		mkdir -p "$MYSQL_RUN_DIR" && chown mysql:mysql "$MYSQL_RUN_DIR"
+		mysql_config
+		log "mysql: starting MariaDB $(mariadbd --version | awk '{print $3}') on 127.0.0.1:$MYSQL_PORT ..."
+		# As pg_start: a session of its own; setpriv execs, so $! is
+		# mariadbd's pid. --defaults-file must come first.
+		setsid setpriv --reuid=mysql --regid=mysql --init-groups -- \
+			/usr/sbin/mariadbd --defaults-file="$MYSQL_RUN_DIR/my.cnf" </dev/null >>"$LOGS/mysql.stdout.log" 2>&1 9>&- &
+		echo $! >"$PIDS/mysql.pid"
+	fi
+	await_ready mysql "$MYSQL_WAIT" 0.2 "mysql: " mysql_ready "$LOGS/mysql.log" "$LOGS/mysql.stdout.log"
+}
+
+mysql_ready() { mysql_root -N -e 'SELECT 1' >/dev/null 2>&1; }
+
+# mysql_bootstrap creates the database and users of the DSNs unless they
+# exist, and sets their privileges every time:
+#   canary        the prober's and the relay's user: rows of the outbox
+#                 tables in the databases canary and canary_* (tests make
+#                 one each), and what its watchers read (PROCESS for
+#                 information_schema.innodb_trx, BINLOG MONITOR for SHOW
+#                 BINARY LOGS), nothing else: least privilege.
+#   canary_admin  the tests' and demo's DDL (creating the databases and
+#                 tables), as the PostgreSQL superuser canary is.
+#   canary_tls    as canary, and only over TLS (REQUIRE SSL).
+#   canary_cdc    Debezium's MariaDB connector: what it needs to read the
+#                 binlog and the tables' structure (REPLICATION SLAVE,
+#                 BINLOG MONITOR, SELECT, RELOAD, SHOW DATABASES, LOCK TABLES).
+mysql_bootstrap() {
+	log "mysql: ensuring database canary and users canary (least privilege), canary_admin, canary_cdc${MYSQL_TLS_PASSWORD:+, $MYSQL_TLS_USER (TLS only)} ..."
+	{
+		cat <<'SQL'
+CREATE DATABASE IF NOT EXISTS canary;
+CREATE USER IF NOT EXISTS 'canary'@'127.0.0.1' IDENTIFIED BY 'canary';
+GRANT SELECT, INSERT, UPDATE, DELETE ON `canary%`.* TO 'canary'@'127.0.0.1';
+GRANT PROCESS, BINLOG MONITOR ON *.* TO 'canary'@'127.0.0.1';
+CREATE USER IF NOT EXISTS 'canary_admin'@'127.0.0.1' IDENTIFIED BY 'canary_admin';
+GRANT ALL PRIVILEGES ON *.* TO 'canary_admin'@'127.0.0.1' WITH GRANT OPTION;
+CREATE USER IF NOT EXISTS 'canary_cdc'@'127.0.0.1' IDENTIFIED BY 'canary_cdc';
+GRANT SELECT, RELOAD, SHOW DATABASES, LOCK TABLES, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'canary_cdc'@'127.0.0.1';
+SQL
+		# The password goes through stdin, not the command line that ps
+		# shows; it is hex, so it needs no quoting.
+		if [[ -n ${MYSQL_TLS_PASSWORD:-} ]]; then
+			cat <<SQL
+CREATE USER IF NOT EXISTS '$MYSQL_TLS_USER'@'127.0.0.1' IDENTIFIED BY '$MYSQL_TLS_PASSWORD' REQUIRE SSL;
+ALTER USER '$MYSQL_TLS_USER'@'127.0.0.1' IDENTIFIED BY '$MYSQL_TLS_PASSWORD' REQUIRE SSL;
+GRANT SELECT, INSERT, UPDATE, DELETE ON \`canary%\`.* TO '$MYSQL_TLS_USER'@'127.0.0.1';
+GRANT PROCESS, BINLOG MONITOR ON *.* TO '$MYSQL_TLS_USER'@'127.0.0.1';
+SQL
+		fi
+	} | mysql_root --batch || die "mysql: creating the database and users failed"
+}
+
+mysql_stop() { stop_server mysql TERM; }
+
+# mysql_secure makes the password of $MYSQL_TLS_USER beside the others of
+# $SECURE_DIR (a stack whose secure material predates MariaDB gets it now)
+# and sets MYSQL_TLS_PASSWORD for mysql_bootstrap.
+mysql_secure() {
+	local f=$SECURE_DIR/mysql-$MYSQL_TLS_USER.password
+	[[ -f $f ]] || (umask 077 && openssl rand -hex 24 >"$f")
+	MYSQL_TLS_PASSWORD=$(<"$f")
+}
+
+# mysql_secure_check proves, as secure_check does for PostgreSQL, that
+# $MYSQL_TLS_USER logs in over TLS with a client that trusts only the
+# stack's CA and verifies the server's certificate for 127.0.0.1.
+mysql_secure_check() {
+	local out
+	out=$(MYSQL_PWD=$MYSQL_TLS_PASSWORD mariadb --no-defaults -h 127.0.0.1 -P "$MYSQL_PORT" -u "$MYSQL_TLS_USER" \
+		--ssl --ssl-ca="$SECURE_DIR/ca.pem" --ssl-verify-server-cert -N -B \
+		-e "SHOW SESSION STATUS LIKE 'Ssl_version'" 2>&1) || true
+	[[ $out == Ssl_version*TLS* ]] || die "mysql: user $MYSQL_TLS_USER cannot connect with TLS verified by $SECURE_DIR/ca.pem: $out"
+	log "tls: MariaDB TLS on 127.0.0.1:$MYSQL_PORT verified (${out#Ssl_version	})"
 }
 
 # ---------------------------------------------------------------- kafka
@@ -486,6 +634,25 @@ OUTBOX_CANARY_PG_TLS_PASSWORD_FILE=$SECURE_DIR/postgres-$PG_TLS_USER.password
 EOF
 }
 
+# mysql_env: MariaDB, for the env file. The DSNs are URLs with the mysql
+# scheme, which outbox-canary reads as database.kind mysql.
+mysql_env() {
+	cat <<EOF
+OUTBOX_CANARY_MYSQL_DSN=mysql://canary:canary@127.0.0.1:$MYSQL_PORT/canary
+OUTBOX_CANARY_MYSQL_ADMIN_DSN=mysql://canary_admin:canary_admin@127.0.0.1:$MYSQL_PORT/canary
+OUTBOX_CANARY_MYSQL_CDC_USER=canary_cdc
+OUTBOX_CANARY_MYSQL_CDC_PASSWORD=canary_cdc
+OUTBOX_CANARY_MYSQL_HOST=127.0.0.1
+OUTBOX_CANARY_MYSQL_PORT=$MYSQL_PORT
+OUTBOX_CANARY_MYSQL_SOCKET=$(mysql_socket)
+OUTBOX_CANARY_MYSQL_VERSION=$(mysql_root -N -B -e 'SELECT VERSION()')
+EOF
+	[[ -z ${MYSQL_TLS_PASSWORD:-} ]] || cat <<EOF
+OUTBOX_CANARY_MYSQL_TLS_USERNAME=$MYSQL_TLS_USER
+OUTBOX_CANARY_MYSQL_TLS_PASSWORD_FILE=$SECURE_DIR/mysql-$MYSQL_TLS_USER.password
+EOF
+}
+
 # ---------------------------------------------------------------- env
 
 write_env() {
@@ -511,6 +678,7 @@ OUTBOX_CANARY_PROMETHEUS=$(command -v prometheus)
 OUTBOX_CANARY_ALERTMANAGER=$(command -v prometheus-alertmanager)
 EOF
 	[[ -z ${KAFKA_SASL_PORT:-} ]] || secure_env >>"$tmp"
+	mysql_env >>"$tmp"
 	mv "$tmp" "$ENV_FILE"
 }
 
@@ -529,7 +697,7 @@ lock() {
 cmd_up() {
 	lock
 	load_state
-	if [[ -f $ENV_FILE ]] && server_alive postgres && server_alive kafka; then
+	if [[ -f $ENV_FILE ]] && server_alive postgres && server_alive kafka && server_alive mysql; then
 		log "already up"
 		[[ -n ${KAFKA_SASL_PORT:-} ]] || predates_secure_note
 		# The Kafka Connect worker (Debezium, for the CDC path) may have been
@@ -558,6 +726,14 @@ cmd_up() {
 		: >"$LOGS/kafka.log"
 		: >"$LOGS/kafka.stdout.log"
 	fi
+	# MariaDB joined the stack later: a stack whose state predates it gets
+	# its port and directories now.
+	if [[ -z ${MYSQL_PORT:-} ]]; then
+		choose_mysql_dirs
+		free_port "$MYSQL_PORT_BASE" port_taken && MYSQL_PORT=$REPLY
+		printf 'MYSQL_PORT=%s\nMYSQL_DATA=%s\nMYSQL_RUN_DIR=%s\n' "$MYSQL_PORT" "$MYSQL_DATA" "$MYSQL_RUN_DIR" >>"$STATE_FILE"
+		: >"$LOGS/mysql.log"
+	fi
 
 	# A stack set up by a stack.sh from before the secured listeners has no
 	# SASL_SSL port (predates_secure_note).
@@ -572,6 +748,12 @@ cmd_up() {
 	pg_bootstrap
 	[[ -z ${KAFKA_SASL_PORT:-} ]] || pg_tls_role
 
+	[[ -z ${KAFKA_SASL_PORT:-} ]] || mysql_secure
+	[[ -d $MYSQL_DATA/mysql ]] || mysql_init
+	mysql_start
+	mysql_bootstrap
+	[[ -z ${MYSQL_TLS_PASSWORD:-} ]] || mysql_secure_check
+
 	kafka_fetch_libs
 	[[ -f $KAFKA_DATA/meta.properties ]] || kafka_init
 	kafka_start
@@ -581,8 +763,9 @@ cmd_up() {
 	write_env
 	# After write_env, which rewrites the env file: connect.sh appends its URL.
 	STACK_DIR=$STACK_DIR bash "$HERE/connect.sh" up 9>&-
-	log "up: postgres, kafka and kafka connect are running; env in $ENV_FILE"
+	log "up: postgres, mariadb, kafka and kafka connect are running; env in $ENV_FILE"
 	echo "OUTBOX_CANARY_PG_DSN=postgres://canary:canary@127.0.0.1:$PG_PORT/canary?sslmode=disable"
+	echo "OUTBOX_CANARY_MYSQL_DSN=mysql://canary:canary@127.0.0.1:$MYSQL_PORT/canary"
 	echo "OUTBOX_CANARY_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
 }
 
@@ -598,9 +781,10 @@ cmd_down() {
 	for f in "$PIDS"/*.pid; do
 		[[ -e $f ]] || continue
 		name=$(basename "$f" .pid)
-		case $name in postgres | kafka) ;; *) stop_server "$name" TERM ;; esac
+		case $name in postgres | kafka | mysql) ;; *) stop_server "$name" TERM ;; esac
 	done
 	kafka_stop
+	mysql_stop
 	pg_stop
 	rm -f "$ENV_FILE"
 	rm -rf "$KAFKA_DATA" "$KAFKA_HOME/server.properties" "$KAFKA_HOME/log4j2.xml" "$SECURE_DIR"
@@ -608,6 +792,10 @@ cmd_down() {
 		rm -rf "$PG_DATA" "$PG_SOCKET_DIR"
 		# the private /tmp directory of choose_pg_dirs, if that was used
 		case $PG_DATA in /tmp/outbox-canary-pg.*/pg) rmdir "$(dirname "$PG_DATA")" 2>/dev/null || true ;; esac
+	fi
+	if [[ -n ${MYSQL_DATA:-} ]]; then
+		rm -rf "$MYSQL_DATA" "$MYSQL_RUN_DIR"
+		case $MYSQL_DATA in /tmp/outbox-canary-mysql.*/mysql) rmdir "$(dirname "$MYSQL_DATA")" 2>/dev/null || true ;; esac
 	fi
 	rm -f "$STATE_FILE"
 	log "down: stopped; data removed (Kafka jars kept in $KAFKA_LIBS, logs in $LOGS)"
@@ -626,6 +814,12 @@ cmd_status() {
 		echo "kafka:    up   127.0.0.1:${KAFKA_PORT:-?} (pid $(<"$PIDS/kafka.pid"))"
 	else
 		echo "kafka:    down"
+		rc=1
+	fi
+	if server_alive mysql; then
+		echo "mysql:    up   127.0.0.1:${MYSQL_PORT:-?} (pid $(<"$PIDS/mysql.pid"))"
+	else
+		echo "mysql:    down"
 		rc=1
 	fi
 	STACK_DIR=$STACK_DIR bash "$HERE/connect.sh" status || rc=1
@@ -648,7 +842,7 @@ main() {
 		[[ -f $ENV_FILE ]] || die "no env file: the stack is not up (run: $0 up)"
 		cat "$ENV_FILE"
 		;;
-	stop-postgres | start-postgres | restart-postgres | stop-kafka | start-kafka | restart-kafka)
+	stop-postgres | start-postgres | restart-postgres | stop-kafka | start-kafka | restart-kafka | stop-mysql | start-mysql | restart-mysql)
 		lock
 		need_state
 		JAVA=$(java_bin)
@@ -664,6 +858,12 @@ main() {
 		restart-kafka)
 			kafka_stop
 			kafka_start
+			;;
+		stop-mysql) mysql_stop ;;
+		start-mysql) mysql_start ;;
+		restart-mysql)
+			mysql_stop
+			mysql_start
 			;;
 		esac
 		;;

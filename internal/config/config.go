@@ -109,6 +109,18 @@ type Database struct {
 	// file; sslcert and sslkey give a client certificate, passfile a
 	// .pgpass file for the password.
 	DSN Secret `yaml:"dsn"`
+	// The database family: postgres, or mysql (MySQL 8.0+ and MariaDB
+	// 10.6+). Empty: a DSN that is a mysql:// or mariadb:// URL is mysql
+	// (mysql://user:password@host:3306/database?tls=true&ca=/ca.pem, where
+	// tls is true, false, preferred or skip-verify and ca, a PEM file,
+	// implies true; other parameters go to the driver, go-sql-driver/mysql),
+	// anything else postgres. With mysql, a DSN that is not a URL is read in
+	// go-sql-driver/mysql's form (user:password@tcp(host:3306)/database).
+	// The MySQL user needs INSERT and SELECT on the outbox table (DELETE
+	// for canary.delete_after_insert), and PROCESS and BINLOG MONITOR
+	// (MySQL: REPLICATION CLIENT) for the watchers. The prober's sessions
+	// run in UTC whatever the server's time zone.
+	Kind string `yaml:"kind"`
 	// How often the offset between the database clock and the prober's is
 	// re-estimated: published_at is written on the database clock and
 	// converted to the prober's with it. Pipelines on one database (the

@@ -19,6 +19,8 @@ func TestInvalidConfigsAreRejectedWithTheirMessage(t *testing.T) {
 	cases := []struct{ file, want string }{
 		{"invalid-bad-budget-duration.yml", `line 12: pipelines[0] "orders": budgets.end_to_end: "two seconds" is not a duration: write a positive number and a unit (ms, s, m, h, d, w), e.g. 500ms, 2s, 30d`},
 		{"invalid-bad-column.yml", `line 11: pipelines[0] "orders": outbox.columns.route: "aggregate type" is not a column name (letters, digits and _)`},
+		{"invalid-bad-database-kind.yml", `line 9: pipelines[0] "orders": database.kind: "oracle" must be "postgres" or "mysql" (or empty: from the dsn)`},
+		{"invalid-mysql-dsn-bad-tls.yml", `line 7: pipelines[0] "orders": database.dsn: tls is not one of true, false, preferred, skip-verify`},
 		{"invalid-bad-pipeline-name.yml", `line 5: pipelines[0] "orders east": name: "orders east" must match ^[a-zA-Z_][a-zA-Z0-9_-]*$ (it becomes a label value and a rule name)`},
 		{"invalid-bad-relay-kind.yml", `line 10: pipelines[0] "orders": relay.kind: "kafka-connect" must be "polling" or "cdc"`},
 		{"invalid-bad-slot-name.yml", `line 16: pipelines[0] "orders": watch.slot: "Demo-Shipments" is not a replication slot name (lower-case letters, digits and _, at most 63)`},

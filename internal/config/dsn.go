@@ -138,7 +138,7 @@ func tlsProblem(cause error) string {
 
 // CheckSecrets resolves every secret the prober will read (the signing
 // key, each pipeline's DSN and SASL password) and parses each DSN as
-// PoolConfig does, and returns every problem at once as Problems, with
+// PoolConfig (or MySQLConfig) does, and returns every problem at once as Problems, with
 // lines when the Config was loaded from a file. Validate checks inline
 // values only; validate and run call CheckSecrets before trusting the
 // environment and the secret files.
@@ -155,7 +155,7 @@ func (c *Config) CheckSecrets() error {
 	for i := range c.Pipelines {
 		p := &c.Pipelines[i]
 		pv := in{v: v, p: p, base: fmt.Sprintf("pipelines[%d]", i)}
-		if _, err := p.Database.poolConfig(); err != nil {
+		if err := p.Database.checkDSN(); err != nil {
 			pv.add("database.dsn", "%s", err)
 		}
 		if p.Kafka.SASL.Mechanism != "" {

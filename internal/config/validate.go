@@ -129,9 +129,14 @@ func (c in) database() {
 	case dsn.IsInline():
 		// An inline DSN is checked now, as run and check would parse it;
 		// one from env or file waits for CheckSecrets.
-		if _, err := c.p.Database.poolConfig(); err != nil {
+		if err := c.p.Database.checkDSN(); err != nil {
 			c.add("database.dsn", "%s", err)
 		}
+	}
+	switch c.p.Database.Kind {
+	case "", KindPostgres, KindMySQL:
+	default:
+		c.add("database.kind", "%q must be %q or %q (or empty: from the dsn)", c.p.Database.Kind, KindPostgres, KindMySQL)
 	}
 	if c.p.Database.ClockOffsetInterval < 0 {
 		c.add("database.clock_offset_interval", "must be positive")

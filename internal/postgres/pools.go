@@ -93,6 +93,12 @@ func NewPools(ctx context.Context, dbs []config.Database, o PoolsOptions) (*Pool
 	users := map[string]int{}
 	dsns := make([]string, len(dbs))
 	for i, db := range dbs {
+		// The other families' databases are theirs (mysql.Pools).
+		if kind, err := db.Family(); err != nil {
+			return nil, fmt.Errorf("database %d: %w", i, err)
+		} else if kind != config.KindPostgres {
+			continue
+		}
 		dsn, err := db.DSN.Resolve()
 		if err != nil {
 			return nil, fmt.Errorf("database %d: database.dsn: %w", i, err)
@@ -103,6 +109,9 @@ func NewPools(ctx context.Context, dbs []config.Database, o PoolsOptions) (*Pool
 	ps := &Pools{byDSN: map[string]*sharedPool{}}
 	for i, db := range dbs {
 		dsn := dsns[i]
+		if dsn == "" {
+			continue
+		}
 		if _, ok := ps.byDSN[dsn]; ok {
 			continue
 		}

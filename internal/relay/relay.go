@@ -1,5 +1,6 @@
 // Package relay is outbox-canary's reference polling relay: it moves rows
-// from a PostgreSQL outbox table to Kafka the way the seed article describes,
+// from a PostgreSQL, MySQL or MariaDB outbox table (Store) to Kafka the way
+// the seed article describes,
 // with fault injection (pause, publish delay, drop, duplicate) so that tests
 // and demos can stall or slow each segment of the pipeline on purpose.
 //
@@ -11,6 +12,8 @@
 //	-- (with a mark delay: wait that long once the whole batch is acknowledged)
 //	UPDATE outbox SET published_at = clock_timestamp() WHERE id = ANY($1)
 //	COMMIT
+//
+// (on MySQL: LIMIT ?, SYSDATE(6) and an IN list).
 //
 // published_at is therefore taken after the broker's ack of the whole batch,
 // and becomes visible only at COMMIT: a consumer often reads a record before
@@ -32,7 +35,6 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
@@ -112,12 +114,11 @@ type MessageWriter interface {
 // start it with Run.
 type Relay struct {
 	cfg     Config
-	pool    *pgxpool.Pool
+	store   Store
 	writer  MessageWriter
 	log     *slog.Logger
 	now     func() time.Time
 	topic   *template.Template
-	queries queries
 	faults  *Faults
 	metrics *metrics
 }
@@ -129,6 +130,14 @@ type Relay struct {
 func New(cfg Config, pool *pgxpool.Pool, writer MessageWriter, logger *slog.Logger, reg prometheus.Registerer, now func() time.Time) (*Relay, error) {
 	if pool == nil {
 		return nil, errors.New("relay: nil database pool")
+	}
+	return NewOn(cfg, PostgresStore(pool), writer, logger, reg, now)
+}
+
+// NewOn is New on a Store of any family (MySQLStore, PostgresStore).
+func NewOn(cfg Config, store Store, writer MessageWriter, logger *slog.Logger, reg prometheus.Registerer, now func() time.Time) (*Relay, error) {
+	if store == nil {
+		return nil, errors.New("relay: nil database")
 	}
 	if writer == nil {
 		return nil, errors.New("relay: nil Kafka writer")
@@ -147,8 +156,7 @@ func New(cfg Config, pool *pgxpool.Pool, writer MessageWriter, logger *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	q, err := buildQueries(cfg.Columns, cfg.DeletePublished)
-	if err != nil {
+	if err := store.prepare(cfg.Columns, cfg.DeletePublished); err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	faults := NewFaults(logger)
@@ -158,8 +166,8 @@ func New(cfg Config, pool *pgxpool.Pool, writer MessageWriter, logger *slog.Logg
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	return &Relay{
-		cfg: cfg, pool: pool, writer: writer, log: logger, now: now,
-		topic: tmpl, queries: q, faults: faults, metrics: m,
+		cfg: cfg, store: store, writer: writer, log: logger, now: now,
+		topic: tmpl, faults: faults, metrics: m,
 	}, nil
 }
 
@@ -290,7 +298,7 @@ func (r *Relay) poll(ctx context.Context) (int, string, error) {
 	r.metrics.polls.Inc()
 	start := r.now()
 
-	tx, err := r.pool.Begin(ctx)
+	tx, err := r.store.begin(ctx)
 	if err != nil {
 		return 0, stageDatabase, fmt.Errorf("begin: %w", err)
 	}
@@ -299,12 +307,12 @@ func (r *Relay) poll(ctx context.Context) (int, string, error) {
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_ = tx.Rollback(rctx)
+		tx.rollback(rctx)
 	}()
 
-	rows, err := r.claim(ctx, tx)
+	rows, err := tx.claim(ctx, r.cfg.BatchSize, r.cfg.Columns.EventType != "")
 	if err != nil {
-		return 0, stageDatabase, err
+		return 0, stageDatabase, fmt.Errorf("claim rows: %w", err)
 	}
 	readAt := r.now()
 	if len(rows) == 0 {
@@ -359,10 +367,10 @@ func (r *Relay) poll(ctx context.Context) (int, string, error) {
 	for i, row := range rows {
 		ids[i] = row.id
 	}
-	if _, err := tx.Exec(ctx, r.queries.finish, ids); err != nil {
+	if err := tx.finish(ctx, ids); err != nil {
 		return 0, stageDatabase, fmt.Errorf("mark %d rows published: %w", len(ids), err)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.commit(ctx); err != nil {
 		return 0, stageDatabase, fmt.Errorf("commit: %w", err)
 	}
 	committed = true
@@ -382,27 +390,6 @@ func (r *Relay) poll(ctx context.Context) (int, string, error) {
 		"rows", len(rows), "messages", len(msgs), "first_id", rows[0].id, "last_id", rows[len(rows)-1].id,
 		"dropped", plan.drop, "duplicated", plan.duplicate, "delay", plan.delay, "mark_delay", plan.markDelay, "duration", elapsed)
 	return len(rows), "", nil
-}
-
-func (r *Relay) claim(ctx context.Context, tx pgx.Tx) ([]row, error) {
-	pgRows, err := tx.Query(ctx, r.queries.claim, r.cfg.BatchSize)
-	if err != nil {
-		return nil, fmt.Errorf("claim rows: %w", err)
-	}
-	withEventType := r.cfg.Columns.EventType != ""
-	rows, err := pgx.CollectRows(pgRows, func(s pgx.CollectableRow) (row, error) {
-		var x row
-		dest := []any{&x.id, &x.route, &x.key, &x.payload, &x.createdAt}
-		if withEventType {
-			dest = append(dest, &x.eventType)
-		}
-		err := s.Scan(dest...)
-		return x, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim rows: %w", err)
-	}
-	return rows, nil
 }
 
 // messages builds the batch's messages: the plan's dropped rows are left
