@@ -111,6 +111,13 @@ func TestBadShardFlagsAreUsageErrorsThatNameTheFlag(t *testing.T) {
 			}
 		})
 	}
+	t.Run("An instance id with whitespace is refused, as the file's instance_id is.", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		err := Run(context.Background(), []string{"run", "--config.file", path, "--instance.id", "pod 1"}, &stdout, &stderr)
+		if want := `--instance.id "pod 1" must not contain whitespace`; !errors.Is(err, errUsage) || !strings.Contains(stderr.String(), want) {
+			t.Errorf("err %v, stderr %q; want a usage error saying %q", err, stderr.String(), want)
+		}
+	})
 	t.Run("run with several shards and no place among them says how to give one.", func(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		err := Run(context.Background(), []string{"run", "--config.file", path, "--shard.count", "3"}, &stdout, &stderr)
