@@ -89,7 +89,7 @@ func openSet(pipelines []config.Pipeline, dbOf databaseOf, clusters *kafkaclient
 func (s *Set) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, g := range s.groups {
-		wg.Go(func() { every(ctx, g.interval, g.sampleDue) })
+		wg.Go(func() { every(ctx, g.tick, g.sampleDue) })
 	}
 	for _, w := range s.watchers {
 		if w.watchesKafka() {
@@ -106,16 +106,17 @@ func (s *Set) Run(ctx context.Context) {
 // all of them.
 type group struct {
 	db postgres.Querier
-	// interval is the shortest watch.interval of the members: the loop's
-	// tick. Each question has its own cadence, the shortest interval of
-	// the members that want its answer, so a pipeline watched every
-	// minute is not asked about every 15 s because another on the
-	// database is.
-	interval time.Duration
-	timeout  time.Duration
-	now      func() time.Time
-	log      *slog.Logger // names no pipeline: lines about several list them
-	members  []*Watcher
+	// Each question has its own cadence, the shortest interval of the
+	// members that want its answer, so a pipeline watched every minute is
+	// not asked about every 15 s because another on the database is. The
+	// loop ticks at the greatest common divisor of the cadences (1 s at
+	// least), so each is asked on time, not at the next multiple of the
+	// shortest.
+	tick    time.Duration
+	timeout time.Duration
+	now     func() time.Time
+	log     *slog.Logger // names no pipeline: lines about several list them
+	members []*Watcher
 
 	// The distinct watch.long_transaction_thresholds of the members: one
 	// query counts the open transactions over each (QueryOpenTransactions).
@@ -183,10 +184,29 @@ func newGroup(db postgres.Querier, members []*Watcher, log *slog.Logger) *group 
 			g.slots.want(w)
 		}
 	}
-	// Every member asks about open transactions: its cadence is theirs.
-	g.interval = g.transactions.every
-	g.timeout = sampleTimeout(g.interval)
+	// Every member asks about open transactions: its cadence is the
+	// shortest, and bounds each sample.
+	g.timeout = sampleTimeout(g.transactions.every)
+	g.tick = g.transactions.every
+	if len(g.slotUsers) > 0 {
+		g.tick = gcd(g.tick, g.slots.every)
+	}
+	for _, b := range g.backlogs {
+		g.tick = gcd(g.tick, b.every)
+	}
+	g.tick = max(g.tick, minTick)
 	return g
+}
+
+// minTick is the shortest tick of a group's loop: cadences whose common
+// divisor is shorter are asked within half of it of their time.
+const minTick = time.Second
+
+func gcd(a, b time.Duration) time.Duration {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // Sample asks every question once, due or not.
@@ -206,7 +226,7 @@ func (g *group) sampleDue(ctx context.Context) { g.sample(ctx, false) }
 func (g *group) sample(ctx context.Context, all bool) {
 	now := g.now()
 	ask := func(c *cadence) bool {
-		if !all && !c.due(now, g.interval) {
+		if !all && !c.due(now, g.tick) {
 			return false
 		}
 		c.last = now

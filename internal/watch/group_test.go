@@ -413,7 +413,7 @@ func TestOpenSetGroupsPipelinesByDatabase(t *testing.T) {
 			tables = append(tables, fmt.Sprintf("%s every %s", b.p.Outbox.Table, b.every))
 		}
 		got = append(got, fmt.Sprintf("%d pipelines, ticks every %s: %d thresholds, backlog of %s, %d cdc (slots every %s)",
-			len(g.members), g.interval, len(g.thresholds), strings.Join(tables, " and "), len(g.slotUsers), g.slots.every))
+			len(g.members), g.tick, len(g.thresholds), strings.Join(tables, " and "), len(g.slotUsers), g.slots.every))
 	}
 	// One group per database, whatever the pipelines' watch.intervals:
 	// each question at the shortest interval of the pipelines asking it.
@@ -423,6 +423,57 @@ func TestOpenSetGroupsPipelinesByDatabase(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("groups:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestASharedQuestionIsAskedAtItsOwnCadence(t *testing.T) {
+	cases := []struct {
+		name      string
+		intervals []string // of pipelines on tables t0, t1, ...
+		wantTick  time.Duration
+		want      []int // times each table's backlog is asked in the first 2 minutes (ticks at 0 included)
+	}{
+		{"One interval: one tick, every question at it.", []string{"15s", "15s"}, 15 * time.Second, []int{8, 8}},
+		{"15s and 1m: the 1m table every fourth tick.", []string{"15s", "1m"}, 15 * time.Second, []int{8, 2}},
+		{"15s and 40s: ticks every 5s, the 40s table on time, not every 45s.", []string{"15s", "40s"}, 5 * time.Second, []int{8, 3}},
+		{"15s and 15.5s: ticks at the 1s floor, each asked within half a tick of its cadence.", []string{"15s", "15500ms"}, time.Second, []int{8, 8}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var ws []*Watcher
+			m, err := NewMetrics(prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, interval := range tc.intervals {
+				p := fleetSpec{dsn: "postgres://u@127.0.0.1:1/x", polling: 1, tables: []string{fmt.Sprintf("t%d", i)},
+					thresholds: []string{"1m"}, interval: interval}.load(t).Pipelines[0]
+				w, err := New(Options{Pipeline: &p, Metrics: m})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ws = append(ws, w)
+			}
+			g := newGroup(nil, ws, nil)
+			if g.tick != tc.wantTick {
+				t.Errorf("tick %s, want %s", g.tick, tc.wantTick)
+			}
+			// The loop's ticks over two minutes, each a little late.
+			start := time.Now()
+			asked := make([]int, len(g.backlogs))
+			for at := time.Duration(0); at < 2*time.Minute; at += g.tick {
+				now := start.Add(at + 20*time.Millisecond)
+				for i, b := range g.backlogs {
+					if b.due(now, g.tick) {
+						b.last = now
+						asked[i]++
+					}
+				}
+			}
+			if fmt.Sprint(asked) != fmt.Sprint(tc.want) {
+				t.Errorf("each table's backlog asked %v times in 2 minutes, want %v", asked, tc.want)
+			}
+		})
 	}
 }
 
