@@ -49,6 +49,12 @@ are retried with backoff, never fatal. On SIGTERM or SIGINT it stops sending, le
 in-flight inserts finish (5s at most), flushes the in-flight state to the
 state directory, and stops the HTTP server (5s at most).
 
+A fleet too large for one prober, or one that must survive losing a node,
+runs it several times: --shard.count splits the file's pipelines by a hash
+of their names, --shard.index or --shard.ordinal (a StatefulSet pod name)
+says which share this one measures, and --instance.id gives each replica
+its own instance id. docs/fleet.md explains the design.
+
 The Go garbage collector runs with GOGC=75 unless the GOGC environment
 variable says otherwise: most of the heap is long-lived (remembered
 canaries, metric series), so the default 100 would keep as much again in
@@ -99,12 +105,33 @@ func runCommand(app *kingpin.Application, c *cli) action {
 	stateDir := cmd.Flag("state.dir", "The directory for the in-flight canary state that survives restarts. Default: the file's state_dir, else $STATE_DIRECTORY (systemd), else /var/lib/outbox-canary.").
 		PlaceHolder("DIR").IsSetByUser(&stateDirSet).Default(defaultStateDir()).String()
 	printCanaries := cmd.Flag("print-canaries", "Print a line per canary to stdout when it is final: each segment against its budget (the demo uses it).").Bool()
+	instanceID := cmd.Flag("instance.id", "This prober's instance id, instead of the file's instance_id: each replica of a redundant or sharded fleet needs its own (the chart sets it to the pod's name).").
+		Envar("OUTBOX_CANARY_INSTANCE_ID").PlaceHolder("ID").String()
+	shards := addShardFlags(cmd)
 	pprof := cmd.Flag("web.enable-pprof", "Also serve Go's profiles under /debug/pprof/ (CPU, heap, goroutines), behind the same TLS and auth as /metrics: for measuring what the prober itself costs.").Bool()
 	return func(ctx context.Context) error {
 		logger := c.logger(false)
 		cfg, err := loadConfig(*configPath)
 		if err != nil {
 			return fmt.Errorf("run: %w", err)
+		}
+		sh, err := shards.resolve()
+		if err != nil {
+			return usagef(c, "%v", err)
+		}
+		if *instanceID != "" {
+			if strings.ContainsAny(*instanceID, " \t\n") {
+				return usagef(c, "--instance.id %q must not contain whitespace", *instanceID)
+			}
+			cfg.InstanceID = *instanceID
+		}
+		if total := keepShard(cfg, sh); sh.Sharded() {
+			logger.Info("shard", "shard", sh.Index, "shards", sh.Count, "pipelines", len(cfg.Pipelines), "of", total, "instance_id", cfg.InstanceID)
+			if len(cfg.Pipelines) == 0 {
+				// Still served: its build_info keeps the dead man quiet and
+				// its replicas' count right while the fleet is resized.
+				logger.Warn("no pipeline of the file hashes to this shard; serving metrics only", "shard", sh.Index, "shards", sh.Count)
+			}
 		}
 		gogc, fromEnv := applyDefaultGCPercent()
 		logger.Debug("Go garbage collector target", "gogc", gogc, "from_env", fromEnv)

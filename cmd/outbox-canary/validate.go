@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/shard"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -21,7 +23,10 @@ pipeline's table and column mapping, relay, the clock each stamp is taken on
 (the prober's, the database's, the relay's or the broker's), canary schedule,
 Kafka topic, and every segment with its budget and owner. Secrets are shown as <secret>; they
 must resolve (their environment variable set, their file readable), or the
-check fails. It connects to no server (see 'check' for that).
+check fails. It connects to no server (see 'check' for that). With
+--shard.count it also prints which shard measures each pipeline (and, with
+--shard.index or --shard.ordinal, which one this prober would be): see
+docs/fleet.md.
 
 Exit status: 0 when the file is valid, 1 with an error naming the field
 otherwise, 2 on a usage error.
@@ -29,15 +34,24 @@ otherwise, 2 on a usage error.
 Example:
   OUTBOX_CANARY_SIGNING_KEY=x OUTBOX_CANARY_PG_DSN=postgres://... \
   OUTBOX_CANARY_PG_DSN_PAYMENTS=postgres://... \
-    outbox-canary validate --config.file=examples/outbox-canary.yml`
+    outbox-canary validate --config.file=examples/outbox-canary.yml --shard.count=3`
 
 func validateCommand(app *kingpin.Application, c *cli) action {
 	cmd := command(app, "validate", validateHelp)
 	configPath := configFlag(cmd)
+	shards := addShardFlags(cmd)
 	return func(context.Context) error {
 		cfg, err := loadConfig(*configPath)
 		if err != nil {
 			return fmt.Errorf("validate: %w", err)
+		}
+		sh, err := shards.resolve()
+		switch {
+		case errors.Is(err, shard.ErrUnplaced):
+			// --shard.count alone: the whole assignment, no prober of it.
+			sh = shard.Shard{Index: -1, Count: *shards.count}
+		case err != nil:
+			return usagef(c, "%v", err)
 		}
 		if err := cfg.CheckSecrets(); err != nil {
 			return fmt.Errorf("validate: config %s: %w", *configPath, err)
@@ -48,6 +62,7 @@ func validateCommand(app *kingpin.Application, c *cli) action {
 		}
 		fmt.Fprintf(c.stdout, "config %s is valid\n", *configPath)
 		describeConfig(c.stdout, cfg, model)
+		describeShards(c.stdout, cfg, sh)
 		if warnings := cfg.Warnings(); len(warnings) > 0 {
 			fmt.Fprintln(c.stdout, "\nwarnings (accepted, but probably not what you meant):")
 			for _, w := range warnings {

@@ -117,7 +117,20 @@ spec:
 	}
 }
 
-func TestDeploymentPassesPodSecurityRestricted(t *testing.T) {
+// podTemplates returns the pod templates of the rendered Deployment and
+// StatefulSets, by their object's name.
+func podTemplates(objects []object) map[string]*corev1.PodTemplateSpec {
+	out := map[string]*corev1.PodTemplateSpec{}
+	for _, d := range all[*appsv1.Deployment](objects) {
+		out["Deployment/"+d.Name] = &d.Spec.Template
+	}
+	for _, s := range all[*appsv1.StatefulSet](objects) {
+		out["StatefulSet/"+s.Name] = &s.Spec.Template
+	}
+	return out
+}
+
+func TestPodsPassPodSecurityRestricted(t *testing.T) {
 	evaluator, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -125,10 +138,15 @@ func TestDeploymentPassesPodSecurityRestricted(t *testing.T) {
 	restricted := api.LevelVersion{Level: api.LevelRestricted, Version: api.LatestVersion()}
 	for _, vs := range valueSets {
 		t.Run(vs.name, func(t *testing.T) {
-			d := only[*appsv1.Deployment](t, renderObjects(t, vs.values))
-			result := policy.AggregateCheckResults(evaluator.EvaluatePod(restricted, &d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec))
-			if !result.Allowed {
-				t.Errorf("Pod Security %s: %s: %s", restricted, result.ForbiddenReason(), result.ForbiddenDetail())
+			pods := podTemplates(renderObjects(t, vs.values))
+			if len(pods) == 0 {
+				t.Fatal("no Deployment or StatefulSet rendered")
+			}
+			for name, pod := range pods {
+				result := policy.AggregateCheckResults(evaluator.EvaluatePod(restricted, &pod.ObjectMeta, &pod.Spec))
+				if !result.Allowed {
+					t.Errorf("%s: Pod Security %s: %s: %s", name, restricted, result.ForbiddenReason(), result.ForbiddenDetail())
+				}
 			}
 		})
 	}
@@ -136,6 +154,9 @@ func TestDeploymentPassesPodSecurityRestricted(t *testing.T) {
 
 func TestDeploymentRunsOneProberAtATime(t *testing.T) {
 	for _, vs := range valueSets {
+		if vs.fleet {
+			continue // StatefulSets: TestFleetModes
+		}
 		t.Run(vs.name, func(t *testing.T) {
 			d := only[*appsv1.Deployment](t, renderObjects(t, vs.values))
 			if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {

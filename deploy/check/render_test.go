@@ -47,11 +47,13 @@ var fullValues = chartValues{
 	},
 }
 
-// valueSets are the configurations every chart test runs on.
+// valueSets are the configurations every chart test runs on. fleet marks
+// the modes that run StatefulSets instead of the one Deployment.
 var valueSets = []struct {
 	name   string
 	golden string
 	values chartValues
+	fleet  bool
 }{
 	{name: "the default values", golden: "default", values: chartValues{}},
 	{name: "every optional object turned on", golden: "full", values: fullValues},
@@ -65,7 +67,16 @@ var valueSets = []struct {
 			"persistence.enabled=false",
 		}},
 	},
+	{name: "redundant: two probers of every pipeline", golden: "redundant", values: redundantValues, fleet: true},
+	{name: "sharded: three shards of two probers, every optional object on", golden: "sharded", values: shardedValues, fleet: true},
 }
+
+// redundantValues and shardedValues are the fleet modes (docs/fleet.md).
+var (
+	redundantValues = chartValues{set: []string{"fleet.replicas=2"}}
+	shardedValues   = chartValues{files: fullValues.files, fileValue: fullValues.fileValue,
+		set: []string{"fleet.shards=3", "fleet.replicas=2"}}
+)
 
 func (v chartValues) merge() (map[string]any, error) {
 	opts := values.Options{ValueFiles: v.files, Values: v.set, FileValues: v.fileValue}

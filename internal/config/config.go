@@ -318,9 +318,10 @@ type Owners map[string]string
 
 // Watch configures the database and consumer watchers.
 type Watch struct {
-	// How often the watchers sample. Pipelines on one database with the
-	// same interval share the database watchers' queries: one for open
-	// transactions, one for replication slots, one per outbox table.
+	// How often the watchers sample. Pipelines on one database share the
+	// database watchers' queries: one for open transactions, one for
+	// replication slots, one per outbox table, each asked at the shortest
+	// interval of the pipelines that want its answer.
 	Interval Duration `yaml:"interval"`
 	// An open transaction older than this is counted in
 	// outbox_canary_long_transactions (its outbox rows stay invisible to

@@ -10,72 +10,86 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
 // Set is the watchers of every pipeline of a process. The database
-// watchers of pipelines that share a database and a watch.interval run in
-// one loop that asks each question once per interval: one open-transactions
-// query for the database, one backlog query per outbox table, one
-// replication-slots query. Each pipeline still exports its own series,
-// watcher_up and error counts from the shared answer. The watchers of
-// Kafka and Kafka Connect, whose answers are each pipeline's own, run in a
-// loop per pipeline that has them.
+// watchers of pipelines that share a database run in one loop that asks
+// each question once: one open-transactions query for the database, one
+// backlog query per outbox table, one replication-slots query, each as
+// often as the shortest watch.interval of the pipelines that want its
+// answer. Each pipeline still exports its own series, watcher_up and error
+// counts from the shared answer. The watchers of Kafka and Kafka Connect,
+// whose answers are each pipeline's own, run in a loop per pipeline that
+// has them.
 type Set struct {
 	groups   []*group
 	watchers []*Watcher
 }
 
 // OpenSet builds the watchers of pipelines on the process's shared
-// connections (Open), grouped by database and watch.interval.
+// connections (Open), one group per database.
 func OpenSet(pipelines []config.Pipeline, pools *postgres.Pools, clusters *kafkaclient.Clusters, m *Metrics, log *slog.Logger) (*Set, error) {
-	type groupKey struct {
-		pool     *pgxpool.Pool // one per database.dsn (Pools)
-		interval config.Duration
-	}
+	return openSet(pipelines, func(p *config.Pipeline) (string, postgres.Querier, error) {
+		// The resolved DSN is the database's identity, as it is the pool's
+		// (Pools): pipelines that share a pool share its questions.
+		id, err := p.Database.DSN.Resolve()
+		if err != nil {
+			return "", nil, fmt.Errorf("database.dsn: %w", err)
+		}
+		db, err := pools.Limited(p.Database)
+		return id, db, err
+	}, clusters, m, log)
+}
+
+// databaseOf returns a pipeline's database: an identity that is the same
+// for every pipeline on it (never logged: it may hold a password), and
+// how to query it.
+type databaseOf func(p *config.Pipeline) (id string, db postgres.Querier, err error)
+
+// openSet is OpenSet with the databases given by dbOf.
+func openSet(pipelines []config.Pipeline, dbOf databaseOf, clusters *kafkaclient.Clusters, m *Metrics, log *slog.Logger) (*Set, error) {
 	s := &Set{}
-	index := map[groupKey]int{}
+	index := map[string]int{}
 	var members [][]*Watcher
+	var dbs []postgres.Querier
 	for i := range pipelines {
 		p := &pipelines[i]
-		w, err := Open(p, pools, clusters, m, log)
+		id, db, err := dbOf(p)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline %q: watchers: %w", p.Name, err)
 		}
-		pool, err := pools.Pool(p.Database)
+		w, err := open(p, db, clusters, m, log)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline %q: watchers: %w", p.Name, err)
 		}
 		s.watchers = append(s.watchers, w)
-		k := groupKey{pool, p.Watch.Interval}
-		g, ok := index[k]
+		g, ok := index[id]
 		if !ok {
 			g = len(members)
-			index[k] = g
+			index[id] = g
 			members = append(members, nil)
+			dbs = append(dbs, db)
 		}
 		members[g] = append(members[g], w)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	for _, ws := range members {
-		// Every member holds the same limited Querier on the pool.
-		s.groups = append(s.groups, newGroup(ws[0].db, ws, log))
+	for g, ws := range members {
+		s.groups = append(s.groups, newGroup(dbs[g], ws, log))
 	}
 	return s, nil
 }
 
-// Run samples until ctx is done: one loop per database and watch.interval,
-// and one per pipeline that watches Kafka or Kafka Connect.
+// Run samples until ctx is done: one loop per database, and one per
+// pipeline that watches Kafka or Kafka Connect.
 func (s *Set) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, g := range s.groups {
-		wg.Go(func() { every(ctx, g.interval, g.Sample) })
+		wg.Go(func() { every(ctx, g.tick, g.sampleDue) })
 	}
 	for _, w := range s.watchers {
 		if w.watchesKafka() {
@@ -86,22 +100,50 @@ func (s *Set) Run(ctx context.Context) {
 }
 
 // group samples the database watchers (backlog, open transactions,
-// replication slots) of pipelines that share a database and a
-// watch.interval, asking each question once and handing its answer to
-// every pipeline that asked it. A failed answer fails the watcher of each
-// of them, and is logged once for all of them.
+// replication slots) of the pipelines on one database, asking each
+// question once and handing its answer to every pipeline that asked it. A
+// failed answer fails the watcher of each of them, and is logged once for
+// all of them.
 type group struct {
-	db       postgres.Querier
-	interval time.Duration
-	timeout  time.Duration
-	log      *slog.Logger // names no pipeline: lines about several list them
-	members  []*Watcher
+	db postgres.Querier
+	// Each question has its own cadence, the shortest interval of the
+	// members that want its answer, so a pipeline watched every minute is
+	// not asked about every 15 s because another on the database is. The
+	// loop ticks at the greatest common divisor of the cadences (1 s at
+	// least), so each is asked on time, not at the next multiple of the
+	// shortest.
+	tick    time.Duration
+	timeout time.Duration
+	now     func() time.Time
+	log     *slog.Logger // names no pipeline: lines about several list them
+	members []*Watcher
 
 	// The distinct watch.long_transaction_thresholds of the members: one
 	// query counts the open transactions over each (QueryOpenTransactions).
-	thresholds []time.Duration
-	backlogs   []*sharedBacklog // one per outbox table that polling members read
-	slotUsers  []*Watcher       // the cdc members
+	thresholds   []time.Duration
+	transactions cadence
+	backlogs     []*sharedBacklog // one per outbox table that polling members read
+	slotUsers    []*Watcher       // the cdc members
+	slots        cadence
+}
+
+// cadence is how often one question is asked, and when it last was.
+type cadence struct {
+	every time.Duration
+	last  time.Time
+}
+
+// want makes the question's cadence at least as short as w's interval.
+func (c *cadence) want(w *Watcher) {
+	if i := time.Duration(w.p.Watch.Interval); c.every == 0 || i < c.every {
+		c.every = i
+	}
+}
+
+// due says whether the question is to be asked at now, in a loop that
+// ticks every tick: half a tick early counts, as ticks wander.
+func (c *cadence) due(now time.Time, tick time.Duration) bool {
+	return c.last.IsZero() || now.Sub(c.last) >= c.every-tick/2
 }
 
 // sharedBacklog is one backlog question: the pipelines whose backlog
@@ -110,19 +152,19 @@ type group struct {
 type sharedBacklog struct {
 	p     *config.Pipeline // the first user's; the query is every user's
 	users []*Watcher
+	cadence
 	// indexChecked: the table's partial index was looked for once, and a
 	// missing one reported, for every user at once.
 	indexChecked bool
 }
 
-// newGroup plans the questions of members, which share db and
-// watch.interval.
+// newGroup plans the questions of members, which share db.
 func newGroup(db postgres.Querier, members []*Watcher, log *slog.Logger) *group {
-	interval := time.Duration(members[0].p.Watch.Interval)
-	g := &group{db: db, interval: interval, timeout: sampleTimeout(interval), log: log, members: members}
+	g := &group{db: db, now: members[0].now, log: log, members: members}
 	byQuery := map[string]*sharedBacklog{}
 	for _, w := range members {
 		p := w.p
+		g.transactions.want(w)
 		if threshold := time.Duration(p.Watch.LongTransactionThreshold); !slices.Contains(g.thresholds, threshold) {
 			g.thresholds = append(g.thresholds, threshold)
 		}
@@ -136,29 +178,73 @@ func newGroup(db postgres.Querier, members []*Watcher, log *slog.Logger) *group 
 				g.backlogs = append(g.backlogs, b)
 			}
 			b.users = append(b.users, w)
+			b.want(w)
 		case config.RelayCDC:
 			g.slotUsers = append(g.slotUsers, w)
+			g.slots.want(w)
 		}
 	}
+	// Every member asks about open transactions: its cadence is the
+	// shortest, and bounds each sample.
+	g.timeout = sampleTimeout(g.transactions.every)
+	g.tick = g.transactions.every
+	if len(g.slotUsers) > 0 {
+		g.tick = gcd(g.tick, g.slots.every)
+	}
+	for _, b := range g.backlogs {
+		g.tick = gcd(g.tick, b.every)
+	}
+	g.tick = max(g.tick, minTick)
 	return g
 }
 
-// Sample asks each question once and hands each answer to the pipelines
-// that asked as it comes. The database-wide questions go first: they
-// wait on no table lock, whereas a locked outbox table holds its backlog
-// query, and with it one of the watchers' few connections (Pools.Limited),
-// for the whole timeout; asked behind it they could time out waiting for
-// a connection. The backlog questions then go all at once, so a locked
-// table delays no other table's answer while a connection is free.
-func (g *group) Sample(ctx context.Context) {
-	databaseWide := []func(context.Context) func(){g.askTransactions}
-	if len(g.slotUsers) > 0 {
+// minTick is the shortest tick of a group's loop: cadences whose common
+// divisor is shorter are asked within half of it of their time.
+const minTick = time.Second
+
+func gcd(a, b time.Duration) time.Duration {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// Sample asks every question once, due or not.
+func (g *group) Sample(ctx context.Context) { g.sample(ctx, true) }
+
+// sampleDue asks the questions whose cadence says so (Set.Run's loop).
+func (g *group) sampleDue(ctx context.Context) { g.sample(ctx, false) }
+
+// sample asks the questions (all, or the due ones) and hands each answer
+// to the pipelines that asked as it comes. The database-wide questions go
+// first: they wait on no table lock, whereas a locked outbox table holds
+// its backlog query, and with it one of the watchers' few connections
+// (Pools.Limited), for the whole timeout; asked behind it they could time
+// out waiting for a connection. The backlog questions then go all at
+// once, so a locked table delays no other table's answer while a
+// connection is free.
+func (g *group) sample(ctx context.Context, all bool) {
+	now := g.now()
+	ask := func(c *cadence) bool {
+		if !all && !c.due(now, g.tick) {
+			return false
+		}
+		c.last = now
+		return true
+	}
+	var databaseWide []func(context.Context) func()
+	if ask(&g.transactions) {
+		databaseWide = append(databaseWide, g.askTransactions)
+	}
+	if len(g.slotUsers) > 0 && ask(&g.slots) {
 		databaseWide = append(databaseWide, g.askSlots)
 	}
 	g.ask(ctx, databaseWide)
-	tables := make([]func(context.Context) func(), len(g.backlogs))
-	for i, b := range g.backlogs {
-		tables[i] = func(ctx context.Context) func() { return g.askBacklog(ctx, b) }
+	var tables []func(context.Context) func()
+	for _, b := range g.backlogs {
+		if ask(&b.cadence) {
+			tables = append(tables, func(ctx context.Context) func() { return g.askBacklog(ctx, b) })
+		}
 	}
 	g.ask(ctx, tables)
 }
@@ -166,7 +252,10 @@ func (g *group) Sample(ctx context.Context) {
 // ask runs questions concurrently and applies each answer as it comes,
 // here: the pipelines' state is the sampling goroutine's alone.
 func (g *group) ask(ctx context.Context, questions []func(context.Context) func()) {
-	if len(questions) == 1 {
+	switch len(questions) {
+	case 0:
+		return
+	case 1:
 		questions[0](ctx)()
 		return
 	}

@@ -366,7 +366,7 @@ func TestAFailedSharedQueryFailsTheWatcherOfEveryPipelineThatAskedIt(t *testing.
 	})
 }
 
-func TestOpenSetGroupsPipelinesByDatabaseAndInterval(t *testing.T) {
+func TestOpenSetGroupsPipelinesByDatabase(t *testing.T) {
 	t.Parallel()
 	// Nothing listens there, and nothing is asked: building connects to nothing.
 	dsnA := "postgres://u@" + stacktest.ClosedAddr(t) + "/a"
@@ -374,7 +374,7 @@ func TestOpenSetGroupsPipelinesByDatabaseAndInterval(t *testing.T) {
 	var pipelines []config.Pipeline
 	for _, f := range []fleetSpec{
 		{dsn: dsnA, polling: 4, tables: []string{"outbox", "outbox_b"}, thresholds: []string{"1m", "1h"}, cdc: []string{"s1"}},
-		{dsn: dsnA, polling: 2, tables: []string{"outbox"}, thresholds: []string{"1m"}, interval: "1m"},
+		{dsn: dsnA, polling: 2, tables: []string{"outbox_c"}, thresholds: []string{"1m"}, interval: "1m"},
 		{dsn: dsnB, polling: 3, tables: []string{"outbox"}, thresholds: []string{"1m"}},
 	} {
 		cfg := f.load(t)
@@ -408,16 +408,148 @@ func TestOpenSetGroupsPipelinesByDatabaseAndInterval(t *testing.T) {
 	}
 	var got []string
 	for _, g := range set.groups {
-		got = append(got, fmt.Sprintf("%d pipelines every %s: %d thresholds, %d backlog tables, %d cdc",
-			len(g.members), g.interval, len(g.thresholds), len(g.backlogs), len(g.slotUsers)))
+		var tables []string
+		for _, b := range g.backlogs {
+			tables = append(tables, fmt.Sprintf("%s every %s", b.p.Outbox.Table, b.every))
+		}
+		got = append(got, fmt.Sprintf("%d pipelines, ticks every %s: %d thresholds, backlog of %s, %d cdc (slots every %s)",
+			len(g.members), g.tick, len(g.thresholds), strings.Join(tables, " and "), len(g.slotUsers), g.slots.every))
 	}
+	// One group per database, whatever the pipelines' watch.intervals:
+	// each question at the shortest interval of the pipelines asking it.
 	want := []string{
-		"5 pipelines every 15s: 2 thresholds, 2 backlog tables, 1 cdc",
-		"2 pipelines every 1m0s: 1 thresholds, 1 backlog tables, 0 cdc",
-		"3 pipelines every 15s: 1 thresholds, 1 backlog tables, 0 cdc",
+		"7 pipelines, ticks every 15s: 2 thresholds, backlog of outbox every 15s and outbox_b every 15s and outbox_c every 1m0s, 1 cdc (slots every 15s)",
+		"3 pipelines, ticks every 15s: 1 thresholds, backlog of outbox every 15s, 0 cdc (slots every 0s)",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("groups:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestASharedQuestionIsAskedAtItsOwnCadence(t *testing.T) {
+	cases := []struct {
+		name      string
+		intervals []string // of pipelines on tables t0, t1, ...
+		wantTick  time.Duration
+		want      []int // times each table's backlog is asked in the first 2 minutes (ticks at 0 included)
+	}{
+		{"One interval: one tick, every question at it.", []string{"15s", "15s"}, 15 * time.Second, []int{8, 8}},
+		{"15s and 1m: the 1m table every fourth tick.", []string{"15s", "1m"}, 15 * time.Second, []int{8, 2}},
+		{"15s and 40s: ticks every 5s, the 40s table on time, not every 45s.", []string{"15s", "40s"}, 5 * time.Second, []int{8, 3}},
+		{"15s and 15.5s: ticks at the 1s floor, each asked within half a tick of its cadence.", []string{"15s", "15500ms"}, time.Second, []int{8, 8}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var ws []*Watcher
+			m, err := NewMetrics(prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, interval := range tc.intervals {
+				p := fleetSpec{dsn: "postgres://u@127.0.0.1:1/x", polling: 1, tables: []string{fmt.Sprintf("t%d", i)},
+					thresholds: []string{"1m"}, interval: interval}.load(t).Pipelines[0]
+				w, err := New(Options{Pipeline: &p, Metrics: m})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ws = append(ws, w)
+			}
+			g := newGroup(nil, ws, nil)
+			if g.tick != tc.wantTick {
+				t.Errorf("tick %s, want %s", g.tick, tc.wantTick)
+			}
+			// The loop's ticks over two minutes, each a little late.
+			start := time.Now()
+			asked := make([]int, len(g.backlogs))
+			for at := time.Duration(0); at < 2*time.Minute; at += g.tick {
+				now := start.Add(at + 20*time.Millisecond)
+				for i, b := range g.backlogs {
+					if b.due(now, g.tick) {
+						b.last = now
+						asked[i]++
+					}
+				}
+			}
+			if fmt.Sprint(asked) != fmt.Sprint(tc.want) {
+				t.Errorf("each table's backlog asked %v times in 2 minutes, want %v", asked, tc.want)
+			}
+		})
+	}
+}
+
+// Pipelines on one database with different watch.intervals share one
+// sampler: each tick asks the open transactions once for all of them, and
+// each table's backlog once, at the shortest interval of the pipelines on
+// it; every pipeline gets its own series from the shared answers. The
+// statements are counted on the real connection.
+func TestPipelinesOnOneDatabaseShareOneSamplerWhateverTheirIntervals(t *testing.T) {
+	t.Parallel()
+	st := stacktest.Load(t)
+	dsn, pool := st.FreshOutbox(t, stacktest.SeedA)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "CREATE TABLE outbox_c (LIKE outbox INCLUDING ALL)"); err != nil {
+		t.Fatal(err)
+	}
+	stacktest.InsertRow(t, pool, stacktest.SeedA, false, 40*time.Second)
+	// p000 every 15s and p001 every minute on outbox; p002 every minute on outbox_c.
+	var pipelines []config.Pipeline
+	for _, f := range []fleetSpec{
+		{dsn: dsn, polling: 1, tables: []string{"outbox"}, thresholds: []string{"1m"}},
+		{dsn: dsn, polling: 1, tables: []string{"outbox"}, thresholds: []string{"1m"}, interval: "1m"},
+		{dsn: dsn, polling: 1, tables: []string{"outbox_c"}, thresholds: []string{"1m"}, interval: "1m"},
+	} {
+		p := f.load(t).Pipelines[0]
+		p.Name = fmt.Sprintf("p%03d", len(pipelines))
+		pipelines = append(pipelines, p)
+	}
+	db := newCountingQuerier(pool)
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs stacktest.SyncBuffer
+	set, err := openSet(pipelines, func(p *config.Pipeline) (string, postgres.Querier, error) {
+		id, err := p.Database.DSN.Resolve()
+		return id, db, err
+	}, nil, m, logs.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(set.groups) != 1 {
+		t.Fatalf("%d samplers for one database, want 1", len(set.groups))
+	}
+	g := set.groups[0]
+	start := time.Now()
+	clock := start
+	g.now = func() time.Time { return clock }
+
+	// Ticks of the 15 s loop over a minute, a little late as real ticks are.
+	type counts struct{ transactions, outbox, outboxC int }
+	var got []counts
+	for i := range 5 {
+		clock = start.Add(time.Duration(i)*15*time.Second + 50*time.Millisecond*time.Duration(i%2))
+		g.sampleDue(ctx)
+		by, all := db.take(readsActivity, readsIndexes, "\"outbox\"", "\"outbox_c\"")
+		got = append(got, counts{by[readsActivity], by["\"outbox\""], by["\"outbox_c\""]})
+		if want := by[readsActivity] + by[readsIndexes] + by["\"outbox\""] + by["\"outbox_c\""]; all != want {
+			t.Errorf("tick %d: %d statements, of which %d are not the watchers' known ones", i, all, all-want)
+		}
+	}
+	want := []counts{{1, 1, 1}, {1, 1, 0}, {1, 1, 0}, {1, 1, 0}, {1, 1, 1}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("statements per tick {open transactions, backlog of outbox, backlog of outbox_c} = %v, want %v", got, want)
+	}
+	for _, p := range pipelines {
+		for _, watcher := range []string{WatcherBacklog, WatcherTransactions} {
+			if up := testutil.ToFloat64(m.Up.WithLabelValues(p.Name, watcher)); up != 1 {
+				t.Errorf("watcher_up{pipeline=%s, watcher=%s} = %v, want 1:\n%s", p.Name, watcher, up, logs.String())
+			}
+		}
+	}
+	for name, rows := range map[string]float64{"p000": 1, "p001": 1, "p002": 0} {
+		if got := testutil.ToFloat64(m.BacklogRows.WithLabelValues(name)); got != rows {
+			t.Errorf("backlog rows of %s = %v, want %v (its own table's)", name, got, rows)
+		}
 	}
 }
 

@@ -4,7 +4,8 @@
 // watcher says when it is blind: watcher_up goes to 0 and its data series
 // are removed, so no alert reads an old value as healthy. The database
 // watchers of pipelines that share a database ask it each question once
-// per interval (Set), however many pipelines want the answer.
+// as often as the pipelines that want the answer ask for (Set), however
+// many they are.
 package watch
 
 import (
@@ -124,6 +125,11 @@ func Open(p *config.Pipeline, pools *postgres.Pools, clusters *kafkaclient.Clust
 	if err != nil {
 		return nil, err
 	}
+	return open(p, db, clusters, m, log)
+}
+
+// open is Open on the database db.
+func open(p *config.Pipeline, db postgres.Querier, clusters *kafkaclient.Clusters, m *Metrics, log *slog.Logger) (*Watcher, error) {
 	o := Options{Pipeline: p, DB: db, Metrics: m, Logger: log}
 	if len(p.Watch.ConsumerGroups) > 0 {
 		cluster, err := clusters.For(p.Kafka)
