@@ -68,10 +68,13 @@ type benchConsumeCase struct {
 	LoadDuring float64 `json:"load_during"`
 }
 
-// consumeTarget is issue 25's: the prober within 5 ms of kcat at p99.
+// consumeTarget is issue 25's: the prober within 5 ms of kcat at p99,
+// read on the same records: the p99 of the per-canary difference (the
+// stricter reading; the two p99s alone can agree while single canaries
+// differ by far more).
 const consumeTarget = 0.005
 
-func (c benchConsumeCase) withinTarget() bool { return c.ProberP99-c.KcatP99 <= consumeTarget }
+func (c benchConsumeCase) withinTarget() bool { return c.DiffP99 <= consumeTarget }
 
 func (b *bench) runConsume(t *testing.T) *benchResult {
 	want := envInt(t, "BENCH_CONSUME_CANARIES", 300)
@@ -252,8 +255,8 @@ func renderConsumeTargets(p func(string, ...any), r *benchResult) {
 		if c.Pipelines > 1 {
 			label = fmt.Sprintf("%d pipelines on the shared fetcher (%d measured)", c.Pipelines, c.Measured)
 		}
-		p("| the prober's consume stamp vs `kcat`'s receive time, LogAppendTime topic, %s | within 5 ms of kcat at p99 | %sp99 %s vs %s (p50 %s vs %s) after the broker's append; per canary, prober − kcat p99 %s; %d canaries |\n",
-			label, mark(c.withinTarget()), fmtMs(c.ProberP99), fmtMs(c.KcatP99), fmtMs(c.ProberP50), fmtMs(c.KcatP50), fmtMs(c.DiffP99), c.Canaries)
+		p("| the prober's consume stamp vs `kcat`'s receive time, LogAppendTime topic, %s | within 5 ms of kcat at p99 (per canary) | %sprober − kcat per canary: p50 %s, p99 %s; after the broker's append: prober p50 %s p99 %s, kcat p50 %s p99 %s; %d canaries, load %.1f |\n",
+			label, mark(c.withinTarget()), fmtMs(c.DiffP50), fmtMs(c.DiffP99), fmtMs(c.ProberP50), fmtMs(c.ProberP99), fmtMs(c.KcatP50), fmtMs(c.KcatP99), c.Canaries, c.LoadDuring)
 	}
 }
 
