@@ -112,15 +112,18 @@ bench: ## run the benchmarks and write the figures to docs/benchmarks.txt
 # and loads the machine, so run it on a stack of your own, started first
 # (STACK_DIR=$$PWD/.stack-bench PG_PORT_BASE=... KAFKA_PORT_BASE=...
 # CONNECT_PORT_BASE=... deploy/local/stack.sh up); it refuses when that
-# stack is not up. BENCH_SCENARIOS picks scenarios (steady, scale, foreign);
+# stack is not up. BENCH_SCENARIOS picks scenarios (steady, scale, foreign,
+# consume: the prober's consume stamp against kcat, about 10 minutes);
 # the others' results in docs/benchmarks.json are kept. Sizes and durations:
 # BENCH_PIPELINES, BENCH_MINUTES, BENCH_SCHEDULE, BENCH_RELAYS,
 # BENCH_SCALE_PIPELINES, BENCH_SCALE_MINUTES, BENCH_SCALE_SCHEDULE,
 # BENCH_SCALE_RELAYS, BENCH_PARTITIONS, BENCH_WINDOW_MINUTES, BENCH_WARMUP,
-# BENCH_STRACE_SECONDS, BENCH_FOREIGN_MESSAGES (e2e/benchservice_test.go).
+# BENCH_STRACE_SECONDS, BENCH_FOREIGN_MESSAGES, BENCH_CONSUME_CANARIES,
+# BENCH_CONSUME_SCALE_PIPELINES, BENCH_CONSUME_MEASURED, BENCH_CONSUME_SCHEDULE
+# (e2e/benchservice_test.go, e2e/benchconsume_test.go).
 BENCH_SCENARIOS ?= all
 BENCH_STACK_ENV = $(abspath $(or $(STACK_DIR),.stack))/env
-BENCH_COMMAND = $(strip $(foreach v,STACK_DIR BENCH_PIPELINES BENCH_MINUTES BENCH_SCHEDULE BENCH_RELAYS BENCH_SCALE_PIPELINES BENCH_SCALE_MINUTES BENCH_SCALE_SCHEDULE BENCH_SCALE_RELAYS BENCH_PARTITIONS BENCH_FOREIGN_MESSAGES,$(if $($(v)),$(v)=$($(v)))) make bench-service $(if $(filter-out all,$(BENCH_SCENARIOS)),BENCH_SCENARIOS=$(BENCH_SCENARIOS)))
+BENCH_COMMAND = $(strip $(foreach v,STACK_DIR BENCH_PIPELINES BENCH_MINUTES BENCH_SCHEDULE BENCH_RELAYS BENCH_SCALE_PIPELINES BENCH_SCALE_MINUTES BENCH_SCALE_SCHEDULE BENCH_SCALE_RELAYS BENCH_PARTITIONS BENCH_FOREIGN_MESSAGES BENCH_CONSUME_CANARIES BENCH_CONSUME_SCALE_PIPELINES BENCH_CONSUME_MEASURED BENCH_CONSUME_SCHEDULE,$(if $($(v)),$(v)=$($(v)))) make bench-service $(if $(filter-out all,$(BENCH_SCENARIOS)),BENCH_SCENARIOS=$(BENCH_SCENARIOS)))
 bench-service: ## run the whole service with N pipelines and relays on a running stack (about 40 min) and write docs/benchmarks.md
 	@STACK_DIR=$(abspath $(or $(STACK_DIR),.stack)) bash deploy/local/stack.sh status >/dev/null 2>&1 || { \
 		echo "bench-service: the stack of $(BENCH_STACK_ENV) is not up; start it first, on ports of its own, e.g."; \

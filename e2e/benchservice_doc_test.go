@@ -190,6 +190,9 @@ func renderBench(d *benchDoc) []byte {
 		p("| CPU per foreign message vs `kcat -C` | ≤ 1.5× | %s%.2f× (prober %.2f CPU s, kcat %.2f CPU s for %d messages at %.0f k msg/s) |\n",
 			mark(f.CPURatio > 0 && f.CPURatio <= 1.5), f.CPURatio, f.ProberCPUSeconds, f.KcatCPUSeconds, f.KcatMessages, f.KcatRate/1000)
 	}
+	if consume := d.scenario(benchConsume); consume != nil && consume.Consume != nil {
+		renderConsumeTargets(p, consume)
+	}
 	p("\n")
 
 	for _, r := range d.Scenarios {
@@ -205,6 +208,7 @@ func renderBench(d *benchDoc) []byte {
 	p("- **Kafka connections per broker**: the prober's ESTABLISHED sockets to each broker port, largest sample.\n")
 	p("- **Statements per canary**: `pg_stat_statements` of the prober's role (reset when the measurement starts; BEGIN and COMMIT included, and the watchers' queries) over the canaries sent in the same span.\n")
 	p("- **Deadlines missed by the prober's doing**: the p99 of `insert_to_commit` from the prober's native histogram (the upper bound of the bucket, within 10 %%), the segments unjudged with reason `prober_lag` (the prober's own backlog), late canaries, and failed inserts, all from `/metrics` at the window's ends. *Late* counts every late arrival, whoever's doing; the ✓ of the deadline row asks for no `prober_lag`, no failed insert and an insert→commit p99 within %s (this harness's reading of \"by the prober's doing\": issue 14 saw 0.9 ms alone and 164–579 ms when a hundred schedules fired together).\n", fmtSeconds(insertCommitCeiling))
+	p("- **Consume stamp against kcat**: pipelines behind reference relays on canary topics with `message.timestamp.type=LogAppendTime` and `relay.published_stamp: record_timestamp`; `kcat -G` (a group of its own, from the latest offsets, `-u`) reads the measured pipelines' topics beside the prober, and the harness stamps each of its lines when it reads it. Per canary (matched by its id), the prober's latency is its consume stamp (`/api/status`) minus the broker's append time, kcat's its receive time minus the same; the target asks the per-canary difference, prober − kcat, to be within 5 ms at p99.\n")
 	p("- **Foreign messages**: one pipeline on a topic of its own; once it has received a canary, the prober is stopped (SIGSTOP), the business events (~200 bytes of JSON, not canaries) are produced with kcat, and the prober is continued (SIGCONT); its rate is the messages over the time until `/metrics` counts them all skipped (scraped every ~150 ms), its CPU seconds from `/proc/<pid>/stat`. `kcat -C -o beginning -e -q` then reads the same topic, and its user + system seconds are the comparison.\n")
 	p("\n## Micro-benchmarks\n\n")
 	p("`make bench` runs the Go benchmarks (the judge per canary, state persistence, decoding) and writes [benchmarks.txt](benchmarks.txt): ns/op, B/op and allocs/op on the machine named in that file.\n")
@@ -219,6 +223,8 @@ func renderBenchScenario(p func(string, ...any), r *benchResult) {
 		p("## %d pipelines at `%s` against one database for %g minutes\n\n", r.Pipelines, r.Schedule, r.Minutes)
 	case benchForeign:
 		p("## Foreign messages on the canary topic\n\n")
+	case benchConsume:
+		p("## The prober's consume stamp against kcat\n\n")
 	}
 	p("Run %s at %s (`%s`) on %s. Load average (1 min) %.2f before", r.Date.Format("2006-01-02 15:04 UTC"), r.Revision, r.Command, r.Machine, r.LoadBefore)
 	if len(r.LoadDuring) > 0 {
@@ -226,10 +232,14 @@ func renderBenchScenario(p func(string, ...any), r *benchResult) {
 		for _, l := range r.LoadDuring {
 			ls = append(ls, fmt.Sprintf("%.2f", l))
 		}
-		p(", %s during (largest per window)", strings.Join(ls, ", "))
+		during := "(largest per window)"
+		if r.Scenario == benchConsume {
+			during = "(at the end of each case)"
+		}
+		p(", %s during %s", strings.Join(ls, ", "), during)
 	}
 	p(".")
-	if r.Scenario != benchForeign {
+	if r.Scenario != benchForeign && r.Scenario != benchConsume {
 		p(" %d relays (one outbox table each, the pipelines spread over them), %d partitions per canary topic, warm-up %s; %s.", r.Relays, r.Partitions, r.Warmup, r.FirstCanary)
 	}
 	p("\n\n")
@@ -260,6 +270,9 @@ func renderBenchScenario(p func(string, ...any), r *benchResult) {
 			p("| %.2f | %.0f | `%s` |\n", l.PerCanary, l.Calls, strings.ReplaceAll(l.Query, "|", "\\|"))
 		}
 		p("\n")
+	}
+	if r.Consume != nil {
+		renderConsumeCases(p, r)
 	}
 	if f := r.Foreign; f != nil {
 		p("| | messages | seconds | msg/s | CPU seconds |\n|---|---|---|---|---|\n")

@@ -4,9 +4,9 @@ package e2e
 // process, and writes docs/benchmarks.json and docs/benchmarks.md. It is
 // `make bench-service`, not part of `make test`: it runs only when
 // OUTBOX_CANARY_BENCH_SERVICE names scenarios ("all", or some of steady,
-// scale, foreign), takes about 40 minutes for all three at their defaults,
-// and asserts nothing about speed (the figures go to the doc, the targets
-// beside them; a scenario fails only when it could not measure).
+// scale, foreign, consume), takes about 50 minutes for all four at their
+// defaults, and asserts nothing about speed (the figures go to the doc, the
+// targets beside them; a scenario fails only when it could not measure).
 //
 //	STACK_DIR=$PWD/.stack PG_PORT_BASE=58320 KAFKA_PORT_BASE=59092 CONNECT_PORT_BASE=58083 deploy/local/stack.sh up
 //	STACK_DIR=$PWD/.stack make bench-service                      # all three, at the issue's sizes
@@ -95,6 +95,7 @@ const (
 	benchSteady  = "steady"
 	benchScale   = "scale"
 	benchForeign = "foreign"
+	benchConsume = "consume" // benchconsume_test.go
 
 	// benchProberRole is the role the prober connects as: its statements
 	// and sessions are those of this role, the relays' are the superuser's.
@@ -106,7 +107,7 @@ const (
 	userHZ = 100.0
 )
 
-var benchScenarioOrder = []string{benchSteady, benchScale, benchForeign}
+var benchScenarioOrder = []string{benchSteady, benchScale, benchForeign, benchConsume}
 
 // benchSettings are the knobs of a run, from BENCH_* variables.
 type benchSettings struct {
@@ -252,6 +253,8 @@ func TestBenchService(t *testing.T) {
 				res = b.runCanaryScenario(t, b.settings.Scale)
 			case benchForeign:
 				res = b.runForeign(t)
+			case benchConsume:
+				res = b.runConsume(t)
 			}
 			doc, err := readBenchDoc(benchJSON)
 			if errors.Is(err, os.ErrNotExist) {
@@ -390,6 +393,7 @@ type benchResult struct {
 	Fsync       *benchFsync    `json:"fsync,omitempty"`
 	Scrapes     *benchScrapes  `json:"scrapes,omitempty"`
 	Foreign     *benchForeignR `json:"foreign,omitempty"`
+	Consume     *benchConsumeR `json:"consume,omitempty"`
 	ProberLog   map[string]int `json:"prober_log,omitempty"`      // lines by level, over the whole scenario
 	ProberMsgs  []string       `json:"prober_messages,omitempty"` // the most frequent WARN and ERROR messages, with counts
 	Notes       []string       `json:"notes,omitempty"`
@@ -508,6 +512,20 @@ type benchSetup struct {
 }
 
 func (b *bench) setUpPipelines(t *testing.T, tag string, n, relays, partitions int, schedule string) benchSetup {
+	return b.setUpPipelinesWith(t, tag, n, relays, partitions, schedule, benchPipelineKnobs{})
+}
+
+// benchPipelineKnobs change what setUpPipelinesWith makes; the zero value
+// is what the cost scenarios measure.
+type benchPipelineKnobs struct {
+	// topicConfig is every canary topic's configuration.
+	topicConfig map[string]string
+	// publishedStamp is relay.published_stamp ("": the polling default,
+	// published_at).
+	publishedStamp string
+}
+
+func (b *bench) setUpPipelinesWith(t *testing.T, tag string, n, relays, partitions int, schedule string, knobs benchPipelineKnobs) benchSetup {
 	ctx := context.Background()
 	dsn := b.s.NewDatabase(t)
 	pool, err := pgxpool.New(ctx, dsn)
@@ -555,7 +573,7 @@ func (b *bench) setUpPipelines(t *testing.T, tag string, n, relays, partitions i
 		st.names = append(st.names, fmt.Sprintf("p%03d", i))
 		st.topics = append(st.topics, prefix+"."+st.names[i])
 	}
-	b.createTopics(t, st.topics, partitions)
+	b.createTopics(t, st.topics, partitions, knobs.topicConfig)
 
 	for r := 0; r < relays; r++ {
 		addr := stacktest.FreeAddr(t)
@@ -566,6 +584,10 @@ func (b *bench) setUpPipelines(t *testing.T, tag string, n, relays, partitions i
 		waitHTTP(t, "http://"+addr+"/healthz", fmt.Sprintf("relay %d", r))
 	}
 
+	relay := "{kind: polling}"
+	if knobs.publishedStamp != "" {
+		relay = "{kind: polling, published_stamp: " + knobs.publishedStamp + "}"
+	}
 	var yml strings.Builder
 	fmt.Fprintf(&yml, "instance_id: bench\nstate_dir: %s\nsigning_key: {value: bench-signing-key-not-for-production}\npipelines:\n",
 		filepath.Join(b.dir, tag+"-state"))
@@ -573,11 +595,11 @@ func (b *bench) setUpPipelines(t *testing.T, tag string, n, relays, partitions i
 		fmt.Fprintf(&yml, `  - name: %s
     database: {dsn: {value: %q}}
     outbox: {table: r%d.outbox}
-    relay: {kind: polling}
+    relay: %s
     canary: {aggregate_type: %s, schedule: %q, lost_after: 5m}
     kafka: {brokers: [%s], topic: %q}
     budgets: {end_to_end: 5s, commit_to_publish: 2s, publish_to_consume: 1s}
-`, name, proberDSN, i%relays, name, schedule, strings.Join(b.s.KafkaBrokers, ", "), st.topics[i])
+`, name, proberDSN, i%relays, relay, name, schedule, strings.Join(b.s.KafkaBrokers, ", "), st.topics[i])
 	}
 	if _, err := config.Load([]byte(yml.String())); err != nil {
 		t.Fatalf("bench configuration: %v\n%s", err, yml.String())
@@ -590,15 +612,19 @@ func (b *bench) setUpPipelines(t *testing.T, tag string, n, relays, partitions i
 }
 
 // createTopics creates the topics in one request (hundreds of them one by
-// one take minutes), waits until every partition has a leader, and deletes
-// them when the test ends.
-func (b *bench) createTopics(t *testing.T, topics []string, partitions int) {
+// one take minutes), each with configs (nil: the broker's defaults), waits
+// until every partition has a leader, and deletes them when the test ends.
+func (b *bench) createTopics(t *testing.T, topics []string, partitions int, configs map[string]string) {
 	client := b.s.KafkaClient()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	req := &kafka.CreateTopicsRequest{}
 	for _, name := range topics {
-		req.Topics = append(req.Topics, kafka.TopicConfig{Topic: name, NumPartitions: partitions, ReplicationFactor: 1})
+		tc := kafka.TopicConfig{Topic: name, NumPartitions: partitions, ReplicationFactor: 1}
+		for k, v := range configs {
+			tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
+		}
+		req.Topics = append(req.Topics, tc)
 	}
 	res, err := client.CreateTopics(ctx, req)
 	if err != nil {

@@ -115,8 +115,9 @@ func TestNewTopicRoundTripsAMessage(t *testing.T) {
 // This pins a fact the prober depends on (see DESIGN.md): kafka-go v0.4.51
 // reports a record's CreateTime in Message.Time even on a topic with
 // message.timestamp.type=LogAppendTime, where the broker's append time is the
-// record's real timestamp (as kcat shows). If this test starts failing after
-// a kafka-go upgrade, the prober's "published" stamp can be simplified.
+// record's real timestamp (as kcat shows). The prober does not depend on it
+// any more: its record parser (internal/kafkaclient/records.go) reads the
+// batch's timestamp type and max timestamp itself.
 func TestKafkaGoMessageTimeIsCreateTimeEvenOnLogAppendTimeTopics(t *testing.T) {
 	s := stacktest.Load(t)
 	created := time.Date(2020, 1, 2, 3, 4, 5, 678e6, time.UTC)
