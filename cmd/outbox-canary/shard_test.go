@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/outbox-canary/outbox-canary/internal/relay"
 	"github.com/outbox-canary/outbox-canary/internal/shard"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
@@ -172,14 +174,27 @@ func TestRulesAndDashboardsDoNotChangeWithSharding(t *testing.T) {
 
 // Three shards of two replicas on the stack, as the chart's sharded mode
 // runs them: six services in this process, each told its place by a
-// StatefulSet pod name, on 30 pipelines. Each pipeline's canaries must come
-// from exactly two instances (its shard's replicas), and each instance
-// must insert canaries for all of its shard's pipelines and no other's.
+// StatefulSet pod name, on 30 pipelines sharing one outbox table, one
+// reference relay and one canary topic. Each pipeline's canaries must come
+// from exactly two instances (its shard's replicas), each instance must
+// insert canaries for all of its shard's pipelines and no other's, and
+// each must judge its own canaries good end to end, whatever the other
+// five put on the topic.
 func TestThreeShardsOfTwoReplicasOnTheStackMeasureEveryPipelineTwice(t *testing.T) {
 	s := stacktest.Load(t)
 	const shards, replicas, pipelines = 3, 2, 30
 	dsn, pool := s.FreshOutbox(t, stacktest.SeedA)
 	topic := s.NewTopic(t, 1, nil)
+	w := relay.NewKafkaWriter(s.KafkaBrokers)
+	t.Cleanup(func() { _ = w.Close() })
+	r, err := relay.New(relay.Config{TopicTemplate: topic, PollInterval: 20 * time.Millisecond}, pool, w, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stopRelay := context.WithCancel(context.Background())
+	relayDone := make(chan struct{})
+	go func() { defer close(relayDone); _ = r.Run(rctx) }()
+	t.Cleanup(func() { stopRelay(); <-relayDone })
 	path := fleetConfig(t, pipelines, dsn, strings.Join(s.KafkaBrokers, ","), topic, "2s")
 
 	want := map[string][]string{} // pipeline -> the instances that must measure it
@@ -188,13 +203,17 @@ func TestThreeShardsOfTwoReplicasOnTheStackMeasureEveryPipelineTwice(t *testing.
 		names[i] = fmt.Sprintf("p%03d", i)
 	}
 	var stops []func()
+	addrs := map[string]string{}  // pod -> its HTTP address
+	owns := map[string][]string{} // pod -> its pipelines
 	for ordinal := range shards * replicas {
 		pod := fmt.Sprintf("outbox-canary-%d", ordinal)
-		for _, n := range (shard.Shard{Index: ordinal % shards, Count: shards}).Select(names) {
+		owns[pod] = (shard.Shard{Index: ordinal % shards, Count: shards}).Select(names)
+		for _, n := range owns[pod] {
 			want[n] = append(want[n], pod)
 		}
-		_, stderr, cancel, done := startRun(t, path, "--shard.count", fmt.Sprint(shards), "--shard.ordinal", pod,
+		addr, stderr, cancel, done := startRun(t, path, "--shard.count", fmt.Sprint(shards), "--shard.ordinal", pod,
 			"--instance.id", pod, "--state.dir", filepath.Join(t.TempDir(), pod))
+		addrs[pod] = addr
 		stops = append(stops, func() {
 			cancel()
 			if err := <-done; err != nil {
@@ -257,6 +276,34 @@ func TestThreeShardsOfTwoReplicasOnTheStackMeasureEveryPipelineTwice(t *testing.
 		t.Errorf("canaries of %d pipelines, want %d: %v", len(got), pipelines, got)
 	}
 	t.Logf("30 pipelines, 3 shards × 2 replicas: %v", got)
+
+	// Each prober judges its own canaries through the relay and the shared
+	// topic: a good end-to-end event for each of its pipelines, and no
+	// series at all for another shard's.
+	good := regexp.MustCompile(`outbox_canary_sli_events_total\{outcome="good",pipeline="(p\d+)",segment="end_to_end"\} [1-9]`)
+	series := regexp.MustCompile(`pipeline="(p\d+)"`)
+	for pod, addr := range addrs {
+		stacktest.Eventually(t, 90*time.Second, pod+"'s pipelines judged good", func() (bool, string) {
+			_, body := httpGet("http://" + addr + "/metrics")
+			judged := map[string]bool{}
+			for _, m := range good.FindAllStringSubmatch(body, -1) {
+				judged[m[1]] = true
+			}
+			var missing []string
+			for _, n := range owns[pod] {
+				if !judged[n] {
+					missing = append(missing, n)
+				}
+			}
+			for _, m := range series.FindAllStringSubmatch(body, -1) {
+				if !slices.Contains(owns[pod], m[1]) {
+					t.Errorf("%s exports series of %s, another shard's pipeline", pod, m[1])
+					return true, ""
+				}
+			}
+			return len(missing) == 0, "no good end_to_end event yet for " + strings.Join(missing, ", ")
+		})
+	}
 }
 
 // A shard that no pipeline hashes to (more shards than pipelines, or an
