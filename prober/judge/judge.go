@@ -1187,6 +1187,16 @@ func (j *Judge) View(c *Canary) []SegmentView {
 			switch m.status {
 			case mMeasured:
 				v.Measured, v.Duration = true, m.duration
+				// A stamp taken after its event, within the tolerance after
+				// the next stamp, is measured as that stamp (effPoint): the
+				// segment it ends is only bounded, the one it starts is
+				// stamp order, not a latency of 0s.
+				if _, moved := j.movedBack(c, s.To); moved {
+					v.Measured, v.Bound = false, true
+				}
+				if raw, moved := j.movedBack(c, s.From); moved {
+					v.Measured, v.Duration, v.StampOrder, v.Raw = false, 0, true, raw
+				}
 			case mBound:
 				v.Bound, v.Duration = true, m.duration
 			case mSkew:
@@ -1202,6 +1212,17 @@ func (j *Judge) View(c *Canary) []SegmentView {
 		out = append(out, v)
 	}
 	return out
+}
+
+// movedBack reports whether effPoint moved an after-event stamp back onto
+// the next stamp, and by how much (negative: the next stamp minus it).
+func (j *Judge) movedBack(c *Canary, stamp string) (time.Duration, bool) {
+	t, ok := j.point(c, stamp)
+	e, _ := j.effPoint(c, stamp)
+	if !ok || !e.Before(t) {
+		return 0, false
+	}
+	return e.Sub(t), true
 }
 
 // missingOf names the stamp of a segment that is not known.
