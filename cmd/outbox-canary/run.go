@@ -49,6 +49,11 @@ are retried with backoff, never fatal. On SIGTERM or SIGINT it stops sending, le
 in-flight inserts finish (5s at most), flushes the in-flight state to the
 state directory, and stops the HTTP server (5s at most).
 
+--web.config.file's TLS and basic auth cover every path, /healthz and
+/readyz too, and a kubelet's HTTP probe sends no credentials: with basic
+auth, add --web.probe-address (e.g. :9466), a plain HTTP listener that
+serves /healthz and /readyz and nothing else, and probe that.
+
 The Go garbage collector runs with GOGC=75 unless the GOGC environment
 variable says otherwise: most of the heap is long-lived (remembered
 canaries, metric series), so the default 100 would keep as much again in
@@ -99,6 +104,7 @@ func runCommand(app *kingpin.Application, c *cli) action {
 	stateDir := cmd.Flag("state.dir", "The directory for the in-flight canary state that survives restarts. Default: the file's state_dir, else $STATE_DIRECTORY (systemd), else /var/lib/outbox-canary.").
 		PlaceHolder("DIR").IsSetByUser(&stateDirSet).Default(defaultStateDir()).String()
 	printCanaries := cmd.Flag("print-canaries", "Print a line per canary to stdout when it is final: each segment against its budget (the demo uses it).").Bool()
+	probeAddr := cmd.Flag("web.probe-address", "Also serve /healthz and /readyz, and nothing else, on this address in plain HTTP without --web.config.file's TLS and auth: for a kubelet's probes, which send no credentials. Default: off.").PlaceHolder(":9466").String()
 	pprof := cmd.Flag("web.enable-pprof", "Also serve Go's profiles under /debug/pprof/ (CPU, heap, goroutines), behind the same TLS and auth as /metrics: for measuring what the prober itself costs.").Bool()
 	return func(ctx context.Context) error {
 		logger := c.logger(false)
@@ -126,12 +132,12 @@ func runCommand(app *kingpin.Application, c *cli) action {
 		if !stateDirSet && cfg.StateDir != "" {
 			dir = cfg.StateDir
 		}
-		return serve(ctx, c, logger, cfg, webFlags, dir, *printCanaries, *pprof)
+		return serve(ctx, c, logger, cfg, webFlags, *probeAddr, dir, *printCanaries, *pprof)
 	}
 }
 
 // serve runs the prober, the watchers and the HTTP server until ctx is done.
-func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config, webFlags *web.FlagConfig, stateDir string, printCanaries, pprof bool) error {
+func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config, webFlags *web.FlagConfig, probeAddr, stateDir string, printCanaries, pprof bool) error {
 	reg := prometheus.NewRegistry()
 	for _, col := range []prometheus.Collector{
 		collectors.NewGoCollector(),
@@ -188,6 +194,15 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
+	var probeListener net.Listener
+	if probeAddr != "" {
+		if probeListener, err = net.Listen("tcp", probeAddr); err != nil {
+			for _, l := range listeners {
+				_ = l.Close()
+			}
+			return fmt.Errorf("run: --web.probe-address %s: %w", probeAddr, err)
+		}
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -211,6 +226,20 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 	}
 	logger.Info("serving /metrics, /healthz, /readyz, /api/status and the status page",
 		"addresses", strings.Join(addrs, ","), "tls_or_auth", *webFlags.WebConfigFile != "", "pipelines", len(cfg.Pipelines), "state_dir", stateDir)
+	var probeSrv *http.Server
+	probeErr := make(chan error, 1)
+	if probeListener != nil {
+		probeSrv = &http.Server{Handler: statuspage.NewProbeHandler(svc), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			err := probeSrv.Serve(probeListener)
+			if !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("HTTP probe server failed; stopping", "err", err)
+				cancel()
+			}
+			probeErr <- err
+		}()
+		logger.Info("serving /healthz and /readyz without TLS or auth", "address", probeListener.Addr().String())
+	}
 
 	var wg sync.WaitGroup
 	for i := range cfg.Pipelines {
@@ -225,6 +254,14 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 	defer scancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		logger.Warn("HTTP server did not shut down in time", "err", err)
+	}
+	if probeSrv != nil {
+		if err := probeSrv.Shutdown(sctx); err != nil {
+			logger.Warn("HTTP probe server did not shut down in time", "err", err)
+		}
+		if err := <-probeErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			runErr = errors.Join(fmt.Errorf("HTTP probe server: %w", err), runErr)
+		}
 	}
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return errors.Join(fmt.Errorf("run: HTTP server: %w", err), runErr)

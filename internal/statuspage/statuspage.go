@@ -384,6 +384,32 @@ func utc(t time.Time) time.Time {
 func NewHandler(src Source, model *slo.Model, g prometheus.Gatherer, log *slog.Logger, now func() time.Time) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", prober.MetricsHandler(g))
+	handleProbes(mux, src)
+	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(status(src, model, now()))
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if err := statusPage.Execute(w, status(src, model, now())); err != nil {
+			log.Warn("render status page", "err", err)
+		}
+	})
+	return mux
+}
+
+// NewProbeHandler serves /healthz and /readyz alone, as NewHandler does,
+// for a listener without TLS or auth: a kubelet probes without
+// credentials. Neither says anything of the pipelines.
+func NewProbeHandler(src Source) http.Handler {
+	mux := http.NewServeMux()
+	handleProbes(mux, src)
+	return mux
+}
+
+func handleProbes(mux *http.ServeMux, src Source) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
@@ -400,19 +426,6 @@ func NewHandler(src Source, model *slo.Model, g prometheus.Gatherer, log *slog.L
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(status(src, model, now()))
-	})
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if err := statusPage.Execute(w, status(src, model, now())); err != nil {
-			log.Warn("render status page", "err", err)
-		}
-	})
-	return mux
 }
 
 // human writes a duration for a person: "0.4 s", "12 s", "4 min 12 s",
