@@ -194,16 +194,15 @@ func TestRunServesBehindBasicAuthWithAWebConfigFile(t *testing.T) {
 	if err := os.WriteFile(webConfig, []byte("basic_auth_users:\n  prometheus: "+string(hash)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	probeAddr := freeAddr(t)
-	addr, stderr, cancel, done := startRun(t, path, "--web.config.file", webConfig, "--web.probe-address", probeAddr)
+	addr, stderr, cancel, done := startRun(t, path, "--web.config.file", webConfig)
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("run returned %v after cancel", err)
 		}
 	}()
-	get := func(addr, path, user, pass string) int {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+	status := func(user, pass string) int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
 		if user != "" {
 			req.SetBasicAuth(user, pass)
 		}
@@ -214,7 +213,6 @@ func TestRunServesBehindBasicAuthWithAWebConfigFile(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	status := func(user, pass string) int { return get(addr, "/metrics", user, pass) }
 	deadline := time.Now().Add(20 * time.Second)
 	for status("prometheus", "secret") != http.StatusOK {
 		if time.Now().After(deadline) {
@@ -228,36 +226,6 @@ func TestRunServesBehindBasicAuthWithAWebConfigFile(t *testing.T) {
 	if got := status("prometheus", "wrong"); got != http.StatusUnauthorized {
 		t.Errorf("/metrics with a wrong password = %d, want 401", got)
 	}
-	// Basic auth covers the probes too, and a kubelet sends no
-	// credentials: --web.probe-address serves them, and only them, without.
-	for _, path := range []string{"/healthz", "/readyz"} {
-		if got := get(addr, path, "", ""); got != http.StatusUnauthorized {
-			t.Errorf("%s without credentials on the main port = %d, want 401 (as documented)", path, got)
-		}
-		// /readyz turns 200 once the schedules run, soon after /metrics serves.
-		for got := get(probeAddr, path, "", ""); got != http.StatusOK; got = get(probeAddr, path, "", "") {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s without credentials on the probe port = %d, want 200", path, got)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	for _, path := range []string{"/metrics", "/api/status", "/"} {
-		if got := get(probeAddr, path, "", ""); got != http.StatusNotFound {
-			t.Errorf("%s on the probe port = %d, want 404: it serves the probes only", path, got)
-		}
-	}
-}
-
-// freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func TestRunRefusesABrokenWebConfigFileAtStart(t *testing.T) {
