@@ -376,6 +376,10 @@ func formatCanaryLine(cfg *config.Config, r prober.Report) string {
 	for _, name := range segments {
 		s, ok := r.Segments[name]
 		switch {
+		case ok && s.StampOrder:
+			// Measured as 0 within the tolerance, or not at all: no
+			// latency, so the demo's summary leaves it out.
+			fmt.Fprintf(&b, "  %s=order", name)
 		case ok && s.Measured:
 			// An upper bound is marked, so the demo's summary leaves it out.
 			bound := ""

@@ -519,5 +519,5 @@ td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap}
 </section>
 {{end}}
 </body></html>
-{{define "cell"}}<td class="{{outcomeClass .Outcome}}">{{if .Measured}}{{if .Bound}}&le; {{end}}{{dur .Duration}}{{else if .Skew}}negative (clock skew?){{else if .StampOrder}}negative (stamp order){{else if .MissingStamp}}no {{.MissingStamp}} stamp{{else if eq .Outcome "bad"}}over budget{{else}}&ndash;{{end}}{{with outcomeClass .Outcome}}{{if eq . "other"}} <small>({{$.Outcome}})</small>{{end}}{{end}}</td>{{end}}
+{{define "cell"}}<td class="{{outcomeClass .Outcome}}">{{if .StampOrder}}negative (stamp order){{else if .Measured}}{{if .Bound}}&le; {{end}}{{dur .Duration}}{{else if .Skew}}negative (clock skew?){{else if .MissingStamp}}no {{.MissingStamp}} stamp{{else if eq .Outcome "bad"}}over budget{{else}}&ndash;{{end}}{{with outcomeClass .Outcome}}{{if eq . "other"}} <small>({{$.Outcome}})</small>{{end}}{{end}}</td>{{end}}
 `

@@ -1162,7 +1162,8 @@ type SegmentView struct {
 	Measured, Bound bool
 	Duration        time.Duration
 	// Skew or StampOrder: the stamps made the segment negative (Raw), by
-	// clocks that disagree or by a stamp taken after its event.
+	// clocks that disagree or by a stamp taken after its event. Measured
+	// with StampOrder: negative within the tolerance, measured as 0.
 	Skew, StampOrder bool
 	Raw              time.Duration
 	// MissingStamp names the stamp whose absence (or invalidity) leaves
@@ -1189,13 +1190,13 @@ func (j *Judge) View(c *Canary) []SegmentView {
 				v.Measured, v.Duration = true, m.duration
 				// A stamp taken after its event, within the tolerance after
 				// the next stamp, is measured as that stamp (effPoint): the
-				// segment it ends is only bounded, the one it starts is
-				// stamp order, not a latency of 0s.
+				// segment it ends is only bounded, the one it starts (0s)
+				// is stamp order.
 				if _, moved := j.movedBack(c, s.To); moved {
 					v.Measured, v.Bound = false, true
 				}
 				if raw, moved := j.movedBack(c, s.From); moved {
-					v.Measured, v.Duration, v.StampOrder, v.Raw = false, 0, true, raw
+					v.StampOrder, v.Raw = true, raw
 				}
 			case mBound:
 				v.Bound, v.Duration = true, m.duration
