@@ -32,6 +32,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -100,6 +101,13 @@ func TestStatusPageShowsAStallInARealBrowser(t *testing.T) {
 	moment("Chromium loaded the page: DOM %s, screenshot %s", domPath, shot)
 
 	page := string(dom)
+	// The page must fit a laptop's browser window: wide tables scroll
+	// within themselves rather than push the page past the window.
+	if over := overflow(t, browser, page, 1024); over > 0 {
+		t.Errorf("at 1024 px the page is %d px wider than the window", over)
+	} else {
+		moment("at 1024 px the page fits the window")
+	}
 	banner := regexp.MustCompile(`(?s)<div class="stall" role="alert">(.*?)</div>`).FindStringSubmatch(page)
 	if banner == nil {
 		t.Fatalf("the DOM has no stall banner:\n%s", page)
@@ -178,6 +186,28 @@ func browse(t *testing.T, bin string, args ...string) []byte {
 		t.Fatalf("chromium %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.Bytes()
+}
+
+// overflow loads a copy of page in Chromium at width px and returns by how
+// many px the document is wider than the window. The copy carries a
+// script that writes the figure into the DOM; the page itself has none.
+func overflow(t *testing.T, bin, page string, width int) int {
+	t.Helper()
+	const probe = `<script>document.body.setAttribute("data-overflow", document.documentElement.scrollWidth - document.documentElement.clientWidth)</script></body>`
+	path := filepath.Join(t.TempDir(), "page.html")
+	if err := os.WriteFile(path, []byte(strings.Replace(page, "</body>", probe, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dom := browse(t, bin, "--dump-dom", fmt.Sprintf("--window-size=%d,900", width), "file://"+path)
+	m := regexp.MustCompile(`data-overflow="(-?\d+)"`).FindSubmatch(dom)
+	if m == nil {
+		t.Fatalf("the probe did not run in Chromium:\n%.600s", dom)
+	}
+	over, err := strconv.Atoi(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return over
 }
 
 // waitStatus polls /api/status until the pipeline's status satisfies cond

@@ -130,6 +130,7 @@ func TestE2EBlameRelayMarkingAfterItsBatchIsStampOrderNotSkew(t *testing.T) {
 			const n = 4
 			orders := 0
 			for range n {
+				counted := r.counter(m.StampOrder, "publish_to_consume")
 				rep := await(t, tr, r.send(t).ID)
 				t.Log(describe(p, rep))
 				c2p, p2c, e2e := rep.Segments["commit_to_publish"], rep.Segments["publish_to_consume"], rep.Segments["end_to_end"]
@@ -138,11 +139,13 @@ func TestE2EBlameRelayMarkingAfterItsBatchIsStampOrderNotSkew(t *testing.T) {
 						t.Errorf("canary %s segment %s: %+v: want no skew and no negative duration", rep.ID, sr.Segment, sr)
 					}
 				}
-				if !p2c.StampOrder {
+				if !p2c.StampOrder || r.counter(m.StampOrder, "publish_to_consume") == counted {
 					// Only possible when the consumer read the record more
 					// than the mark delay after its send: a loaded machine,
-					// not a wrong rule.
-					t.Logf("canary %s: publish_to_consume not in stamp order (%+v)", rep.ID, p2c)
+					// not a wrong rule. (Within the skew tolerance after the
+					// consumption, published_at is measured as the
+					// consumption, and reported as stamp order.)
+					t.Logf("canary %s: publish_to_consume not in stamp order beyond the tolerance (%+v)", rep.ID, p2c)
 					continue
 				}
 				orders++

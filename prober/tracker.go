@@ -118,12 +118,12 @@ type SegmentResult struct {
 // or "-" when nothing is known yet.
 func (s SegmentResult) Took(precision time.Duration) string {
 	switch {
+	case s.StampOrder: // measured as 0 when within the tolerance: no latency
+		return "negative (stamp order)"
 	case s.Bound:
 		return "<= " + s.Duration.Round(precision).String()
 	case s.Measured:
 		return s.Duration.Round(precision).String()
-	case s.StampOrder:
-		return "negative (stamp order)"
 	case s.Skew:
 		return "negative (clock skew suspected)"
 	case s.MissingStamp != "":

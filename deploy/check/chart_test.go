@@ -2,6 +2,7 @@ package check
 
 import (
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -179,6 +180,56 @@ func TestDeploymentRunsOneProberAtATime(t *testing.T) {
 				if !slices.Contains(c.Args, want) {
 					t.Errorf("args %q lack %q", c.Args, want)
 				}
+			}
+		})
+	}
+}
+
+// Basic auth covers /healthz and /readyz too, and a kubelet sends no
+// credentials: with basic_auth_users the probes go to --web.probe-address,
+// which serves them without TLS or auth. Without it they stay on the HTTP
+// port, in HTTPS when the web config turns TLS on.
+func TestProbesWorkBehindBasicAuth(t *testing.T) {
+	// A bcrypt hash, as exporter-toolkit's web config takes.
+	const hash = "$2y$10$X0h1J6Y2LrHj2ZxZ3bU9Xu7bKQm4C1d3s0aBvH9o9s8yZqQW1e7yW"
+	cases := []struct {
+		name             string
+		values           chartValues
+		port             string
+		scheme           corev1.URIScheme
+		probeAddressFlag bool
+	}{
+		{"No web config: the probes use the HTTP port.", chartValues{}, "http", corev1.URISchemeHTTP, false},
+		{"TLS only: the probes use the HTTP port in HTTPS.", fullValues, "http", corev1.URISchemeHTTPS, false},
+		{"Basic auth: the probes use the probe port, in plain HTTP.",
+			chartValues{set: []string{"webConfig.basic_auth_users.prometheus=" + hash}}, "probes", corev1.URISchemeHTTP, true},
+		{"Basic auth and TLS: still the probe port, in plain HTTP.",
+			chartValues{files: fullValues.files, fileValue: fullValues.fileValue, set: []string{"webConfig.basic_auth_users.prometheus=" + hash}}, "probes", corev1.URISchemeHTTP, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := only[*appsv1.Deployment](t, renderObjects(t, tc.values)).Spec.Template.Spec.Containers[0]
+			for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+				if got := p.HTTPGet.Port.String(); got != tc.port {
+					t.Errorf("%s probe port = %s, want %s", name, got, tc.port)
+				}
+				if p.HTTPGet.Scheme != tc.scheme {
+					t.Errorf("%s probe scheme = %s, want %s", name, p.HTTPGet.Scheme, tc.scheme)
+				}
+			}
+			if got := slices.Contains(c.Args, "--web.probe-address=:9466"); got != tc.probeAddressFlag {
+				t.Errorf("args %q: --web.probe-address=:9466 there = %t, want %t", c.Args, got, tc.probeAddressFlag)
+			}
+			ports := map[string]int32{}
+			for _, p := range c.Ports {
+				ports[p.Name] = p.ContainerPort
+			}
+			want := map[string]int32{"http": 9465}
+			if tc.probeAddressFlag {
+				want["probes"] = 9466
+			}
+			if !maps.Equal(ports, want) {
+				t.Errorf("container ports %v, want %v", ports, want)
 			}
 		})
 	}

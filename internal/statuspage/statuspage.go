@@ -384,6 +384,32 @@ func utc(t time.Time) time.Time {
 func NewHandler(src Source, model *slo.Model, g prometheus.Gatherer, log *slog.Logger, now func() time.Time) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", prober.MetricsHandler(g))
+	handleProbes(mux, src)
+	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(status(src, model, now()))
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if err := statusPage.Execute(w, status(src, model, now())); err != nil {
+			log.Warn("render status page", "err", err)
+		}
+	})
+	return mux
+}
+
+// NewProbeHandler serves /healthz and /readyz alone, as NewHandler does,
+// for a listener without TLS or auth: a kubelet probes without
+// credentials. Neither says anything of the pipelines.
+func NewProbeHandler(src Source) http.Handler {
+	mux := http.NewServeMux()
+	handleProbes(mux, src)
+	return mux
+}
+
+func handleProbes(mux *http.ServeMux, src Source) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
@@ -400,19 +426,6 @@ func NewHandler(src Source, model *slo.Model, g prometheus.Gatherer, log *slog.L
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(status(src, model, now()))
-	})
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if err := statusPage.Execute(w, status(src, model, now())); err != nil {
-			log.Warn("render status page", "err", err)
-		}
-	})
-	return mux
 }
 
 // human writes a duration for a person: "0.4 s", "12 s", "4 min 12 s",
@@ -439,6 +452,12 @@ func seconds(d time.Duration) string { return d.Round(time.Microsecond).String()
 
 func deref(f *float64) float64 { return *f }
 
+// breakable lets a segment name wrap after its underscores, so that a
+// pipeline with many segments keeps its tables within the page.
+func breakable(name string) template.HTML {
+	return template.HTML(strings.ReplaceAll(template.HTMLEscapeString(name), "_", "_<wbr>"))
+}
+
 // outcomeClass maps an SLI outcome to a CSS class: only good is green,
 // only bad red; anything else (an outcome this page does not know) is
 // neutral.
@@ -453,7 +472,7 @@ func outcomeClass(o string) string {
 }
 
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
-	"dur": seconds, "deref": deref, "outcomeClass": outcomeClass, "clock": clock,
+	"dur": seconds, "deref": deref, "outcomeClass": outcomeClass, "clock": clock, "breakable": breakable,
 	"human":   func(s float64) string { return human(time.Duration(s * float64(time.Second))) },
 	"rfc3339": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
 }).Parse(statusHTML))
@@ -462,9 +481,10 @@ const statusHTML = `<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">{{if .RefreshSeconds}}<meta http-equiv="refresh" content="{{.RefreshSeconds}}">{{end}}
 <title>{{range .Pipelines}}{{if .Stall}}{{if .Stall.Stalled}}STALLED {{.Name}} · {{end}}{{end}}{{end}}outbox-canary {{.Instance}}</title>
 <style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;margin-bottom:1.5em}
-td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap}th{background:#eee}.bad{color:#b00}.good{color:#070}.other{color:#555;font-style:italic}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap}th{background:#eee;white-space:normal}
+.scroll{max-width:100%;overflow-x:auto}.bad{color:#b00}.good{color:#070}.other{color:#555;font-style:italic}
 .stall{background:#fdd;border:2px solid #b00;color:#600;padding:.6em;margin:.6em 0;font-weight:bold}
-.down{color:#b00}td.stuck{text-align:left}td.id{font-family:monospace;font-size:85%}small{color:#555}</style>
+.down{color:#b00}td.stuck{text-align:left;white-space:normal;min-width:14em}td.id{font-family:monospace;font-size:85%;white-space:normal;min-width:10em}small{color:#555}</style>
 </head><body>
 <h1>outbox-canary <small>{{.Instance}} ({{.Version}})</small></h1>
 <p>{{if .Ready}}<span class="good">ready</span>{{else}}<span class="bad">not ready</span>: {{range .Reasons}}{{.}}; {{end}}{{end}}
@@ -480,24 +500,24 @@ td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap}
 <p class="dependencies">{{if .DependenciesDown}}{{range $dep, $why := .DependenciesDown}}<span class="down">{{$dep}} unreachable: {{$why}}</span>; {{end}}canaries cannot be sent or read while it lasts{{else}}<span class="good">database and Kafka answer</span>{{end}}</p>
 
 <h3>In flight ({{.InFlight}})</h3>
-<table class="in-flight"><tr><th>canary</th><th>committed</th><th>age</th><th>where</th><th>owner</th>{{range .Segments}}{{if .Budgeted}}<th>{{.Name}}<br><small>budget {{.BudgetSeconds}}s</small></th>{{end}}{{end}}</tr>
+<div class="scroll"><table class="in-flight"><tr><th>canary</th><th>committed</th><th>age</th><th>where</th><th>owner</th>{{range .Segments}}{{if .Budgeted}}<th>{{breakable .Name}}<br><small>budget {{.BudgetSeconds}}s</small></th>{{end}}{{end}}</tr>
 {{range .InFlightCanaries}}{{$r := .}}<tr><td class="id">{{.ID}}</td><td><time datetime="{{rfc3339 .Committed}}">{{clock .Committed}}</time></td><td>{{human .AgeSeconds}}</td><td class="stuck{{with .PastDeadlineSeconds}}{{if gt (deref .) 0.0}} bad{{end}}{{end}}">{{.Stuck}}</td><td>{{.WhereOwner}}</td>{{range $p.Segments}}{{if .Budgeted}}{{template "cell" (index $r.Segments .Name)}}{{end}}{{end}}</tr>
 {{else}}<tr><td colspan="99">none</td></tr>{{end}}
-</table>
+</table></div>
 
 <h3>Burn rates</h3>
-<table class="burn"><tr><th>segment</th><th>budget</th><th>owner</th>{{range .BurnWindows}}<th>burn, last {{.Window}}{{if .Cut}}<br><small>of the {{.Cut}} window</small>{{end}}</th>{{end}}</tr>
+<div class="scroll"><table class="burn"><tr><th>segment</th><th>budget</th><th>owner</th>{{range .BurnWindows}}<th>burn, last {{.Window}}{{if .Cut}}<br><small>of the {{.Cut}} window</small>{{end}}</th>{{end}}</tr>
 {{range .Segments}}{{if .Budgeted}}<tr><td>{{.Name}}</td><td>{{.BudgetSeconds}}s</td><td>{{.Owner}}</td>{{range .BurnRates}}<td title="{{.Bad}} bad of {{.Events}} events"{{if .BurnRate}}{{if gt (deref .BurnRate) 1.0}} class="bad"{{end}}{{end}}>{{if .BurnRate}}{{printf "%.2f" (deref .BurnRate)}}{{else}}-{{end}} <small>({{.Bad}}/{{.Events}})</small></td>{{end}}</tr>
-{{end}}{{end}}</table>
+{{end}}{{end}}</table></div>
 <p><small>Burn rates against a {{.ObjectivePercent}}% objective: bad over all SLI verdicts of the window (shown as bad/all), counted as /metrics counts them, when a canary arrived or a deadline passed, canaries still in flight included. The prober remembers the verdicts of the last {{.VerdictsRemembered}}; Prometheus has the longer windows.</small></p>
 
 <h3>Recent canaries</h3>
-<table class="recent"><tr><th>canary</th><th>committed</th><th>status</th>{{range .Segments}}<th>{{.Name}}{{if .Budgeted}}<br><small>budget {{.BudgetSeconds}}s</small>{{end}}</th>{{end}}</tr>
+<div class="scroll"><table class="recent"><tr><th>canary</th><th>committed</th><th>status</th>{{range .Segments}}<th>{{breakable .Name}}{{if .Budgeted}}<br><small>budget {{.BudgetSeconds}}s</small>{{end}}</th>{{end}}</tr>
 {{range .Recent}}{{$r := .}}<tr><td class="id">{{.ID}}</td><td><time datetime="{{rfc3339 .Committed}}">{{clock .Committed}}</time></td><td>{{.State}}</td>{{range $p.Segments}}{{template "cell" (index $r.Segments .Name)}}{{end}}</tr>
 {{else}}<tr><td colspan="99">no canary yet</td></tr>{{end}}
-</table>
+</table></div>
 </section>
 {{end}}
 </body></html>
-{{define "cell"}}<td class="{{outcomeClass .Outcome}}">{{if .Measured}}{{if .Bound}}&le; {{end}}{{dur .Duration}}{{else if .Skew}}negative (clock skew?){{else if .StampOrder}}negative (stamp order){{else if .MissingStamp}}no {{.MissingStamp}} stamp{{else if eq .Outcome "bad"}}over budget{{else}}&ndash;{{end}}{{with outcomeClass .Outcome}}{{if eq . "other"}} <small>({{$.Outcome}})</small>{{end}}{{end}}</td>{{end}}
+{{define "cell"}}<td class="{{outcomeClass .Outcome}}">{{if .StampOrder}}negative (stamp order){{else if .Measured}}{{if .Bound}}&le; {{end}}{{dur .Duration}}{{else if .Skew}}negative (clock skew?){{else if .MissingStamp}}no {{.MissingStamp}} stamp{{else if eq .Outcome "bad"}}over budget{{else}}&ndash;{{end}}{{with outcomeClass .Outcome}}{{if eq . "other"}} <small>({{$.Outcome}})</small>{{end}}{{end}}</td>{{end}}
 `

@@ -361,6 +361,8 @@ func TestACellSaysWhatKindOfFigureItHolds(t *testing.T) {
 			prober.SegmentResult{Measured: true, Bound: true, Duration: 40 * time.Millisecond}, "&le; 40ms"},
 		{"A segment whose clocks disagree is no latency, and says so.", prober.SegmentResult{Skew: true}, "negative (clock skew?)"},
 		{"A stamp taken after its event is stamp order, not skew.", prober.SegmentResult{StampOrder: true}, "negative (stamp order)"},
+		{"A stamp taken after its event within the tolerance, measured as 0, is stamp order, not 0s.",
+			prober.SegmentResult{Measured: true, StampOrder: true, Outcome: "good"}, "negative (stamp order)"},
 		{"A stamp the relay never wrote is named.", prober.SegmentResult{MissingStamp: "publish"}, "no publish stamp"},
 	}
 	for _, tc := range cases {

@@ -1162,7 +1162,8 @@ type SegmentView struct {
 	Measured, Bound bool
 	Duration        time.Duration
 	// Skew or StampOrder: the stamps made the segment negative (Raw), by
-	// clocks that disagree or by a stamp taken after its event.
+	// clocks that disagree or by a stamp taken after its event. Measured
+	// with StampOrder: negative within the tolerance, measured as 0.
 	Skew, StampOrder bool
 	Raw              time.Duration
 	// MissingStamp names the stamp whose absence (or invalidity) leaves
@@ -1187,6 +1188,16 @@ func (j *Judge) View(c *Canary) []SegmentView {
 			switch m.status {
 			case mMeasured:
 				v.Measured, v.Duration = true, m.duration
+				// A stamp taken after its event, within the tolerance after
+				// the next stamp, is measured as that stamp (effPoint): the
+				// segment it ends is only bounded, the one it starts (0s)
+				// is stamp order.
+				if _, moved := j.movedBack(c, s.To); moved {
+					v.Measured, v.Bound = false, true
+				}
+				if raw, moved := j.movedBack(c, s.From); moved {
+					v.StampOrder, v.Raw = true, raw
+				}
 			case mBound:
 				v.Bound, v.Duration = true, m.duration
 			case mSkew:
@@ -1202,6 +1213,17 @@ func (j *Judge) View(c *Canary) []SegmentView {
 		out = append(out, v)
 	}
 	return out
+}
+
+// movedBack reports whether effPoint moved an after-event stamp back onto
+// the next stamp, and by how much (negative: the next stamp minus it).
+func (j *Judge) movedBack(c *Canary, stamp string) (time.Duration, bool) {
+	t, ok := j.point(c, stamp)
+	e, _ := j.effPoint(c, stamp)
+	if !ok || !e.Before(t) {
+		return 0, false
+	}
+	return e.Sub(t), true
 }
 
 // missingOf names the stamp of a segment that is not known.

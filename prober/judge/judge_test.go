@@ -367,6 +367,30 @@ func TestJudgeRestartsWithoutLosingOrRepeatingAVerdict(t *testing.T) {
 	}
 }
 
+// A published_at marked after consumption but within the skew tolerance
+// is measured as the consumption: reports must not show its segments as
+// an exact latency and a 0s segment.
+func TestAStampWithinToleranceAfterTheNextIsReportedAsABoundAndStampOrder(t *testing.T) {
+	h := newJH(t, "schemaB") // tolerance 50ms
+	h.send("a", 0, ms(2))
+	h.arrive("a", ms(300), nil)
+	h.found("a", ms(310), ms(330)) // marked 30ms after consumption
+	h.want("a", "commit_to_publish=good end_to_end=good insert_to_commit=good publish_to_consume=good")
+	views := map[string]SegmentView{}
+	for _, v := range h.j.View(h.j.st.Canaries["a"]) {
+		views[v.Name] = v
+	}
+	if v := views["commit_to_publish"]; !v.Bound || v.Measured || v.Duration != ms(300) {
+		t.Errorf("commit_to_publish = %+v, want an upper bound of 300ms", v)
+	}
+	if v := views["publish_to_consume"]; !v.StampOrder || v.Raw != -ms(30) || v.Duration != 0 {
+		t.Errorf("publish_to_consume = %+v, want measured as 0 and marked stamp order, 30ms negative", v)
+	}
+	if v := views["end_to_end"]; !v.Measured || v.Bound || v.StampOrder {
+		t.Errorf("end_to_end = %+v, want measured", v)
+	}
+}
+
 // canaries_late_total counts canaries that were already counted bad: one
 // that waited out the prober's downtime was not, and is not late.
 func TestLateCountsOnlyCanariesCountedBad(t *testing.T) {

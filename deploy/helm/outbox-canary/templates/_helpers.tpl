@@ -118,7 +118,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* HTTPS when the web config turns TLS on. */}}
+{{/* HTTPS when the web config turns TLS on; plain HTTP on the probe port. */}}
 {{- define "outbox-canary.probeScheme" -}}
-{{- if and .Values.webConfig (hasKey .Values.webConfig "tls_server_config") }}HTTPS{{ else }}HTTP{{ end }}
+{{- if include "outbox-canary.probePort" . }}HTTP{{ else if and .Values.webConfig (hasKey .Values.webConfig "tls_server_config") }}HTTPS{{ else }}HTTP{{ end }}
+{{- end }}
+
+{{/*
+"true" when the web config has basic auth: it covers /healthz and /readyz
+too, and a kubelet's probe sends no credentials, so they are also served
+on a port of their own without TLS or auth (--web.probe-address).
+*/}}
+{{- define "outbox-canary.probePort" -}}
+{{- if and .Values.webConfig (hasKey .Values.webConfig "basic_auth_users") }}true{{ end }}
 {{- end }}

@@ -8,7 +8,8 @@ shard's index) and fleet (true).
 {{- $root := .root }}
 {{- $v := $root.Values }}
 {{- $goMemLimit := include "outbox-canary.goMemLimit" $root }}
-{{- $scheme := include "outbox-canary.probeScheme" $root -}}
+{{- $scheme := include "outbox-canary.probeScheme" $root }}
+{{- $probePort := include "outbox-canary.probePort" $root -}}
 metadata:
   labels:
     {{- include "outbox-canary.labels" $root | nindent 4 }}
@@ -55,6 +56,9 @@ spec:
         {{- if $v.webConfig }}
         - --web.config.file=/etc/outbox-canary/config/web-config.yml
         {{- end }}
+        {{- if $probePort }}
+        - --web.probe-address=:9466
+        {{- end }}
         - --state.dir=/var/lib/outbox-canary
         - --log.level={{ $v.log.level }}
         - --log.format={{ $v.log.format }}
@@ -89,16 +93,22 @@ spec:
         - name: http
           containerPort: 9465
           protocol: TCP
+        {{- if $probePort }}
+        # /healthz and /readyz only, without TLS or auth, for the kubelet.
+        - name: probes
+          containerPort: 9466
+          protocol: TCP
+        {{- end }}
       livenessProbe:
         httpGet:
           path: /healthz
-          port: http
+          port: {{ ternary "probes" "http" (eq $probePort "true") }}
           scheme: {{ $scheme }}
         {{- toYaml $v.livenessProbe | nindent 8 }}
       readinessProbe:
         httpGet:
           path: /readyz
-          port: http
+          port: {{ ternary "probes" "http" (eq $probePort "true") }}
           scheme: {{ $scheme }}
         {{- toYaml $v.readinessProbe | nindent 8 }}
       resources:
