@@ -99,17 +99,13 @@ build() {
 	done
 }
 
-# scan lists the image's layers' files from `save`, the way a registry
-# would get them: no container is started, so no shell is needed in it.
+# scan lists what is in $IMAGE: its configuration and the files of a
+# container created from it and exported, never started (it has no shell
+# to start).
 scan() {
-	local e dir
+	local e id files
 	e=$(engine)
 	"$e" image inspect "$IMAGE" >/dev/null 2>&1 || { say "no image $IMAGE: run make image"; return 1; }
-	dir=$(mktemp -d)
-	trap 'rm -rf "$dir"' RETURN
-	"$e" save --quiet --format docker-archive -o "$dir/image.tar" "$IMAGE" >/dev/null
-	mkdir "$dir/x"
-	tar -xf "$dir/image.tar" -C "$dir/x"
 	echo "image:  $IMAGE"
 	"$e" image inspect --format 'id:     {{.Id}}
 size:   {{.Size}} bytes
@@ -118,21 +114,16 @@ entry:  {{json .Config.Entrypoint}} {{json .Config.Cmd}}
 ports:  {{json .Config.ExposedPorts}}' "$IMAGE"
 	echo "labels:"
 	"$e" image inspect --format '{{range $k, $v := .Config.Labels}}  {{$k}}={{$v}}{{"\n"}}{{end}}' "$IMAGE" | sed '/^$/d'
-	echo "files (mode, owner, size, path), every layer:"
-	local layer
-	for layer in $(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))[0]["Layers"]))' "$dir/x/manifest.json"); do
-		tar -tvf "$dir/x/$layer" | awk '{ printf "  %s %s %10s %s\n", $1, $2, $3, $6 }'
-	done
+	id=$("$e" create "$IMAGE")
+	files=$("$e" export "$id" | tar --numeric-owner -tvf - | sort -k6) || true
+	"$e" rm "$id" >/dev/null
+	echo "files (mode, owner, size, path):"
+	awk '{ printf "  %s %-11s %9s %s\n", $1, $2, $3, $6 }' <<<"$files"
 	echo "shells and package managers (none expected):"
-	local found=0 f
-	for layer in $(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))[0]["Layers"]))' "$dir/x/manifest.json"); do
-		for f in $(tar -tf "$dir/x/$layer" | grep -E '(^|/)(s?bin/)?(sh|bash|ash|dash|busybox|apt|apt-get|dpkg|apk|yum|dnf|rpm)$' || true); do
-			echo "  $f"
-			found=1
-		done
-	done
-	[ "$found" = 0 ] && echo "  none"
-	return "$found"
+	if grep -E '(^|/)(sh|bash|ash|dash|busybox|apt|apt-get|dpkg|apk|yum|dnf|rpm)$' <<<"$files"; then
+		return 1
+	fi
+	echo "  none"
 }
 
 case ${1:-} in
