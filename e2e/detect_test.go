@@ -176,7 +176,7 @@ func TestDetect(t *testing.T) {
 			if err := writeDetection(detectionJSON, d); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(detectionMD, renderDetection(d), 0o644); err != nil {
+			if err := os.WriteFile(detectionMD, renderDetection(d, r.rulesHash), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			v := verdict(res)
@@ -195,6 +195,7 @@ func TestDetect(t *testing.T) {
 // detectRun is what every scenario shares: the stack, the pipelines, the
 // relays, the connector, the prober and the generated files.
 type detectRun struct {
+	rulesHash            string // detectRulesHash, stored with each scenario
 	s                    stacktest.Stack
 	dir                  string
 	canaryBin            string
@@ -307,6 +308,7 @@ func setUpDetect(t *testing.T) *detectRun {
 	r.settings = r.describeSettings(t)
 	r.machine = machine()
 	r.versions = r.collectVersions(t)
+	r.rulesHash = detectRulesHash(t)
 	r.command = os.Getenv(detectCommandEnv)
 	if r.command == "" {
 		r.command = fmt.Sprintf("OUTBOX_CANARY_STACK_ENV=%s %s=%s go test -count=1 -v -timeout 0 -run '^TestDetect$' ./e2e/", filepath.Join(s.Dir, "env"), detectEnv, os.Getenv(detectEnv))
@@ -684,7 +686,8 @@ func (r *detectRun) runScenario(t *testing.T, sc scenarioSpec) *scenarioResult {
 		observe()
 	}
 	res.PrometheusDataSeconds = round1(o.faultAt.Sub(promStart))
-	res.Run = runInfo{Date: o.faultAt.UTC().Format(time.RFC3339), Machine: r.machine, Versions: r.versions, Command: r.command}
+	res.Run = runInfo{Date: o.faultAt.UTC().Format(time.RFC3339), Machine: r.machine, Versions: r.versions, Command: r.command,
+		RulesHash: r.rulesHash}
 	if sc.pipeline != "" {
 		if last, ok := base.lastReceived[sc.pipeline]; ok && last > 0 {
 			v := round1(time.Unix(0, int64(last*1e9)).Sub(o.faultAt))

@@ -7,6 +7,8 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -20,6 +22,8 @@ import (
 	"time"
 
 	"github.com/outbox-canary/outbox-canary/alerts"
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/slo"
 )
 
 // detectionJSON and detectionMD are the measurement file and the document
@@ -125,6 +129,10 @@ type runInfo struct {
 	Machine  string    `json:"machine"`
 	Versions []version `json:"versions"`
 	Command  string    `json:"command"`
+	// RulesHash names the rules and Alertmanager configuration the run
+	// measured (detectRulesHash); a row whose hash is not today's is
+	// flagged stale in the doc. Rows from before it was recorded have none.
+	RulesHash string `json:"rules_hash,omitempty"`
 }
 
 type version struct {
@@ -240,15 +248,54 @@ func (d *detection) merge(r *scenarioResult, order []string) {
 	sort.SliceStable(d.Scenarios, func(i, j int) bool { return rank(d.Scenarios[i].Name) < rank(d.Scenarios[j].Name) })
 }
 
+// detectSecretEnv are the secrets the example configuration reads from
+// the environment; config.Load wants them set.
+var detectSecretEnv = []string{"OUTBOX_CANARY_SIGNING_KEY", "OUTBOX_CANARY_PG_DSN", "OUTBOX_CANARY_PG_DSN_PAYMENTS", "OUTBOX_CANARY_PG_DSN_SHIPMENTS"}
+
+// detectRulesHash names what a detection run measures: the first 16 hex
+// digits of a SHA-256 of the rules and the Alertmanager configuration that
+// the code generates today from the example configuration as TestDetect
+// adapts it, with fixed names for what each run makes afresh (topics,
+// brokers, connector, slot, state directory), so that runs of one
+// generator on one example hash alike and a change to either shows.
+func detectRulesHash(t *testing.T) string {
+	t.Helper()
+	for _, k := range detectSecretEnv {
+		if os.Getenv(k) == "" {
+			t.Setenv(k, "placeholder-"+strings.ToLower(k))
+		}
+	}
+	yml := adaptExample(t, map[string]string{"orders": "orders-canaries", "payments": "payments-canaries", "shipments": "shipments-canaries"},
+		[]string{"kafka:9092"}, "http://connect:8083", "shipments-outbox", "shipments_slot", "/var/lib/outbox-canary")
+	cfg, err := config.Load(yml)
+	if err != nil {
+		t.Fatalf("adapted example: %v", err)
+	}
+	model, err := slo.FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	for _, format := range []string{alerts.FormatRules, alerts.FormatAlertmanager} {
+		out, err := alerts.Render(model, format)
+		if err != nil {
+			t.Fatalf("render %s: %v", format, err)
+		}
+		h.Write(out)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
 // TestDetectionDocIsRenderedFromItsMeasurements keeps docs/detection.md
 // what `make detect` rendered from docs/detection.json: neither may be
-// edited by hand.
+// edited by hand. The doc flags the scenarios measured on other rules than
+// today's, so a change to the rules makes it drift until rendered again.
 func TestDetectionDocIsRenderedFromItsMeasurements(t *testing.T) {
 	d, err := readDetection(detectionJSON)
 	if err != nil {
 		t.Fatalf("%v (written by `make detect`)", err)
 	}
-	want := renderDetection(d)
+	want := renderDetection(d, detectRulesHash(t))
 	got, err := os.ReadFile(detectionMD)
 	if err != nil {
 		t.Fatal(err)
@@ -357,7 +404,7 @@ func alertName(a alertTimeline) string {
 }
 
 // renderDetection writes docs/detection.md.
-func renderDetection(d *detection) []byte {
+func renderDetection(d *detection, rulesHash string) []byte {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	st := d.Settings
@@ -390,6 +437,17 @@ func renderDetection(d *detection) []byte {
 	p("The stall alert fires at the first evaluation after the first scrape that sees the last delivery older than the threshold: at most threshold + one scrape + one evaluation interval after the last delivery (%s), and the last delivery is at or before the fault, up to a canary interval before it; where the scrape and the evaluation fall in that window is luck, so single runs scatter over a %s range. Alertmanager adds group_wait (%s) before the first notification of a group, and sends a group again only when it changes, at group_interval.\n\n",
 		strings.Join(bounds, ", "), (scrape + eval).String(), wait)
 	p("How each figure is taken: the fault's moment is the harness's clock just before it acts. *First bad event* is the first poll of the prober's `/metrics` (every second) that shows a new bad SLI event of the faulted pipeline. *Pending* and *firing* are the first evaluations that held the alert so, read from Prometheus's `ALERTS` series (exact evaluation times). *Notified* is when the webhook receiver got the notification. *Notifications* counts the webhook calls about the faulted pipeline from the fault to the end of the observation: pages (and in how many Alertmanager groups: a pager that deduplicates by group key, as PagerDuty does, opens one incident per group and takes later notifications of the group as updates) and tickets. The last column is the comparison alert, evaluated by the same Prometheus.\n\n")
+
+	var stale []string
+	for _, r := range d.Scenarios {
+		if r.Run.RulesHash != rulesHash {
+			stale = append(stale, r.Name)
+		}
+	}
+	if len(stale) > 0 {
+		p("**Stale:** %d of %d scenarios were measured on other rules or Alertmanager configuration than the code generates today (rules %s; each scenario's section names its own): their figures say what those rules did. Measure them again with `make detect DETECT_SCENARIOS=%s` on a stack of your own.\n\n",
+			len(stale), len(d.Scenarios), rulesHash, strings.Join(stale, ","))
+	}
 
 	p("## Summary\n\n")
 	p("| scenario | first bad event | first page: alert, owner | pending | firing | notified | notifications (page / ticket) | naive alert firing, notified |\n|---|---|---|---|---|---|---|---|\n")
@@ -431,7 +489,11 @@ func renderDetection(d *detection) []byte {
 		} else if n := r.naive(); n != nil {
 			naive = "pending only"
 		}
-		p("| [%s](#%s) | %s | %s | %s | %s | %s | %d in %d group(s) / %d | %s |\n", r.Title, anchor(r.Title), fb, alert, pend, fire, note, pages, len(groups), tickets, naive)
+		title := fmt.Sprintf("[%s](#%s)", r.Title, anchor(r.Title))
+		if r.Run.RulesHash != rulesHash {
+			title += " (stale)"
+		}
+		p("| %s | %s | %s | %s | %s | %s | %d in %d group(s) / %d | %s |\n", title, fb, alert, pend, fire, note, pages, len(groups), tickets, naive)
 	}
 	p("\nSeconds from the fault; observation windows and the load each ran under are in the scenario's section.\n\n")
 
@@ -442,7 +504,7 @@ func renderDetection(d *detection) []byte {
 	p("\n")
 
 	for _, r := range d.Scenarios {
-		renderScenario(&b, r)
+		renderScenario(&b, r, rulesHash)
 	}
 	return b.Bytes()
 }
@@ -523,7 +585,7 @@ func verdict(r *scenarioResult) string {
 	}
 }
 
-func renderScenario(b *bytes.Buffer, r *scenarioResult) {
+func renderScenario(b *bytes.Buffer, r *scenarioResult, rulesHash string) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("## %s\n\n", r.Title)
 	p("%s\n\n", r.Fault)
@@ -535,6 +597,14 @@ func renderScenario(b *bytes.Buffer, r *scenarioResult) {
 		vs = append(vs, v.Name+" "+v.Version)
 	}
 	p("%s.\n\nCommand: `%s`\n\n", strings.Join(vs, ", "), r.Run.Command)
+	switch r.Run.RulesHash {
+	case rulesHash:
+		p("Rules: %s, what the code generates today.\n\n", rulesHash)
+	case "":
+		p("Rules: **stale**, not recorded (measured before the rules' hash was kept); today's are %s.\n\n", rulesHash)
+	default:
+		p("Rules: **stale**, measured on %s; today's are %s.\n\n", r.Run.RulesHash, rulesHash)
+	}
 
 	type row struct {
 		at   float64
@@ -706,3 +776,24 @@ func anchor(h string) string {
 
 // round1 keeps a tenth of a second: the harness's precision is coarser.
 func round1(d time.Duration) float64 { return math.Round(d.Seconds()*10) / 10 }
+
+// The doc must tell a scenario measured on today's rules from one measured
+// on others.
+func TestDetectionDocFlagsScenariosMeasuredOnOtherRules(t *testing.T) {
+	d, err := readDetection(detectionJSON)
+	if err != nil || len(d.Scenarios) < 2 {
+		t.Fatalf("%v: want at least two scenarios", err)
+	}
+	today := detectRulesHash(t)
+	d.Scenarios[0].Run.RulesHash = today
+	d.Scenarios[1].Run.RulesHash = "0123456789abcdef"
+	doc := string(renderDetection(d, today))
+	current := fmt.Sprintf("[%s](#%s) |", d.Scenarios[0].Title, anchor(d.Scenarios[0].Title))
+	stale := fmt.Sprintf("[%s](#%s) (stale) |", d.Scenarios[1].Title, anchor(d.Scenarios[1].Title))
+	for _, want := range []string{current, stale, "Rules: " + today + ", what the code generates today.",
+		"Rules: **stale**, measured on 0123456789abcdef; today's are " + today + "."} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the doc lacks %q", want)
+		}
+	}
+}

@@ -17,38 +17,113 @@ import (
 	"golang.org/x/mod/modfile"
 )
 
-// No container engine runs on the machines this is tested on, so the image
-// is checked the way BuildKit reads it, without building it: the
-// Dockerfile's syntax and BuildKit's parse-time build checks, its base
-// images, and what .dockerignore keeps out of the build context.
+// deploy/Dockerfile needs a registry for its base images, which the
+// machines this is tested on cannot reach, so it is checked the way
+// BuildKit reads it, without building it: its syntax and BuildKit's
+// parse-time build checks, its base images, what .dockerignore keeps out
+// of the build context, and that it makes the image `make image` builds
+// and e2e/image_test.go runs (deploy/image/Containerfile).
 
 const repoRoot = "../.."
 
 func parseDockerfile(t *testing.T) []instructions.Stage {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot, "deploy/Dockerfile"))
+	return parseFile(t, "deploy/Dockerfile")
+}
+
+// parseFile parses a Dockerfile of the repository as BuildKit does, with
+// its build checks.
+func parseFile(t *testing.T, path string) []instructions.Stage {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot, path))
 	if err != nil {
 		t.Fatal(err)
 	}
 	result, err := parser.Parse(bytes.NewReader(data))
 	if err != nil {
-		t.Fatalf("parse deploy/Dockerfile: %v", err)
+		t.Fatalf("parse %s: %v", path, err)
 	}
 	for _, w := range result.Warnings {
-		t.Errorf("deploy/Dockerfile line %d: %s", w.Location.Start.Line, w.Short)
+		t.Errorf("%s line %d: %s", path, w.Location.Start.Line, w.Short)
 	}
 	lint := linter.New(&linter.Config{Warn: func(rule, description, url, msg string, location []parser.Range) {
 		line := 0
 		if len(location) > 0 {
 			line = location[0].Start.Line
 		}
-		t.Errorf("deploy/Dockerfile line %d: BuildKit check %s: %s", line, rule, msg)
+		t.Errorf("%s line %d: BuildKit check %s: %s", path, line, rule, msg)
 	}})
 	stages, _, err := instructions.Parse(result.AST, lint)
 	if err != nil {
-		t.Fatalf("deploy/Dockerfile: %v", err)
+		t.Fatalf("%s: %v", path, err)
 	}
 	return stages
+}
+
+// imageConfig is what a final stage sets in the image's configuration.
+type imageConfig struct {
+	user, entrypoint, cmd, expose string
+	labels                        map[string]string
+	stateDirOwner                 string // COPY --chown to /var/lib/outbox-canary
+}
+
+func finalStage(t *testing.T, path string) imageConfig {
+	t.Helper()
+	stages := parseFile(t, path)
+	c := imageConfig{labels: map[string]string{}}
+	for _, cmd := range stages[len(stages)-1].Commands {
+		switch x := cmd.(type) {
+		case *instructions.UserCommand:
+			c.user = x.User
+		case *instructions.EntrypointCommand:
+			c.entrypoint = strings.Join(x.CmdLine, " ")
+		case *instructions.CmdCommand:
+			c.cmd = strings.Join(x.CmdLine, " ")
+		case *instructions.ExposeCommand:
+			c.expose = strings.Join(x.Ports, " ")
+		case *instructions.LabelCommand:
+			for _, kv := range x.Labels {
+				c.labels[kv.Key] = kv.Value
+			}
+		case *instructions.CopyCommand:
+			if strings.TrimSuffix(x.DestPath, "/") == "/var/lib/outbox-canary" {
+				c.stateDirOwner = x.Chown
+			}
+		}
+	}
+	return c
+}
+
+// TestLocalImageMatchesTheRegistryImage: `make image` (on an empty base,
+// without a registry) and deploy/Dockerfile (on distroless, for registry
+// builds) must make the same image to the chart: the user it runs as, the
+// entrypoint and command, the port, the labels and the state directory.
+func TestLocalImageMatchesTheRegistryImage(t *testing.T) {
+	registry, local := finalStage(t, "deploy/Dockerfile"), finalStage(t, "deploy/image/Containerfile")
+	if local.user != "65532:65532" || local.user != registry.user {
+		t.Errorf("USER: local %q, registry %q, want 65532:65532 in both", local.user, registry.user)
+	}
+	for _, f := range []struct{ what, local, registry string }{
+		{"ENTRYPOINT", local.entrypoint, registry.entrypoint},
+		{"CMD", local.cmd, registry.cmd},
+		{"EXPOSE", local.expose, registry.expose},
+		{"the state directory's owner", local.stateDirOwner, registry.stateDirOwner},
+	} {
+		if f.local == "" || f.local != f.registry {
+			t.Errorf("%s: local %q, registry %q", f.what, f.local, f.registry)
+		}
+	}
+	for _, k := range []string{"org.opencontainers.image.version", "org.opencontainers.image.revision",
+		"org.opencontainers.image.source", "org.opencontainers.image.created"} {
+		if local.labels[k] == "" {
+			t.Errorf("the local image has no label %s", k)
+		}
+	}
+	for k, v := range registry.labels {
+		if local.labels[k] != v {
+			t.Errorf("label %s: local %q, registry %q", k, local.labels[k], v)
+		}
+	}
 }
 
 // A base image is fully qualified (a registry host first) and pinned by a
