@@ -164,7 +164,7 @@ func (b *bench) measureConsume(t *testing.T, addr string, topics, pipelines []st
 	deadline := start.Add(time.Duration(want)*10*time.Second/time.Duration(len(pipelines)) + 5*time.Minute)
 	for {
 		time.Sleep(statusEvery)
-		st, err := apiStatus(addr)
+		st, err := readRecentCanaries(addr)
 		if err != nil {
 			t.Logf("/api/status: %v", err)
 			continue
@@ -213,9 +213,9 @@ type recentCanaries struct {
 	} `json:"pipelines"`
 }
 
-// apiStatus reads the prober's /api/status: the recent canaries of every
+// readRecentCanaries reads the prober's /api/status: the recent canaries of every
 // pipeline, with their consume stamps.
-func apiStatus(addr string) (*recentCanaries, error) {
+func readRecentCanaries(addr string) (*recentCanaries, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/status", nil)
