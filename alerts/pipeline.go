@@ -145,6 +145,19 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 					"{{ $labels."+slo.LabelDependency+" }}", p.Name, slo.PromDuration(dependencyDownFor), "{{ $labels."+slo.LabelDependency+" }}")),
 		})
 	}
+	// Its twin holds back, from the first evaluation that sees Kafka out
+	// of reach (burn pages can fire before the dependency page's for:
+	// has passed) until the outage's bad canaries have left the burn
+	// windows, what the outage sets off.
+	grp.Rules = append(grp.Rules, Rule{
+		Alert:         AlertBrokerOutageAftermath,
+		Expr:          selector(slo.MetricDependencyUp, slo.LabelPipeline, p.Name, slo.LabelDependency, slo.DependencyKafka) + " == 0",
+		KeepFiringFor: slo.PromDuration(g.stallAftermath(p)),
+		Labels:        g.labels(map[string]string{slo.LabelPipeline: p.Name, slo.LabelOwner: brokerOwner}),
+		Annotations: annotate(AlertBrokerOutageAftermath, slo.DashboardPipelineHealth,
+			fmt.Sprintf("Pipeline %s: the prober could not reach Kafka within the last %s; inhibition only, never notified.", p.Name, slo.PromDuration(g.stallAftermath(p))),
+			fmt.Sprintf("Holds back, in Alertmanager, the alerts of pipeline %s that a Kafka outage sets off (burn pages and tickets, oldest row, backlog, connector, slot), from the first evaluation that sees the prober's Kafka down until they have cleared, so that %s to %s is the only page of the outage. Routed to no receiver.", p.Name, AlertDependencyDown, brokerOwner)),
+	})
 
 	grp.Rules = append(grp.Rules, Rule{
 		Alert:         AlertWatcherFailing,
