@@ -53,7 +53,7 @@ const (
 	// AlertStallAftermath never notifies: it inhibits, in Alertmanager,
 	// the same team's alerts that a stall sets off, from the stall until
 	// they have cleared (see stallAftermath).
-	AlertStallAftermath        = "OutboxCanaryStallAftermath"
+	AlertStallAftermath = "OutboxCanaryStallAftermath"
 	// AlertBrokerOutageAftermath never notifies either: from the moment
 	// the prober cannot reach Kafka until the outage's consequences have
 	// cleared, it holds back the pipeline's alerts the outage sets off, so
