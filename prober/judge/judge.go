@@ -1120,7 +1120,7 @@ func (j *Judge) blame(c *Canary, now time.Time) {
 // segment it is waiting in and when that segment's budget runs (or ran)
 // out (zero when unknown); "" when it has arrived or is final, or when
 // the evidence cannot tell (a record stamped at send while the brokers
-// were out of reach).
+// were out of reach, or a relay that may be waiting on them).
 func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 	if c.Arrived || c.Final {
 		return "", time.Time{}
@@ -1151,12 +1151,15 @@ func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 			last, lastAt = i, t.Add(c.stampError(p.Stamps[i]))
 		}
 	}
-	if last == pub {
-		if j.pos.caughtUpAsOf.After(lastAt) {
-			s := p.segmentTo(pub) // a claim the topic contradicts
-			return s.Name, deadlineOf(s, lastAt)
-		}
+	if last == pub && !j.pos.caughtUpAsOf.After(lastAt) {
 		return consume.Name, lagDeadline
+	}
+	if j.brokersOutBetween(lastAt, farFuture) {
+		return "", time.Time{} // the relay may be waiting on the brokers
+	}
+	if last == pub {
+		s := p.segmentTo(pub) // a claim the topic contradicts
+		return s.Name, deadlineOf(s, lastAt)
 	}
 	s := p.Chain[last]
 	return s.Name, deadlineOf(s, lastAt)

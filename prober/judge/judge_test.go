@@ -213,6 +213,9 @@ func TestJudgeScenarios(t *testing.T) {
 			}
 			h.ticksWithPositions(ms(3100), ms(5000), true)
 			h.want("a", "end_to_end=bad insert_to_commit=good")
+			if seg, _ := h.j.Where(h.j.st.Canaries["a"]); seg != "" {
+				h.t.Errorf("Where places the canary in %s: the relay may be waiting on the brokers", seg)
+			}
 			// Published after the outage: the relay's long segment is the
 			// brokers', the wait in the topic is measured.
 			h.arrive("a", ms(5200), nil)
