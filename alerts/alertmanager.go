@@ -165,7 +165,7 @@ func (c amBuilder) route(opts AlertmanagerOptions) amRoute {
 	}
 	r.Routes = append(r.Routes, amRoute{
 		Receiver: InhibitOnlyReceiver,
-		Matchers: []string{match(labelAlertname, AlertStallAftermath)},
+		Matchers: []string{matchAny(labelAlertname, []string{AlertStallAftermath, AlertBrokerOutageAftermath})},
 	})
 	for _, o := range c.owners() {
 		for _, level := range []string{config.SeverityPage, config.SeverityTicket} {
@@ -270,6 +270,11 @@ func (c amBuilder) inhibitRules() []amInhibitRule {
 		}
 	}
 	rules = append(rules, amInhibitRule{
+		why:            "The prober cannot reach Kafka, or could not a while ago: the brokers' owner is paged (OutboxCanaryDependencyDown), and the burns, backlog and connector symptoms the outage sets off wait until they have cleared (OutboxCanaryBrokerOutageAftermath outlives them).",
+		SourceMatchers: []string{match(labelAlertname, AlertBrokerOutageAftermath)},
+		TargetMatchers: []string{matchAny(labelAlertname, stallConsequences)},
+		Equal:          withPipeline,
+	}, amInhibitRule{
 		why:            "A stall pages its owner once, in the stall's own group: that team's other alerts of the same pipeline, which the stall sets off in other groups, wait until they have cleared (OutboxCanaryStallAftermath outlives them).",
 		SourceMatchers: []string{match(labelAlertname, AlertStallAftermath)},
 		TargetMatchers: []string{matchAny(labelAlertname, stallConsequences)},

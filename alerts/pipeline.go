@@ -119,17 +119,44 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 				p.Name, slo.PromDuration(insertWindow))),
 	})
 
+	// The prober's Kafka is the pipeline's brokers: out of the prober's
+	// reach they are most often out of the relay's too, and the relay's
+	// segments are not charged for it (package judge), so the page goes to
+	// the brokers' owner, the owner of publish_to_consume. The database
+	// page goes to whoever runs the prober.
+	brokerOwner := p.Owner(config.SegmentName(config.StampPublish, config.StampConsume))
+	for _, dep := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{slo.DependencyDatabase, proberSide(config.SeverityPage)},
+		{slo.DependencyKafka, g.labels(map[string]string{labelSeverity: g.severity(config.SeverityPage), slo.LabelPipeline: p.Name, slo.LabelOwner: brokerOwner})},
+	} {
+		grp.Rules = append(grp.Rules, Rule{
+			Alert:  AlertDependencyDown,
+			Expr:   selector(slo.MetricDependencyUp, slo.LabelPipeline, p.Name, slo.LabelDependency, dep.name) + " == 0",
+			For:    slo.PromDuration(dependencyDownFor),
+			Labels: dep.labels,
+			// Its own series vanish with the prober too.
+			KeepFiringFor: keep,
+			Annotations: annotate(AlertDependencyDown, slo.DashboardPipelineHealth,
+				fmt.Sprintf("Pipeline %s: the prober has lost its own connection to {{ $labels.%s }}.", p.Name, slo.LabelDependency),
+				fmt.Sprintf("The prober's connection to the %s of pipeline %s has been down for %s. Canaries can neither be written nor read, so the pipeline is not measured: its stall and SLO alerts are held back, as is everything else of the pipeline in Alertmanager. If the %s is down for everyone, this is the pipeline's incident too.",
+					"{{ $labels."+slo.LabelDependency+" }}", p.Name, slo.PromDuration(dependencyDownFor), "{{ $labels."+slo.LabelDependency+" }}")),
+		})
+	}
+	// Its twin holds back, from the first evaluation that sees Kafka out
+	// of reach (burn pages can fire before the dependency page's for:
+	// has passed) until the outage's bad canaries have left the burn
+	// windows, what the outage sets off.
 	grp.Rules = append(grp.Rules, Rule{
-		Alert:  AlertDependencyDown,
-		Expr:   pl(slo.MetricDependencyUp) + " == 0",
-		For:    slo.PromDuration(dependencyDownFor),
-		Labels: proberSide(config.SeverityPage),
-		// Its own series vanish with the prober too.
-		KeepFiringFor: keep,
-		Annotations: annotate(AlertDependencyDown, slo.DashboardPipelineHealth,
-			fmt.Sprintf("Pipeline %s: the prober has lost its own connection to {{ $labels.%s }}.", p.Name, slo.LabelDependency),
-			fmt.Sprintf("The prober's connection to the %s of pipeline %s has been down for %s. Canaries can neither be written nor read, so the pipeline is not measured: its stall and SLO alerts are held back, as is everything else of the pipeline in Alertmanager. If the %s is down for everyone, this is the pipeline's incident too.",
-				"{{ $labels."+slo.LabelDependency+" }}", p.Name, slo.PromDuration(dependencyDownFor), "{{ $labels."+slo.LabelDependency+" }}")),
+		Alert:         AlertBrokerOutageAftermath,
+		Expr:          selector(slo.MetricDependencyUp, slo.LabelPipeline, p.Name, slo.LabelDependency, slo.DependencyKafka) + " == 0",
+		KeepFiringFor: slo.PromDuration(g.stallAftermath(p)),
+		Labels:        g.labels(map[string]string{slo.LabelPipeline: p.Name, slo.LabelOwner: brokerOwner}),
+		Annotations: annotate(AlertBrokerOutageAftermath, slo.DashboardPipelineHealth,
+			fmt.Sprintf("Pipeline %s: the prober could not reach Kafka within the last %s; inhibition only, never notified.", p.Name, slo.PromDuration(g.stallAftermath(p))),
+			fmt.Sprintf("Holds back, in Alertmanager, the alerts of pipeline %s that a Kafka outage sets off (burn pages and tickets, oldest row, backlog, connector, slot), from the first evaluation that sees the prober's Kafka down until they have cleared, so that %s to %s is the only page of the outage. Routed to no receiver.", p.Name, AlertDependencyDown, brokerOwner)),
 	})
 
 	grp.Rules = append(grp.Rules, Rule{
@@ -150,8 +177,11 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	}
 	if p.RelayKind == config.RelayPolling {
 		grp.Rules = append(grp.Rules, Rule{
-			Alert:         AlertOldestUnpublished,
-			Expr:          pl(slo.MetricOldestUnpublishedAge) + " > " + seconds(time.Duration(a.OldestUnpublishedAge)),
+			Alert: AlertOldestUnpublished,
+			// A relay that cannot reach the brokers cannot publish: while
+			// the prober cannot reach them either, the backlog is the
+			// brokers' (OutboxCanaryDependencyDown pages their owner).
+			Expr:          lines(pl(slo.MetricOldestUnpublishedAge)+" > "+seconds(time.Duration(a.OldestUnpublishedAge)), dependencyDown(slo.DependencyKafka)),
 			For:           slo.PromDuration(oldestUnpublishedFor),
 			KeepFiringFor: keep,
 			Labels:        labels(config.SeverityPage, relay),

@@ -53,7 +53,12 @@ const (
 	// AlertStallAftermath never notifies: it inhibits, in Alertmanager,
 	// the same team's alerts that a stall sets off, from the stall until
 	// they have cleared (see stallAftermath).
-	AlertStallAftermath        = "OutboxCanaryStallAftermath"
+	AlertStallAftermath = "OutboxCanaryStallAftermath"
+	// AlertBrokerOutageAftermath never notifies either: from the moment
+	// the prober cannot reach Kafka until the outage's consequences have
+	// cleared, it holds back the pipeline's alerts the outage sets off, so
+	// that OutboxCanaryDependencyDown pages the brokers' owner alone.
+	AlertBrokerOutageAftermath = "OutboxCanaryBrokerOutageAftermath"
 	AlertInsertsFailing        = "OutboxCanaryInsertsFailing"
 	AlertProberAbsent          = "OutboxCanaryProberAbsent"
 	AlertClockSkewSuspected    = "OutboxCanaryClockSkewSuspected"
@@ -75,7 +80,7 @@ const (
 func AlertNames() []string {
 	return []string{
 		AlertStalled, AlertStallAftermath, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent,
-		AlertDependencyDown, AlertWatcherFailing,
+		AlertDependencyDown, AlertBrokerOutageAftermath, AlertWatcherFailing,
 		AlertOldestUnpublished, AlertBacklogGrowing,
 		AlertConnectorTaskFailed, AlertSlotInactive, AlertSlotRetainedWALGrowth, AlertSlotWALAtRisk,
 		AlertConsumerLag, AlertLongTransaction, AlertClockSkewSuspected, AlertBadSignatures,

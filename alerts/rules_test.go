@@ -272,7 +272,7 @@ func TestAlertsOutliveTheirEvidence(t *testing.T) {
 			if time.Duration(keep) <= deadMan {
 				t.Errorf("%s %v: keep_firing_for %s, not past the dead man's %s", r.Alert, r.Labels, r.KeepFiringFor, deadMan)
 			}
-			if r.Alert == alerts.AlertStallAftermath {
+			if r.Alert == alerts.AlertStallAftermath || r.Alert == alerts.AlertBrokerOutageAftermath {
 				// Past every consequence of the stall it holds back: a burn
 				// page's 30m short window plus its 9m, and a 2m margin.
 				if want := 41 * time.Minute; time.Duration(keep) != want {

@@ -9,10 +9,12 @@ package e2e
 //
 // It is not part of `make test`: it runs only when OUTBOX_CANARY_DETECT
 // names scenarios ("all", or a comma-separated list of relay-stall,
-// connect-stopped, relay-delay, pause-20s, second-stall, quiet-30m), takes
-// about 40 minutes for the four incidents, 25 for second-stall and 35 for
-// quiet-30m, and stops and restarts the stack's Kafka Connect worker
-// (connect-stopped): run it on a stack of your own. `make detect` starts
+// connect-stopped, relay-delay, pause-20s, second-stall, quiet-30m,
+// kafka-down, connector-paused), takes about 40 minutes for the four
+// incidents, 25 for second-stall, 35 for quiet-30m and 20 for each of the
+// outages, and stops and restarts the stack's Kafka Connect worker
+// (connect-stopped) and Kafka broker (kafka-down): run it on a stack of
+// your own. `make detect` starts
 // the stack and runs it:
 //
 //	STACK_DIR=$PWD/.stack PG_PORT_BASE=55320 KAFKA_PORT_BASE=29092 CONNECT_PORT_BASE=28083 make detect
@@ -40,6 +42,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -83,9 +86,12 @@ const (
 	scenarioPause          = "pause-20s"
 	scenarioSecondStall    = "second-stall"
 	scenarioQuiet          = "quiet-30m"
+	scenarioKafkaDown      = "kafka-down"
+	scenarioConnectorPause = "connector-paused"
 )
 
-var scenarioOrder = []string{scenarioRelayStall, scenarioConnectStopped, scenarioRelayDelay, scenarioPause, scenarioSecondStall, scenarioQuiet}
+var scenarioOrder = []string{scenarioRelayStall, scenarioConnectStopped, scenarioRelayDelay, scenarioPause, scenarioSecondStall, scenarioQuiet,
+	scenarioKafkaDown, scenarioConnectorPause}
 
 // Production settings, and Alertmanager's defaults (the generated route
 // sets no timing), for the observation windows and the document.
@@ -127,6 +133,14 @@ const (
 	afterFirstNotification = amGroupIntDefault + 30*time.Second
 	// incidentCap ends an incident that never notifies.
 	incidentCap = 15 * time.Minute
+	// kafkaDownFor and connectorPausedFor are the outages of issue 25:
+	// the broker stopped, the Debezium connector paused.
+	kafkaDownFor       = 5 * time.Minute
+	connectorPausedFor = 6 * time.Minute
+	// afterOutage is how long an outage's aftermath is watched after it
+	// ends: the burn pages' short windows still hold its bad canaries,
+	// and a page they set off must be seen.
+	afterOutage = 10 * time.Minute
 )
 
 // Deadlines for events (not durations the harness assumes).
@@ -587,6 +601,39 @@ func (r *detectRun) scenarios(t *testing.T) map[string]scenarioSpec {
 			done:          func(o *observation, now time.Time) bool { return now.Sub(o.faultAt) >= pauseFor+afterPause },
 		},
 		scenarioSecondStall: r.secondStallSpec(t),
+		scenarioKafkaDown: {
+			name: scenarioKafkaDown, title: "Kafka down 5 minutes", pipeline: "orders",
+			fault: fmt.Sprintf("The stack's Kafka broker is stopped (`stack.sh stop-kafka`) for %s, then started again (`stack.sh start-kafka`), under every pipeline: the reference relays read each row, fail to send, roll back and read it again once the broker is back; the prober cannot reach the broker either (outbox_canary_dependency_up{dependency=\"kafka\"} 0). Watched for %s after the restart. Owners of orders: %s.",
+				kafkaDownFor, afterOutage, ownersOf(orders)),
+			target: fmt.Sprintf("one page, to the brokers' owner (%s, the owner of publish_to_consume); none to the relay's", orders.Owner(config.SegmentName(config.StampPublish, config.StampConsume))),
+			inject: func(t *testing.T) []step {
+				start := time.Now()
+				r.s.Script(t, "stop-kafka")
+				return []step{{At: round1(time.Since(start)), What: "`stack.sh stop-kafka` returned: the broker has exited"}}
+			},
+			heal: func(t *testing.T) []step {
+				r.s.Script(t, "start-kafka")
+				return []step{{What: "`stack.sh start-kafka` called (it returns once the broker answers)"}}
+			},
+			healAfter: kafkaDownFor,
+			done:      func(o *observation, now time.Time) bool { return now.Sub(o.faultAt) >= kafkaDownFor+afterOutage },
+		},
+		scenarioConnectorPause: {
+			name: scenarioConnectorPause, title: "Debezium connector paused 6 minutes", pipeline: "shipments",
+			fault: fmt.Sprintf("The shipments connector is paused through Kafka Connect's REST API (`PUT /connectors/<name>/pause`) for %s, then resumed (`PUT .../resume`); Debezium stops polling its queue while paused. Watched for %s after the resume. Owners of shipments: %s.",
+				connectorPausedFor, afterOutage, ownersOf(shipments)),
+			target: fmt.Sprintf("one page, to the connector's owner (%s, the owner of commit_to_publish); none to the brokers'", shipments.Owner(config.SegmentName(config.StampCommit, config.StampPublish))),
+			inject: func(t *testing.T) []step {
+				r.cdc.act(t, "pause")
+				return []step{{What: "connector paused"}}
+			},
+			heal: func(t *testing.T) []step {
+				r.cdc.act(t, "resume")
+				return []step{{What: "connector resumed"}}
+			},
+			healAfter: connectorPausedFor,
+			done:      func(o *observation, now time.Time) bool { return now.Sub(o.faultAt) >= connectorPausedFor+afterOutage },
+		},
 		scenarioQuiet: {
 			name: scenarioQuiet, title: "30 minutes quiet on a fresh Prometheus",
 			fault: fmt.Sprintf("No incident and no business traffic for %s: only canaries flow through the three pipelines. Prometheus and Alertmanager start with the scenario (empty data directories), so every burn window holds at most the minutes since; the observation starts with them and counts every notification Alertmanager sends. Once Prometheus has scraped the prober %d times, %d canaries of orders are made late on %s, as a loaded machine makes a canary late now and then (two such canaries paged a quiet pipeline of a fresh Prometheus in issue 15): the relay sleeps %s between reading a batch and sending it (%s budget + %s) until the prober has judged %d bad, then not at all.",
@@ -1384,6 +1431,34 @@ func (c *cdcConnector) create(t *testing.T) {
 		_ = pool.QueryRow(ctx, `SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE slot_name = $1`, c.slot).Scan(&active)
 		return st.Running() && active, st.Summary() + fmt.Sprintf("; slot active %v", active)
 	})
+}
+
+// act pauses or resumes the connector (PUT /connectors/<name>/pause or
+// /resume; Connect answers 202 and acts asynchronously).
+func (c *cdcConnector) act(t *testing.T, action string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, c.connectURL+"/connectors/"+c.name+"/"+action, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s connector %s: %v", action, c.name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%s connector %s: %s: %s", action, c.name, resp.Status, body)
+	}
+}
+
+// ownersOf lists a pipeline's owners, for the scenario's text.
+func ownersOf(p *config.Pipeline) string {
+	var out []string
+	for _, seg := range slices.Sorted(maps.Keys(p.Owners)) {
+		out = append(out, seg+": "+p.Owners[seg])
+	}
+	return strings.Join(out, ", ")
 }
 
 // delete removes the connector and drops its slot once its walsender let

@@ -576,6 +576,8 @@ func verdict(r *scenarioResult) string {
 		return fmt.Sprintf("**Missed**: %d notification(s) in %.0f s %s, with %.0f bad SLI event(s); pending or firing: %s.", n, r.ObservedSeconds, from, bad, strings.Join(active, "; "))
 	case scenarioSecondStall:
 		return secondStallVerdict(r)
+	case scenarioKafkaDown, scenarioConnectorPause:
+		return outageVerdict(r)
 	default:
 		a := r.firstPage()
 		if a == nil {
@@ -796,4 +798,36 @@ func TestDetectionDocFlagsScenariosMeasuredOnOtherRules(t *testing.T) {
 			t.Errorf("the doc lacks %q", want)
 		}
 	}
+}
+
+// outageVerdict says who was paged for an outage, against the owner its
+// target names (the word before ", the owner of" in it): one page group,
+// to that owner's page receiver, and no other.
+func outageVerdict(r *scenarioResult) string {
+	want := r.Target
+	if i := strings.Index(want, "("); i >= 0 {
+		want = want[i+1:]
+	}
+	if i := strings.Index(want, ","); i >= 0 {
+		want = want[:i]
+	}
+	groups, receivers := map[string]bool{}, map[string]bool{}
+	for _, d := range r.pages() {
+		groups[d.Receiver+" "+d.Group] = true
+		receivers[d.Receiver] = true
+	}
+	paged := slices.Sorted(maps.Keys(receivers))
+	who := "nobody"
+	if len(paged) > 0 {
+		who = strings.Join(paged, ", ")
+	}
+	word := "Met"
+	if len(groups) != 1 || !receivers[alerts.ReceiverName(want, "page")] {
+		word = "**Missed**"
+	}
+	first := ""
+	if a := r.firstPage(); a != nil {
+		first = fmt.Sprintf(" First page: %s to %s, firing %s s, notified %s s.", alertName(*a), a.Owner, optSecs(a.FiringAt), optSecs(a.Notified))
+	}
+	return fmt.Sprintf("%s: paged %s; %d page notification(s) in %d group(s) in %.0f s.%s", word, who, len(r.pages()), len(groups), r.ObservedSeconds, first)
 }

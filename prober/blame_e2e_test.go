@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
@@ -530,6 +531,85 @@ func TestDisruptiveBlameCDCBrokerStall(t *testing.T) {
 	waitFor(t, fmt.Sprintf("%d bad publish_to_consume events, one per canary of the stall", n), func() bool {
 		return badSince("publish_to_consume") == n
 	})
+	if lost := r.counter(m.CanariesLost); lost != 0 {
+		t.Errorf("lost = %v, want 0", lost)
+	}
+}
+
+// TestDisruptiveBlameKafkaStoppedBehindThePollingRelay stops the shared
+// Kafka broker for a minute behind the reference polling relay (stamps:
+// its read header, then published_at). The relay reads every row, fails
+// to send, rolls back and reads it again once the broker is back, so its
+// read stamp is its last read: the whole wait lands in commit_to_read.
+// The prober cannot reach the broker either, and the judge charges no
+// relay segment for the outage (brokers_unreachable); end_to_end is bad,
+// and no canary is lost. The page for the outage is the prober's Kafka
+// dependency alert, routed to the brokers' owner (package alerts).
+func TestDisruptiveBlameKafkaStoppedBehindThePollingRelay(t *testing.T) {
+	s := stacktest.Load(t)
+	cols := relay.SchemaAColumns()
+	o := newOutbox(t, s, outboxsql.SchemaA, &cols)
+	relaySegments := []string{"commit_to_read", "read_to_publish"}
+	cfg := o.config(t, pipelineYAML{LostAfter: "5m", Budgets: map[string]string{
+		"commit_to_read": "2s", "read_to_publish": "2s", "publish_to_consume": "2s", "end_to_end": "5s"}})
+	p := &cfg.Pipelines[0]
+	r := startService(t, cfg, t.TempDir(), true)
+	tr, m := r.tracker(t), r.svc.Metrics()
+	if rep := await(t, tr, r.send(t).ID); rep.State != StateArrived {
+		t.Fatalf("first canary: %s", describe(p, rep))
+	}
+	badSince := r.badSince(append(relaySegments, "publish_to_consume", "end_to_end")...)
+	kafkaUp := func() float64 { return testutil.ToFloat64(m.DependencyUp.WithLabelValues("e2e", DependencyKafka)) }
+
+	const outage = 60 * time.Second
+	t.Cleanup(func() { s.Script(t, "start-kafka") }) // a no-op when it runs
+	s.Script(t, "stop-kafka")
+	stopped := time.Now()
+	var during []Canary
+	sawDown := false
+	for time.Since(stopped) < outage {
+		during = append(during, r.send(t))
+		sawDown = sawDown || kafkaUp() == 0
+		time.Sleep(2 * time.Second) // the canary schedule, not a wait for an event
+	}
+	startAt := time.Now()
+	s.Script(t, "start-kafka")
+	back := time.Now()
+	t.Logf("Kafka down %s, started in %s; %d canaries sent meanwhile", startAt.Sub(stopped).Round(time.Second), back.Sub(startAt).Round(time.Second), len(during))
+	if !sawDown {
+		t.Errorf("outbox_canary_dependency_up{dependency=kafka} never read 0 while the broker was down: the outage alert could not page")
+	}
+
+	excused := 0
+	for _, c := range during {
+		rep := await(t, tr, c.ID)
+		t.Log(describe(p, rep))
+		if rep.State != StateArrived && rep.State != StateLate {
+			t.Errorf("canary %s: %s, want it delivered after the outage", c.ID, rep.State)
+		}
+		for _, seg := range relaySegments {
+			sr := rep.Segments[seg]
+			if sr.Outcome == judge.Bad {
+				t.Errorf("canary %s: %s %+v: charged to the relay for the broker's outage", c.ID, seg, sr)
+			}
+			if sr.Reason == judge.ReasonBrokersUnreachable {
+				excused++
+			}
+		}
+	}
+	for _, seg := range relaySegments {
+		if bad := badSince(seg); bad != 0 {
+			t.Errorf("%s: %v bad SLI events, want 0: the outage was the broker's", seg, bad)
+		}
+	}
+	if excused == 0 {
+		t.Errorf("no relay segment unjudged as %s: the outage never reached the relay's stamps", judge.ReasonBrokersUnreachable)
+	}
+	if bad := badSince("end_to_end"); bad == 0 {
+		t.Errorf("end_to_end: no bad SLI event for a minute-long outage")
+	}
+	t.Logf("SLI bad since the stop: commit_to_read %v, read_to_publish %v, publish_to_consume %v, end_to_end %v; relay segments unjudged brokers_unreachable %d; lost %v",
+		badSince("commit_to_read"), badSince("read_to_publish"), badSince("publish_to_consume"), badSince("end_to_end"), excused, r.counter(m.CanariesLost))
 	if lost := r.counter(m.CanariesLost); lost != 0 {
 		t.Errorf("lost = %v, want 0", lost)
 	}

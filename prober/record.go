@@ -319,9 +319,15 @@ func appendMeta(b []byte, m *judge.State) ([]byte, error) {
 		b = append(b, '}')
 	}
 	var err error
-	if len(m.Downtimes) > 0 {
-		b = append(b, `,"downtimes":[`...)
-		for i, d := range m.Downtimes {
+	for _, f := range []struct {
+		prefix string
+		spans  []judge.Interval
+	}{{`,"downtimes":[`, m.Downtimes}, {`,"brokers_unreachable":[`, m.Unreachable}} {
+		if len(f.spans) == 0 {
+			continue
+		}
+		b = append(b, f.prefix...)
+		for i, d := range f.spans {
 			if i > 0 {
 				b = append(b, ',')
 			}

@@ -94,6 +94,7 @@ var statusLabels = map[string]string{
 	diagnose.StatusNotChecked:    "NOT CHECKED",
 	diagnose.StatusNotApplicable: "N/A",
 	diagnose.StatusNotConfigured: "NOT CONFIGURED",
+	diagnose.StatusExplained:     "LAGGING (a later stage's doing)",
 }
 
 // printDiagnosis prints one pipeline's walk as a checklist.

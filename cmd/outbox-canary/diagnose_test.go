@@ -321,10 +321,13 @@ func TestDiagnoseNamesTheConsumersWhenAGroupStoppedWithLag(t *testing.T) {
 }
 
 // Not parallel: it stops the shared Kafka. Go runs it before the parallel
-// tests of this package resume.
+// tests of this package resume. A relay runs, and the row written while
+// the broker is down waits past the relay's budget: the relay looks
+// unhealthy, and diagnose must check the brokers before it names it.
 func TestDisruptiveDiagnoseNamesTheBrokerWhenKafkaIsDown(t *testing.T) {
 	st := stacktest.Load(t)
 	d := newDiagPipeline(t, st, "")
+	d.startRelay(t)
 	st.Script(t, "stop-kafka")
 	t.Cleanup(func() {
 		st.Script(t, "start-kafka")
@@ -341,10 +344,36 @@ func TestDisruptiveDiagnoseNamesTheBrokerWhenKafkaIsDown(t *testing.T) {
 		})
 	})
 
+	ctx := context.Background()
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := insertOrderEvent(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Past the 500ms commit_to_publish budget the relay stage is judged by.
+	waitUntil(t, "the unpublished row to be older than the relay's budget", func() (bool, error) {
+		var older bool
+		err := d.pool.QueryRow(ctx, `SELECT coalesce(min(created_at) < clock_timestamp() - interval '1 second', false) FROM outbox WHERE published_at IS NULL`).Scan(&older)
+		return older, err
+	})
+
 	text, diag, code := d.diagnose(t)
 	wantUnhealthyAt(t, text, diag, code, diagnose.StageBroker)
 	if ev := stageEvidence(diag, diagnose.StageBroker); !strings.Contains(ev, "connection refused") {
 		t.Errorf("broker evidence %q, want the dial error", ev)
+	}
+	for _, s := range diag.Stages {
+		if s.Name == diagnose.StageRelay && s.Status != diagnose.StatusExplained {
+			t.Errorf("relay stage %+v, want %s: its lag is the broker's", s, diagnose.StatusExplained)
+		}
+	}
+	if ev := stageEvidence(diag, diagnose.StageRelay); !strings.Contains(ev, "backlog 1 rows") || !strings.Contains(ev, "the brokers are unhealthy") {
+		t.Errorf("relay evidence %q, want its backlog and that the brokers explain it", ev)
 	}
 }
 

@@ -37,6 +37,9 @@ const (
 	StatusNotChecked    = "not_checked"    // an earlier stage is unhealthy
 	StatusNotApplicable = "not_applicable" // e.g. the replication slot of a polling relay
 	StatusNotConfigured = "not_configured" // the config names nothing to check
+	// StatusExplained: the stage looks unhealthy because a later stage is
+	// (a relay that cannot publish to brokers that are down).
+	StatusExplained = "explained_by_later_stage"
 )
 
 // StageResult is one step of the runbook: what was seen (numbers) and, when
@@ -166,8 +169,9 @@ func With(ctx context.Context, p *config.Pipeline, probes Probes, o Options) Dia
 		{StageBroker, checkBroker},
 		{StageConsumers, checkConsumers},
 	}
+	var brokerChecked StageResult // checked early, for a relay that looks unhealthy
 	for _, c := range checks {
-		if !d.Healthy {
+		if !d.Healthy && !(c.name == StageBroker && brokerChecked.Name != "") {
 			d.Stages = append(d.Stages, StageResult{Name: c.name, Status: StatusNotChecked,
 				Evidence: []string{"not checked: stage " + d.FirstUnhealthy + " is unhealthy"}})
 			continue
@@ -175,6 +179,27 @@ func With(ctx context.Context, p *config.Pipeline, probes Probes, o Options) Dia
 		sctx, cancel := context.WithTimeout(ctx, o.StageTimeout)
 		r := c.check(sctx, p, probes, o)
 		cancel()
+		if c.name == StageRelay && !r.Healthy && r.Status != StatusNotConfigured {
+			// Produce errors and broker trouble show up as relay lag (the
+			// seed's runbook): before the relay is named, the brokers are.
+			bctx, cancel := context.WithTimeout(ctx, o.StageTimeout)
+			b := checkBroker(bctx, p, probes, o)
+			cancel()
+			if !b.Healthy {
+				r.Name, r.Status = c.name, StatusExplained
+				r.Evidence = append(r.Evidence, "the brokers are unhealthy (stage "+StageBroker+"): a relay cannot publish to them, so its lag is theirs")
+				r.NextStep = ""
+				d.Stages = append(d.Stages, r)
+				b.Name, b.Status = StageBroker, StatusUnhealthy
+				d.Healthy, d.FirstUnhealthy = false, StageBroker
+				brokerChecked = b
+				continue
+			}
+		}
+		if c.name == StageBroker && brokerChecked.Name != "" {
+			d.Stages = append(d.Stages, brokerChecked)
+			continue
+		}
 		r.Name = c.name
 		if r.Status == "" {
 			r.Status = StatusOK

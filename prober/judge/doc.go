@@ -84,6 +84,20 @@
 //   - Without any position (the prober cannot reach Kafka) no segment is
 //     charged before arrival; end_to_end still is.
 //
+// Brokers out of reach are the brokers' outage, not the relay's lag. The
+// shell reports every position sample that could not reach the brokers;
+// the judge keeps their streaks (in its state, across restarts). A
+// publish-side segment (one that ends at publish or before it) over its
+// budget that overlapped such a streak, widened by a producer's reconnect
+// grace on both sides, is not charged: it is unjudged as
+// brokers_unreachable, before arrival and after. A polling relay whose
+// send fails rolls back and reads the row again later, so its read and
+// publish stamps say when it last tried, and the whole wait lands before
+// them. end_to_end is still charged, and the page goes to the brokers'
+// owner through the prober's own Kafka dependency alert (package alerts).
+// The price: a relay that stalls while the prober cannot reach the
+// brokers is not charged for it either.
+//
 // A segment unjudged for the prober's own trouble (prober_down,
 // prober_lag) is not observed in the latency histograms either: its
 // duration holds our downtime or backlog, not the pipeline's latency.
@@ -95,7 +109,7 @@
 // Each canary gets at most one outcome per segment it entered, and none for
 // a segment it never entered: good, bad, or unjudged with a reason
 // (prober_down, prober_lag, unknown, invalid_stamp, missing_stamp,
-// stamp_order, clock_skew, lost). A stamp the shell cannot read because the
-// prober's own dependency is down is retried until the canary would be lost,
-// then unknown, never missing_stamp.
+// stamp_order, clock_skew, lost, brokers_unreachable). A stamp the shell
+// cannot read because the prober's own dependency is down is retried until
+// the canary would be lost, then unknown, never missing_stamp.
 package judge

@@ -133,10 +133,7 @@ type position struct {
 	caughtUp              bool  // caught up at least once since the start
 	skips                 int   // non-canary messages since the last caught-up sample
 	lag                   int64 // messages left to process at the latest sample
-	// unreachable spans the streaks of failed samples, oldest first, as
-	// long as an open canary can need them.
-	unreachable []Interval
-	lastFailed  bool
+	lastFailed            bool  // the latest sample failed (State.Unreachable)
 }
 
 // Judge is the pure state machine. Not safe for concurrent use: the shell
@@ -190,6 +187,11 @@ func New(cfg Config, st *State, now time.Time) *Judge {
 	kept := len(st.Downtimes)
 	st.Downtimes = slices.DeleteFunc(st.Downtimes, func(iv Interval) bool { return iv.To.Before(horizon) })
 	if len(st.Downtimes) != kept {
+		j.metaChanged = true
+	}
+	kept = len(st.Unreachable)
+	st.Unreachable = slices.DeleteFunc(st.Unreachable, func(iv Interval) bool { return iv.To.Before(horizon) })
+	if len(st.Unreachable) != kept {
 		j.metaChanged = true
 	}
 	j.index()
@@ -363,7 +365,7 @@ func (j *Judge) Position(p Position) []Effect {
 // brokersUnreachable records a failed sample at t: it extends the current
 // streak, or starts one, and forgets streaks no open canary can reach.
 func (j *Judge) brokersUnreachable(t time.Time) {
-	u := j.pos.unreachable
+	u := j.st.Unreachable
 	if n := len(u); j.pos.lastFailed && n > 0 {
 		if t.After(u[n-1].To) {
 			u[n-1].To = t
@@ -376,7 +378,8 @@ func (j *Judge) brokersUnreachable(t time.Time) {
 	for len(u) > 0 && u[0].To.Before(horizon) {
 		u = u[1:]
 	}
-	j.pos.unreachable = u
+	j.st.Unreachable = u
+	j.metaChanged = true
 }
 
 // publishMayBeHeld says whether a canary missing from the topic as of
@@ -391,8 +394,43 @@ func (j *Judge) publishMayBeHeld(c *Canary, asOf time.Time) bool {
 		return false
 	}
 	from := c.CommitSent.Add(-brokerReconnectGrace)
-	for _, iv := range slices.Concat(j.pos.unreachable, j.st.Downtimes) {
+	for _, iv := range slices.Concat(j.st.Unreachable, j.st.Downtimes) {
 		if !iv.To.Before(from) && !iv.From.After(asOf) {
+			return true
+		}
+	}
+	return false
+}
+
+// brokersOutDuring says whether a publish-side segment of a canary (one
+// that ends at publish or before it) overlapped a time the prober could
+// not reach the brokers, widened by brokerReconnectGrace on both sides:
+// the relay may have been waiting on them (a polling relay that fails to
+// send re-reads the row later and stamps the later read). end is the
+// latest the segment can have ended.
+func (j *Judge) brokersOutDuring(c *Canary, s Segment, end time.Time) bool {
+	p := j.cfg.Plan
+	if i := p.index(s.To); i < 1 || i > p.index(StampPublish) {
+		return false
+	}
+	from := j.commitPoint(c)
+	if s.From != StampCommit {
+		from, _ = j.point(c, s.From)
+	}
+	if t, ok := j.point(c, s.To); ok && t.Before(end) {
+		end = t
+	}
+	return j.brokersOutBetween(from, end)
+}
+
+// brokersOutBetween says whether the prober failed to reach the brokers
+// at some point within brokerReconnectGrace of [from, to].
+func (j *Judge) brokersOutBetween(from, to time.Time) bool {
+	if j.cfg.mutation == "charge_relay_in_outage" || j.cfg.mutation == "ignore_outage" {
+		return false
+	}
+	for _, iv := range j.st.Unreachable {
+		if !iv.To.Add(brokerReconnectGrace).Before(from) && !iv.From.Add(-brokerReconnectGrace).After(to) {
 			return true
 		}
 	}
@@ -803,17 +841,22 @@ func (j *Judge) judgeArrived(c *Canary, now time.Time) {
 		case mMeasured:
 			// A wait in the topic that the prober's own downtime or backlog
 			// may have made long is no latency of the pipeline's: it would
-			// put our downtime into Kafka's histogram.
+			// put our downtime into Kafka's histogram. Likewise a relay's
+			// wait on brokers out of reach is no latency of the relay's.
 			ours := endsAtConsume && c.Tainted != "" && (!s.Budgeted || m.duration > s.Budget)
-			if ours {
+			brokers := !ours && s.Budgeted && m.duration > s.Budget && j.brokersOutDuring(c, s, c.Consumed)
+			if ours || brokers {
 				j.markObserved(c, s)
 			} else {
 				j.observe(c, s, m.duration)
 			}
 			if s.Budgeted {
 				out, reason := outcomeOf(m.duration, s.Budget), ""
-				if ours {
+				switch {
+				case ours:
 					out, reason = Unjudged, c.Tainted
+				case brokers:
+					out, reason = Unjudged, ReasonBrokersUnreachable
 				}
 				j.decide(c, s.Name, out, reason, now)
 			}
@@ -889,6 +932,9 @@ func (j *Judge) decide(c *Canary, segment, outcome, reason string, at time.Time)
 	v := j.verdict(c, segment)
 	if v.Outcome != "" {
 		return
+	}
+	if j.cfg.mutation != "" {
+		outcome, reason = j.mutateVerdict(segment, outcome, reason)
 	}
 	v.Outcome, v.Reason, v.At = outcome, reason, at
 	j.touch(c)
@@ -1064,7 +1110,7 @@ func (j *Judge) blame(c *Canary, now time.Time) {
 		} else {
 			seg = p.Chain[last]
 		}
-		if seg.Budgeted && !c.decided(seg.Name) && asOf.After(lastAt.Add(seg.Budget)) {
+		if seg.Budgeted && !c.decided(seg.Name) && asOf.After(lastAt.Add(seg.Budget)) && !j.brokersOutBetween(lastAt, asOf) {
 			j.decide(c, seg.Name, Bad, "", now)
 			return
 		}
@@ -1086,7 +1132,7 @@ func (j *Judge) blame(c *Canary, now time.Time) {
 // segment it is waiting in and when that segment's budget runs (or ran)
 // out (zero when unknown); "" when it has arrived or is final, or when
 // the evidence cannot tell (a record stamped at send while the brokers
-// were out of reach).
+// were out of reach, or a relay that may be waiting on them).
 func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 	if c.Arrived || c.Final {
 		return "", time.Time{}
@@ -1117,12 +1163,15 @@ func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 			last, lastAt = i, t.Add(c.stampError(p.Stamps[i]))
 		}
 	}
-	if last == pub {
-		if j.pos.caughtUpAsOf.After(lastAt) {
-			s := p.segmentTo(pub) // a claim the topic contradicts
-			return s.Name, deadlineOf(s, lastAt)
-		}
+	if last == pub && !j.pos.caughtUpAsOf.After(lastAt) {
 		return consume.Name, lagDeadline
+	}
+	if j.brokersOutBetween(lastAt, farFuture) {
+		return "", time.Time{} // the relay may be waiting on the brokers
+	}
+	if last == pub {
+		s := p.segmentTo(pub) // a claim the topic contradicts
+		return s.Name, deadlineOf(s, lastAt)
 	}
 	s := p.Chain[last]
 	return s.Name, deadlineOf(s, lastAt)
@@ -1234,4 +1283,24 @@ func (j *Judge) missingOf(c *Canary, s Segment) string {
 		}
 	}
 	return ""
+}
+
+// mutateVerdict breaks the rule as the model test's mutations that blame
+// too little say.
+func (j *Judge) mutateVerdict(segment, outcome, reason string) (string, string) {
+	p := j.cfg.Plan
+	publishSide, consumption := false, false
+	for i, s := range p.Chain {
+		if s.Name == segment {
+			publishSide = i+1 <= p.index(StampPublish)
+			consumption = s.To == StampConsume
+		}
+	}
+	switch {
+	case j.cfg.mutation == "always_unjudged",
+		j.cfg.mutation == "never_charge_relay" && outcome == Bad && publishSide,
+		j.cfg.mutation == "never_charge_consumption" && outcome == Bad && consumption:
+		return Unjudged, ReasonUnknown
+	}
+	return outcome, reason
 }

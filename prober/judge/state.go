@@ -33,6 +33,11 @@ const (
 	// ReasonLost: the canary never arrived and the segment could not be
 	// placed (its verdict went to the segment the canary was proven in).
 	ReasonLost = "lost"
+	// ReasonBrokersUnreachable: a publish-side segment over its budget
+	// overlapped a time the prober could not reach the brokers: the relay
+	// was waiting on them (a polling relay re-reads a row after a failed
+	// send), which is the brokers' outage, not the relay's lag.
+	ReasonBrokersUnreachable = "brokers_unreachable"
 )
 
 // Why a stamp is invalid.
@@ -46,7 +51,7 @@ const (
 // Reasons lists every unjudged reason, in the order the docs show them.
 func Reasons() []string {
 	return []string{ReasonProberDown, ReasonProberLag, ReasonUnknown, ReasonInvalidStamp,
-		ReasonMissingStamp, ReasonStampOrder, ReasonClockSkew, ReasonLost}
+		ReasonMissingStamp, ReasonStampOrder, ReasonClockSkew, ReasonLost, ReasonBrokersUnreachable}
 }
 
 // Verdict is what was decided about one segment of one canary; each field
@@ -153,6 +158,11 @@ type State struct {
 	// Downtimes are the spans the prober was not running (from the last
 	// state write of one process to the start of the next), newest last.
 	Downtimes []Interval `json:"downtimes,omitempty"`
+	// Unreachable are the streaks of position samples that could not
+	// reach the brokers, oldest first, as long as an open canary can
+	// need them: kept across restarts, so that a canary judged after one
+	// is not charged to the relay for an outage the last process saw.
+	Unreachable []Interval `json:"brokers_unreachable,omitempty"`
 	// AliveAt is when the state was last written: after a crash, the
 	// prober was down from at most then.
 	AliveAt time.Time `json:"alive_at,omitzero"`
