@@ -31,7 +31,8 @@ func TestCDCOnMariaDBCanariesAreMeasuredEndToEnd(t *testing.T) {
 	topic := "outbox.event." + aggregateType
 	s.NewTopicNamed(t, topic, 1, nil)
 	s.NewTopicNamed(t, names.HeartbeatTopic(), 1, nil)
-	s.NewTopicNamed(t, names.SchemaHistoryTopic(), 1, nil)
+	// Debezium wants the tables' history kept forever.
+	s.NewTopicNamed(t, names.SchemaHistoryTopic(), 1, map[string]string{"retention.ms": "-1", "retention.bytes": "-1"})
 	connector := s.NewConnector(t, names.Name, m.MariaDBConnector(t, s, dsn, names))
 	connector.WaitRunning(t)
 
