@@ -28,6 +28,7 @@ import (
 type Set struct {
 	groups   []*group
 	watchers []*Watcher
+	own      []*Watcher // Add's, each sampled whole in a loop of its own
 }
 
 // OpenSet builds the watchers of pipelines on the process's shared
@@ -71,11 +72,15 @@ func OpenSet(pipelines []config.Pipeline, pools *postgres.Pools, clusters *kafka
 }
 
 // Run samples until ctx is done: one loop per database and watch.interval,
-// and one per pipeline that watches Kafka or Kafka Connect.
+// one per pipeline that watches Kafka or Kafka Connect, and one per
+// watcher added with Add.
 func (s *Set) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, g := range s.groups {
 		wg.Go(func() { every(ctx, g.interval, g.Sample) })
+	}
+	for _, w := range s.own {
+		wg.Go(func() { every(ctx, time.Duration(w.p.Watch.Interval), w.Sample) })
 	}
 	for _, w := range s.watchers {
 		if w.watchesKafka() {
