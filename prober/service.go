@@ -82,6 +82,9 @@ func (c *Connections) DB(db config.Database) (outboxdb.DB, error) {
 		return nil, err
 	}
 	if kind == config.KindMySQL {
+		if c.MySQL == nil {
+			return nil, errors.New("database.dsn: a MySQL database, and these connections have no MySQL pools")
+		}
 		return c.MySQL.DB(db)
 	}
 	pool, err := c.Pools.Pool(db)

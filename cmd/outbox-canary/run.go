@@ -206,21 +206,35 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	// Pipelines on one database share its watchers' queries. The watchers
-	// and the privileges check read PostgreSQL only so far: a MySQL
-	// pipeline is probed by canaries, its backlog and binlog not watched.
-	var watched []config.Pipeline
+	// Pipelines on one database share its watchers' queries. A MySQL
+	// pipeline's watchers (backlog, open transactions, consumer lag) run
+	// on their own through the family seam; the capture-log watcher and
+	// the privileges check read PostgreSQL only so far.
+	var watched, others []config.Pipeline
 	for _, p := range cfg.Pipelines {
 		if kind, _ := p.Database.Family(); kind == config.KindPostgres {
 			watched = append(watched, p)
 		} else {
-			logger.Warn("the watchers (backlog, transactions, capture log) and the privileges check do not read this database family yet; its canaries are measured",
-				"pipeline", p.Name, "database_kind", kind)
+			others = append(others, p)
 		}
 	}
 	watchers, err := watch.OpenSet(watched, conns.Pools, conns.Clusters, wm, logger)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
+	}
+	for i := range others {
+		p := &others[i]
+		db, err := conns.DB(p.Database)
+		if err != nil {
+			return fmt.Errorf("run: pipeline %q: %w", p.Name, err)
+		}
+		w, err := watch.OpenOn(p, db, conns.Clusters, wm, logger)
+		if err != nil {
+			return fmt.Errorf("run: pipeline %q: watchers: %w", p.Name, err)
+		}
+		watchers.Add(w)
+		logger.Warn("the binlog watcher and the privileges check do not read this database family yet; its canaries, backlog and open transactions are measured",
+			"pipeline", p.Name, "database_kind", db.Family())
 	}
 	// The status page judges a stall as the generated alert does, from the
 	// same SLO model.

@@ -196,6 +196,13 @@ cmd_up() {
 	fetch "$CONNECT_LIBS" "$HERE/connect/pom.xml"
 	fetch "$DEBEZIUM_DIR" "$HERE/connect/debezium-postgres/pom.xml"
 	fetch "$DEBEZIUM_MARIADB_DIR" "$HERE/connect/debezium-mariadb/pom.xml"
+	# A worker started before the MariaDB plugin joined the stack scans its
+	# plugin.path only at start: restart it, once, to load it. Connectors
+	# created over REST are forgotten then, as on any restart.
+	if connect_alive && rest / >/dev/null && ! rest /connector-plugins | grep -q "$DEBEZIUM_MARIADB_CONNECTOR"; then
+		log "the running worker predates the MariaDB plugin: restarting it to load $DEBEZIUM_MARIADB_CONNECTOR"
+		connect_stop
+	fi
 	if [[ -z ${CONNECT_PORT:-} ]]; then
 		free_port "$CONNECT_PORT_BASE" port_bound && CONNECT_PORT=$REPLY
 		printf 'CONNECT_PORT=%s\n' "$CONNECT_PORT" >"$STATE_FILE"

@@ -201,10 +201,10 @@ func TestAnOpenTransactionIsSeenWithItsSession(t *testing.T) {
 	opened := time.Now()
 	var tx outboxdb.Transactions
 	stacktest.Eventually(t, 30*time.Second, "the open transaction to be a second old", func() (bool, string) {
-		tx, err = db.OpenTransactions(ctx)
+		tx, err = db.OpenTransactions(ctx, time.Hour)
 		return err == nil && tx.OldestAge >= time.Second, fmt.Sprintf("%+v, %v", tx, err)
 	})
-	if tx.Open < 1 || tx.OldestSession != session || tx.OldestAge > time.Since(opened)+time.Second {
+	if tx.Open < 1 || tx.OverThreshold != 0 || tx.OldestSession != session || tx.OldestAge > time.Since(opened)+time.Second {
 		t.Fatalf("open transactions %+v, want session %d's, at most %v old", tx, session, time.Since(opened))
 	}
 	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {

@@ -54,8 +54,9 @@ type DB interface {
 	// Backlog measures a polling relay's queue on the table.
 	Backlog(ctx context.Context, t Table) (Backlog, error)
 	// OpenTransactions summarises the database's open transactions,
-	// whose rows stay invisible to the relay until they commit.
-	OpenTransactions(ctx context.Context) (Transactions, error)
+	// whose rows stay invisible to the relay until they commit, counting
+	// those older than threshold.
+	OpenTransactions(ctx context.Context, threshold time.Duration) (Transactions, error)
 	// CaptureLog reads where the log that change data capture reads (the
 	// WAL, the binlog) is, and how much of it the server keeps.
 	CaptureLog(ctx context.Context) (CaptureLog, error)
@@ -117,8 +118,9 @@ type Backlog struct {
 
 // Transactions are the database's open transactions but the reader's own.
 type Transactions struct {
-	Open      int64
-	OldestAge time.Duration
+	Open          int64
+	OverThreshold int64 // older than the threshold asked for
+	OldestAge     time.Duration
 	// OldestSession is the oldest one's session: a PostgreSQL backend pid,
 	// a MySQL connection id; 0 for none.
 	OldestSession int64

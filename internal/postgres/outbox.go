@@ -210,13 +210,15 @@ func (d *OutboxDB) Backlog(ctx context.Context, t outboxdb.Table) (outboxdb.Back
 	return outboxdb.Backlog(b), err
 }
 
-// OpenTransactions is QueryOpenTransactions counting every open one.
-func (d *OutboxDB) OpenTransactions(ctx context.Context) (outboxdb.Transactions, error) {
-	o, err := QueryOpenTransactions(ctx, d.pool, []time.Duration{0})
+// OpenTransactions is QueryOpenTransactions counting every open one and
+// those over threshold.
+func (d *OutboxDB) OpenTransactions(ctx context.Context, threshold time.Duration) (outboxdb.Transactions, error) {
+	o, err := QueryOpenTransactions(ctx, d.pool, []time.Duration{0, threshold})
 	if err != nil {
 		return outboxdb.Transactions{}, err
 	}
-	return outboxdb.Transactions{Open: o.OverLimit[0], OldestAge: o.OldestAge, OldestSession: int64(o.OldestPID)}, nil
+	return outboxdb.Transactions{Open: o.OverLimit[0], OverThreshold: o.OverLimit[1], OldestAge: o.OldestAge,
+		OldestSession: int64(o.OldestPID)}, nil
 }
 
 // CaptureLog reads the WAL position and what the replication slots hold

@@ -315,3 +315,32 @@ func connectDo(ctx context.Context, method, u string, body any) (int, string, er
 	}
 	return res.StatusCode, string(b), nil
 }
+
+// Pause pauses the connector through the REST API, as an operator would,
+// and waits until the connector and its tasks say PAUSED: its offsets stay,
+// nothing is read meanwhile.
+func (c *Connector) Pause(t testing.TB) { c.setState(t, "pause", "PAUSED") }
+
+// Resume resumes a paused connector and waits until it runs.
+func (c *Connector) Resume(t testing.TB) { c.setState(t, "resume", "RUNNING") }
+
+func (c *Connector) setState(t testing.TB, verb, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), connectorWait)
+	defer cancel()
+	code, body, err := connectDo(ctx, http.MethodPut, c.URL+"/connectors/"+url.PathEscape(c.Name)+"/"+verb, nil)
+	if err != nil || code != http.StatusAccepted {
+		t.Fatalf("stacktest: %s connector %s: %d %s %v", verb, c.Name, code, body, err)
+	}
+	Eventually(t, connectorWait, "connector "+c.Name+" to be "+want, func() (bool, string) {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		ok := st.Connector.State == want && len(st.Tasks) > 0
+		for _, task := range st.Tasks {
+			ok = ok && task.State == want
+		}
+		return ok, st.Summary()
+	})
+}

@@ -209,3 +209,49 @@ func (m MySQL) MariaDBConnector(t testing.TB, s Stack, dsn string, names Connect
 // SchemaHistoryTopic is where a MySQL or MariaDB connector of these names
 // keeps the tables' structure.
 func (n ConnectorNames) SchemaHistoryTopic() string { return "schema-history." + n.TopicPrefix }
+
+// NewCDCUser creates a MariaDB user of the test's own with the privileges
+// Debezium's MariaDB connector needs (as the stack's canary_cdc has them),
+// dropped after the test, so that the connector's binlog connection can be
+// told apart from other tests' (StreamingBinlog).
+func (m MySQL) NewCDCUser(t testing.TB) (user, password string) {
+	t.Helper()
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	user, password = fmt.Sprintf("cdc_%x", rnd), fmt.Sprintf("pw_%x", rnd)
+	admin := OpenMySQL(t, m.AdminDSN)
+	ctx, cancel := context.WithTimeout(context.Background(), serverWait)
+	defer cancel()
+	for _, q := range []string{
+		fmt.Sprintf("CREATE USER '%s'@'127.0.0.1' IDENTIFIED BY '%s'", user, password),
+		fmt.Sprintf("GRANT SELECT, RELOAD, SHOW DATABASES, LOCK TABLES, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '%s'@'127.0.0.1'", user),
+	} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatalf("stacktest: CDC user: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), serverWait)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, fmt.Sprintf("DROP USER IF EXISTS '%s'@'127.0.0.1'", user)); err != nil {
+			t.Errorf("stacktest: drop CDC user %s: %v", user, err)
+		}
+	})
+	return user, password
+}
+
+// StreamingBinlog waits until user reads the binlog (a "Binlog Dump"
+// thread of its own on the server): the connector streams, the MariaDB
+// analogue of an active replication slot. A connector's RUNNING state
+// comes before that: rows committed in between are before the position
+// it starts from.
+func (m MySQL) StreamingBinlog(t testing.TB, user string) {
+	t.Helper()
+	admin := OpenMySQL(t, m.AdminDSN)
+	Eventually(t, connectorWait, user+" to read the binlog", func() (bool, string) {
+		var n int
+		err := admin.QueryRowContext(context.Background(),
+			"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = ? AND COMMAND LIKE 'Binlog Dump%'", user).Scan(&n)
+		return err == nil && n > 0, fmt.Sprintf("%d binlog dump threads, %v", n, err)
+	})
+}

@@ -171,6 +171,13 @@ func TestDisruptiveScriptRestartsTheServers(t *testing.T) {
 	}
 	conn.Close(context.Background())
 
+	if _, ok := s.Env["OUTBOX_CANARY_MYSQL_DSN"]; ok {
+		s.Script(t, "restart-mysql")
+		if err := stacktest.OpenMySQL(t, s.MySQL(t).DSN).PingContext(t.Context()); err != nil {
+			t.Fatalf("MariaDB after restart-mysql: %v", err)
+		}
+	}
+
 	s.Script(t, "restart-kafka")
 	// The script returns once the broker answers; the topic's partition
 	// gets its leader back a moment later, however long that takes here.

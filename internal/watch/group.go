@@ -27,6 +27,7 @@ import (
 type Set struct {
 	groups   []*group
 	watchers []*Watcher
+	own      []*Watcher // Add's, each sampled whole in a loop of its own
 }
 
 // OpenSet builds the watchers of pipelines on the process's shared
@@ -84,12 +85,15 @@ func openSet(pipelines []config.Pipeline, dbOf databaseOf, clusters *kafkaclient
 	return s, nil
 }
 
-// Run samples until ctx is done: one loop per database, and one per
-// pipeline that watches Kafka or Kafka Connect.
+// Run samples until ctx is done: one loop per database, one per pipeline
+// that watches Kafka or Kafka Connect, and one per watcher added with Add.
 func (s *Set) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, g := range s.groups {
 		wg.Go(func() { every(ctx, g.tick, g.sampleDue) })
+	}
+	for _, w := range s.own {
+		wg.Go(func() { every(ctx, time.Duration(w.p.Watch.Interval), w.Sample) })
 	}
 	for _, w := range s.watchers {
 		if w.watchesKafka() {

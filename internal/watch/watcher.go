@@ -23,6 +23,7 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/connect"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
@@ -54,11 +55,14 @@ func sampleTimeout(interval time.Duration) time.Duration {
 type Options struct {
 	Pipeline *config.Pipeline
 	DB       postgres.Querier // nil: no database watchers
-	Kafka    *kafka.Client    // nil: no consumer lag
-	HTTP     *http.Client     // Kafka Connect REST; nil: a client with the sample timeout
-	Metrics  *Metrics
-	Logger   *slog.Logger     // nil: discard
-	Now      func() time.Time // nil: time.Now
+	// Family is the database through the family seam, for a database
+	// that is not PostgreSQL (DB nil): backlog and open transactions.
+	Family  outboxdb.DB
+	Kafka   *kafka.Client // nil: no consumer lag
+	HTTP    *http.Client  // Kafka Connect REST; nil: a client with the sample timeout
+	Metrics *Metrics
+	Logger  *slog.Logger     // nil: discard
+	Now     func() time.Time // nil: time.Now
 }
 
 // Watcher samples one pipeline's watchers every watch.interval. A failing
@@ -70,6 +74,7 @@ type Options struct {
 type Watcher struct {
 	p       *config.Pipeline
 	db      postgres.Querier
+	family  outboxdb.DB
 	kafka   *kafka.Client
 	http    *http.Client
 	m       *Metrics
@@ -98,7 +103,7 @@ func New(o Options) (*Watcher, error) {
 		return nil, errors.New("watcher: pipeline and metrics are required")
 	}
 	w := &Watcher{
-		p: o.Pipeline, db: o.DB, kafka: o.Kafka, http: o.HTTP, m: o.Metrics, log: o.Logger, now: o.Now,
+		p: o.Pipeline, db: o.DB, family: o.Family, kafka: o.Kafka, http: o.HTTP, m: o.Metrics, log: o.Logger, now: o.Now,
 		timeout: sampleTimeout(time.Duration(o.Pipeline.Watch.Interval)),
 		failing: map[string]bool{}, slotsSeen: map[string]bool{},
 	}
@@ -170,6 +175,8 @@ func (w *Watcher) Sample(ctx context.Context) {
 			w.solo = newGroup(w.db, []*Watcher{w}, w.log)
 		}
 		w.solo.Sample(ctx)
+	} else if w.family != nil {
+		w.sampleFamily(ctx)
 	}
 	w.sampleKafka(ctx)
 }

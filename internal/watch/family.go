@@ -1,0 +1,61 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
+)
+
+// OpenOn builds the watcher of a pipeline whose database is reached
+// through the family seam (outboxdb.DB: MySQL and MariaDB) rather than a
+// PostgreSQL pool: its backlog (polling relays) and open transactions, the
+// same series as on PostgreSQL, asked per pipeline; and, as Open does, its
+// consumer groups on the cluster's transport. The capture log (binlog)
+// has no series yet.
+func OpenOn(p *config.Pipeline, db outboxdb.DB, clusters *kafkaclient.Clusters, m *Metrics, log *slog.Logger) (*Watcher, error) {
+	o := Options{Pipeline: p, Family: db, Metrics: m, Logger: log}
+	if len(p.Watch.ConsumerGroups) > 0 {
+		cluster, err := clusters.For(p.Kafka)
+		if err != nil {
+			return nil, fmt.Errorf("consumer lag watcher: %w", err)
+		}
+		o.Kafka = cluster.Client(p.Kafka, sampleTimeoutMax)
+	}
+	return New(o)
+}
+
+// Add runs w, a watcher of its own (OpenOn), with the set: its database
+// and Kafka watchers in one loop of its own.
+func (s *Set) Add(w *Watcher) { s.own = append(s.own, w) }
+
+// sampleFamily asks the family seam the pipeline's database questions.
+func (w *Watcher) sampleFamily(ctx context.Context) {
+	p, db := w.p, w.family
+	w.run(ctx, WatcherTransactions, func(ctx context.Context) error {
+		tx, err := db.OpenTransactions(ctx, time.Duration(p.Watch.LongTransactionThreshold))
+		if err != nil {
+			return db.Explain(err)
+		}
+		w.setTransactions(postgres.Transactions{OldestAge: tx.OldestAge, OverLimit: tx.OverThreshold})
+		return nil
+	}, w.dropTransactions)
+	if p.Relay.Kind != config.RelayPolling {
+		return
+	}
+	c := p.Outbox.Columns
+	table := outboxdb.Table{Name: p.Outbox.Table, ID: c.ID, PublishedAt: c.PublishedAt, CreatedAt: c.CreatedAt}
+	w.run(ctx, WatcherBacklog, func(ctx context.Context) error {
+		b, err := db.Backlog(ctx, table)
+		if err != nil {
+			return db.Explain(err)
+		}
+		w.setBacklog(postgres.Backlog(b))
+		return nil
+	}, w.dropBacklog)
+}
