@@ -1083,6 +1083,10 @@ func TestModelCatchesMutationsOfTheBlameRule(t *testing.T) {
 				if len(fails) > 0 {
 					failed++
 					first = fmt.Sprintf("seed %d (%s): %s", seed, w, fails[0])
+					// The missed-blame check's own word, when it spoke too.
+					if i := slices.IndexFunc(fails, func(f string) bool { return strings.Contains(f, missedBlameSays) }); i > 0 {
+						first += "\n  and: " + fails[i]
+					}
 				}
 			}
 			if failed == 0 {
@@ -1158,7 +1162,10 @@ func (s *simulation) reasonHolds(e Effect, c *canaryTruth, seg Segment) bool {
 	case ReasonProberLag:
 		return len(w.floods) > 0
 	case ReasonUnknown:
-		return len(w.dbOutages) > 0 || len(w.brokerDown) > 0 || len(w.proberDown) > 0 || c.dropped || s.lostTruly(c)
+		// The segment a lost canary was last in, or a published_at that
+		// could not be read (the database down, the prober gone).
+		lookupBlind := w.publishSrc == "published_at" && (len(w.dbOutages) > 0 || len(w.proberDown) > 0)
+		return c.dropped || s.lostTruly(c) || lookupBlind
 	case ReasonLost:
 		return c.dropped || s.lostTruly(c) || len(w.proberDown) > 0
 	case ReasonClockSkew:
@@ -1177,6 +1184,9 @@ func (s *simulation) reasonHolds(e Effect, c *canaryTruth, seg Segment) bool {
 	}
 	return false
 }
+
+// missedBlameSays marks the missed-blame check's failures.
+const missedBlameSays = "but the judge did not say bad:"
 
 // missedBlameMargin is how much longer than its budget plus the
 // measurement's honest error (marginOf) the truth must put a canary in a
@@ -1247,8 +1257,8 @@ func missedBlame(sim *simulation, seen map[string]Effect, byID map[string]*canar
 					continue
 				}
 			}
-			fails = append(fails, fmt.Sprintf("%s/%s: the canary spent %s in it (budget %s, margin %s) but the judge said %v; truth %+v",
-				c.id, seg.Name, to-from, seg.Budget, marginOf(seg)+missedBlameMargin, e, *c))
+			fails = append(fails, fmt.Sprintf("%s/%s: the canary spent %s in it (budget %s, margin %s) %s %v; truth %+v",
+				c.id, seg.Name, to-from, seg.Budget, marginOf(seg)+missedBlameMargin, missedBlameSays, e, *c))
 		}
 	}
 	return fails, ambiguous
