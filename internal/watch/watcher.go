@@ -35,6 +35,7 @@ const (
 	WatcherSlots        = slo.WatcherReplicationSlots
 	WatcherConsumers    = slo.WatcherConsumerLag
 	WatcherConnector    = slo.WatcherConnector
+	WatcherBinlog       = slo.WatcherBinlog
 )
 
 // sampleTimeoutMax bounds one watcher's queries in one sample (less when
