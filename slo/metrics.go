@@ -58,6 +58,11 @@ const (
 	MetricConnectorRunning      = "outbox_canary_connector_running"        // label connector
 	MetricConnectorTaskFailures = "outbox_canary_connector_task_failed"    // label connector
 	MetricConnectorRestarts     = "outbox_canary_connector_restarts_total" // label connector
+	// MySQL and MariaDB: the binlog that log capture reads.
+	MetricBinlogWritten       = "outbox_canary_binlog_written_bytes"
+	MetricBinlogRetainedBytes = "outbox_canary_binlog_retained_bytes"
+	MetricBinlogRetainedFiles = "outbox_canary_binlog_retained_files"
+	MetricBinlogExpiry        = "outbox_canary_binlog_expire_seconds"
 
 	// Whether the prober can see. A failing watcher deletes its data
 	// gauges, so an alert on them cannot read an old value as healthy.
@@ -78,6 +83,7 @@ const (
 	WatcherReplicationSlots = "replication_slots"
 	WatcherConsumerLag      = "consumer_lag"
 	WatcherConnector        = "connector"
+	WatcherBinlog           = "binlog"
 )
 
 // Dependencies of the prober itself, the values of the dependency label.

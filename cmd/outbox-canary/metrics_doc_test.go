@@ -45,7 +45,8 @@ func TestMetricsDoc(t *testing.T) {
 	pm.DBClockOffsetError.WithLabelValues("orders")
 	pm.DependencyUp.WithLabelValues("orders", prober.DependencyDatabase)
 	pm.DependencyErrors.WithLabelValues("orders", prober.DependencyDatabase)
-	for _, g := range []*compactvec.GaugeVec{wm.BacklogRows, wm.OldestUnpublishedAge, wm.OldestTransactionAge, wm.LongTransactions} {
+	for _, g := range []*compactvec.GaugeVec{wm.BacklogRows, wm.OldestUnpublishedAge, wm.OldestTransactionAge, wm.LongTransactions,
+		wm.BinlogWritten, wm.BinlogRetainedBytes, wm.BinlogRetainedFiles, wm.BinlogExpiry} {
 		g.WithLabelValues("orders")
 	}
 	for _, g := range []*compactvec.GaugeVec{wm.Up, wm.LastSuccess} {

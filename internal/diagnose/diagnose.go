@@ -120,7 +120,9 @@ const (
 func Pipeline(ctx context.Context, p *config.Pipeline, o Options) Diagnosis {
 	o = o.withDefaults()
 	probes := Probes{HTTP: o.HTTP}
-	if pool, err := postgres.NewPool(ctx, p.Database, postgres.PoolOptions{MaxConns: 2, ConnectTimeout: o.StageTimeout}); err != nil {
+	if kind, _ := p.Database.Family(); kind == config.KindMySQL {
+		probes.DBError = errors.New("diagnose reads PostgreSQL only so far; on this MySQL pipeline run outbox-canary check and lint (docs/mysql.md)")
+	} else if pool, err := postgres.NewPool(ctx, p.Database, postgres.PoolOptions{MaxConns: 2, ConnectTimeout: o.StageTimeout}); err != nil {
 		probes.DBError = err
 	} else {
 		defer pool.Close()

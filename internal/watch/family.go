@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -15,9 +16,9 @@ import (
 // OpenOn builds the watcher of a pipeline whose database is reached
 // through the family seam (outboxdb.DB: MySQL and MariaDB) rather than a
 // PostgreSQL pool: its backlog (polling relays) and open transactions, the
-// same series as on PostgreSQL, asked per pipeline; and, as Open does, its
-// consumer groups on the cluster's transport. The capture log (binlog)
-// has no series yet.
+// same series as on PostgreSQL, asked per pipeline; for a cdc pipeline the
+// capture log (the binlog's position, the files kept and their expiry);
+// and, as Open does, its consumer groups on the cluster's transport.
 func OpenOn(p *config.Pipeline, db outboxdb.DB, clusters *kafkaclient.Clusters, m *Metrics, log *slog.Logger) (*Watcher, error) {
 	o := Options{Pipeline: p, Family: db, Metrics: m, Logger: log}
 	if len(p.Watch.ConsumerGroups) > 0 {
@@ -45,7 +46,18 @@ func (w *Watcher) sampleFamily(ctx context.Context) {
 		w.setTransactions(postgres.Transactions{OldestAge: tx.OldestAge, OverLimit: tx.OverThreshold})
 		return nil
 	}, w.dropTransactions)
-	if p.Relay.Kind != config.RelayPolling {
+	if p.Relay.Kind == config.RelayCDC {
+		w.run(ctx, WatcherBinlog, func(ctx context.Context) error {
+			c, err := db.CaptureLog(ctx)
+			if err != nil {
+				return db.Explain(err)
+			}
+			if !c.Enabled {
+				return errors.New("log_bin is OFF: the server writes no binlog for log capture to read")
+			}
+			w.setBinlog(c)
+			return nil
+		}, w.dropBinlog)
 		return
 	}
 	c := p.Outbox.Columns
@@ -58,4 +70,20 @@ func (w *Watcher) sampleFamily(ctx context.Context) {
 		w.setBacklog(postgres.Backlog(b))
 		return nil
 	}, w.dropBacklog)
+}
+
+func (w *Watcher) setBinlog(c outboxdb.CaptureLog) {
+	name := w.p.Name
+	w.m.BinlogWritten.WithLabelValues(name).Set(float64(c.Written))
+	w.m.BinlogRetainedBytes.WithLabelValues(name).Set(float64(c.RetainedBytes))
+	w.m.BinlogRetainedFiles.WithLabelValues(name).Set(float64(c.RetainedFiles))
+	w.m.BinlogExpiry.WithLabelValues(name).Set(c.Expiry.Seconds())
+}
+
+func (w *Watcher) dropBinlog() {
+	name := w.p.Name
+	w.m.BinlogWritten.DeleteLabelValues(name)
+	w.m.BinlogRetainedBytes.DeleteLabelValues(name)
+	w.m.BinlogRetainedFiles.DeleteLabelValues(name)
+	w.m.BinlogExpiry.DeleteLabelValues(name)
 }

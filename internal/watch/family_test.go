@@ -89,3 +89,45 @@ func TestAnUnreachableMariaDBBlindsItsWatchersWithoutShowingThePassword(t *testi
 		t.Errorf("the logs show the password:\n%s", logs.String())
 	}
 }
+
+// A cdc pipeline on MariaDB: the binlog watcher's position moves as the
+// binlog is written, with the files the server keeps and their expiry.
+func TestAMariaDBCDCPipelineHasItsBinlogWatched(t *testing.T) {
+	s := stacktest.Load(t)
+	m := s.MySQL(t)
+	dsn, admin := m.FreshOutbox(t, stacktest.MySQLSeedDebezium)
+	p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: dsn, Schema: stacktest.MySQLSeedDebezium, IDGen: "uuid"})
+	db, err := mysql.Open(p.Database, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	w, mt := newWatcher(t, Options{Pipeline: p, Family: db})
+	ctx := context.Background()
+
+	w.Sample(ctx)
+	if got := testutil.ToFloat64(mt.Up.WithLabelValues("orders", WatcherBinlog)); got != 1 {
+		t.Fatalf("binlog watcher_up = %v, want 1", got)
+	}
+	before := testutil.ToFloat64(mt.BinlogWritten.WithLabelValues("orders"))
+	if files := testutil.ToFloat64(mt.BinlogRetainedFiles.WithLabelValues("orders")); files < 1 {
+		t.Errorf("binlog files kept = %v, want at least 1", files)
+	}
+	if expiry := testutil.ToFloat64(mt.BinlogExpiry.WithLabelValues("orders")); expiry != 86400 {
+		t.Errorf("binlog expiry = %vs, want the stack's 86400", expiry)
+	}
+	if _, err := admin.ExecContext(ctx, "INSERT INTO outbox VALUES (UUID(), 'order', 'k', 'created', '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	w.Sample(ctx)
+	if after := testutil.ToFloat64(mt.BinlogWritten.WithLabelValues("orders")); after <= before {
+		t.Errorf("binlog position %v after an insert, %v before: want it to have moved", after, before)
+	}
+	if got := testutil.ToFloat64(mt.BinlogRetainedBytes.WithLabelValues("orders")); got <= 0 {
+		t.Errorf("binlog bytes kept = %v, want > 0", got)
+	}
+	// Polling-only watchers stay out of a cdc pipeline.
+	if n := testutil.CollectAndCount(mt.BacklogRows); n != 0 {
+		t.Errorf("%d backlog series for a cdc pipeline, want none", n)
+	}
+}

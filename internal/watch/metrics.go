@@ -53,6 +53,14 @@ var catalogue = []metricsdoc.Family{
 		Help: "1 for the slot's current wal_status (reserved, extended, unreserved, lost), 0 for the others."},
 	{Name: slo.MetricSlotSafeWALSize, Type: metricsdoc.Gauge, Labels: lps,
 		Help: "WAL that can still be written before the slot is in danger of losing required WAL; absent when unlimited."},
+	{Name: slo.MetricBinlogWritten, Type: metricsdoc.Gauge, Labels: lp,
+		Help: "MySQL/MariaDB: the server's binlog write position as bytes (the sizes of the files before the current one plus its position), for cdc pipelines; its rate is the binlog written per second."},
+	{Name: slo.MetricBinlogRetainedBytes, Type: metricsdoc.Gauge, Labels: lp,
+		Help: "MySQL/MariaDB: total size of the binlog files the server keeps."},
+	{Name: slo.MetricBinlogRetainedFiles, Type: metricsdoc.Gauge, Labels: lp,
+		Help: "MySQL/MariaDB: binlog files the server keeps."},
+	{Name: slo.MetricBinlogExpiry, Type: metricsdoc.Gauge, Labels: lp,
+		Help: "MySQL/MariaDB: binlog_expire_logs_seconds, after which the server purges a binlog file whether or not a connector has read it; 0 when never."},
 	{Name: slo.MetricConsumerLagMessages, Type: metricsdoc.Gauge, Labels: []string{slo.LabelPipeline, labelGroup, labelTopic},
 		Help: "Messages a watched business consumer group has yet to consume, by group and topic."},
 	{Name: slo.MetricConsumerLagSeconds, Type: metricsdoc.Gauge, Labels: []string{slo.LabelPipeline, labelGroup, labelTopic},
@@ -91,6 +99,10 @@ type Metrics struct {
 	SlotActive            *compactvec.GaugeVec   // pipeline, slot
 	SlotWALStatus         *compactvec.GaugeVec   // pipeline, slot, wal_status
 	SlotSafeWALSize       *compactvec.GaugeVec   // pipeline, slot
+	BinlogWritten         *compactvec.GaugeVec   // pipeline
+	BinlogRetainedBytes   *compactvec.GaugeVec   // pipeline
+	BinlogRetainedFiles   *compactvec.GaugeVec   // pipeline
+	BinlogExpiry          *compactvec.GaugeVec   // pipeline
 	ConsumerLagMessages   *compactvec.GaugeVec   // pipeline, group, topic
 	ConsumerLagSeconds    *compactvec.GaugeVec   // pipeline, group, topic
 	ConnectorRunning      *compactvec.GaugeVec   // pipeline, connector
@@ -113,6 +125,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		SlotActive:            family(slo.MetricSlotActive).GaugeVec(),
 		SlotWALStatus:         family(slo.MetricSlotWALStatus).GaugeVec(),
 		SlotSafeWALSize:       family(slo.MetricSlotSafeWALSize).GaugeVec(),
+		BinlogWritten:         family(slo.MetricBinlogWritten).GaugeVec(),
+		BinlogRetainedBytes:   family(slo.MetricBinlogRetainedBytes).GaugeVec(),
+		BinlogRetainedFiles:   family(slo.MetricBinlogRetainedFiles).GaugeVec(),
+		BinlogExpiry:          family(slo.MetricBinlogExpiry).GaugeVec(),
 		ConsumerLagMessages:   family(slo.MetricConsumerLagMessages).GaugeVec(),
 		ConsumerLagSeconds:    family(slo.MetricConsumerLagSeconds).GaugeVec(),
 		ConnectorRunning:      family(slo.MetricConnectorRunning).GaugeVec(),
@@ -122,6 +138,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.Up, m.LastSuccess, m.Errors, m.BacklogRows, m.OldestUnpublishedAge, m.OldestTransactionAge, m.LongTransactions,
 		m.SlotRetainedWAL, m.SlotUnconfirmedWAL, m.SlotActive, m.SlotWALStatus, m.SlotSafeWALSize,
+		m.BinlogWritten, m.BinlogRetainedBytes, m.BinlogRetainedFiles, m.BinlogExpiry,
 		m.ConsumerLagMessages, m.ConsumerLagSeconds, m.ConnectorRunning, m.ConnectorTaskFailures, m.ConnectorRestarts,
 	} {
 		if err := reg.Register(c); err != nil {

@@ -36,6 +36,7 @@ const (
 	WatcherSlots        = slo.WatcherReplicationSlots
 	WatcherConsumers    = slo.WatcherConsumerLag
 	WatcherConnector    = slo.WatcherConnector
+	WatcherBinlog       = slo.WatcherBinlog
 )
 
 // sampleTimeoutMax bounds one watcher's queries in one sample (less when
