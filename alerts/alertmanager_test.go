@@ -364,6 +364,9 @@ const (
 // owner once and no one else, and with the prober gone only the dead man
 // notifies.
 func TestAlertmanagerPagesOncePerIncident(t *testing.T) {
+	// Alertmanager's group_wait and group_interval are real time: the
+	// waits overlap the promtool suites instead of adding to them.
+	t.Parallel()
 	_, m := loadModel(t, testConfig)
 	sentinel := map[string]string{"alertname": "OutboxCanaryTestSentinel", "pipeline": "sentinel"}
 	for _, tc := range []struct {
@@ -447,6 +450,7 @@ func TestAlertmanagerPagesOncePerIncident(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			// Generous for a loaded machine; every wait below ends at the
 			// event it waits for.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -522,6 +526,9 @@ func runIncident(ctx context.Context, t *testing.T, cfg []byte, hook *webhook, f
 // configuration without its inhibit rules: other teams are notified, so
 // TestAlertmanagerPagesOncePerIncident would see it.
 func TestAlertmanagerTestCanFail(t *testing.T) {
+	// Alertmanager's group_wait and group_interval are real time: the
+	// waits overlap the promtool suites instead of adding to them.
+	t.Parallel()
 	_, m := loadModel(t, testConfig)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -597,6 +604,9 @@ func (am *alertmanager) postResolved(t *testing.T, labels ...map[string]string) 
 // Without stalled_since in group_by that is what happens, and the test
 // says so.
 func TestASecondStallPagesAsANewGroup(t *testing.T) {
+	// Alertmanager's group_wait and group_interval are real time: the
+	// waits overlap the promtool suites instead of adding to them.
+	t.Parallel()
 	_, m := loadModel(t, testConfig)
 	for _, tc := range []struct {
 		name       string
@@ -607,6 +617,7 @@ func TestASecondStallPagesAsANewGroup(t *testing.T) {
 		{"Grouped by pipeline alone, the second stall's page waits for the first stall's group.", true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			hook := newWebhook(t)

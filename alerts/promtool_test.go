@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -140,9 +141,29 @@ func extractSpec(t *testing.T, path string) string {
 	return spec
 }
 
+// promtoolGOGC is the garbage collector's target for promtool runs:
+// `promtool test rules` allocates for every evaluation of every rule, and
+// at the default (100) a quarter of its CPU time went to collecting. The
+// suites run promtool a hundred times on a 2-core machine shared with the
+// other packages' tests; the memory is there (a run stays under 100 MB).
+const promtoolGOGC = "400"
+
+// promtoolSlots holds one token per CPU: the suites' tests run in
+// parallel, and the Alertmanager tests' waits on real time must not keep
+// promtool runs from the CPUs, nor more promtool runs than CPUs slow each
+// other down (`make test` runs this package with a -parallel above the
+// CPUs for that).
+var promtoolSlots = make(chan struct{}, runtime.NumCPU())
+
 func runPromtool(t *testing.T, bin string, args ...string) (string, error) {
 	t.Helper()
+	promtoolSlots <- struct{}{}
+	defer func() { <-promtoolSlots }()
 	cmd := exec.Command(bin, args...)
+	cmd.Env = os.Environ()
+	if os.Getenv("GOGC") == "" {
+		cmd.Env = append(cmd.Env, "GOGC="+promtoolGOGC)
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -150,12 +171,14 @@ func runPromtool(t *testing.T, bin string, args ...string) (string, error) {
 }
 
 func TestGeneratedRulesPassPromtoolCheck(t *testing.T) {
+	t.Parallel()
 	bin := promtool(t)
 	for _, tc := range []struct{ name, config string }{
 		{"the example configuration's rules are valid", exampleConfig},
 		{"the test configuration's rules, with a log-capture pipeline, are valid", testConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			cfg, m := loadModel(t, tc.config)
 			paths := writeRules(t, t.TempDir(), cfg, m)
 			files := []string{paths[0], paths[1], extractSpec(t, paths[2])}
@@ -184,18 +207,49 @@ func scenarios(t *testing.T) []string {
 // resolves rule_files relative to the test file) and runs it.
 func runScenario(t *testing.T, bin, rulesDir, scenario string) (string, error) {
 	t.Helper()
-	data, err := os.ReadFile(scenario)
-	if err != nil {
-		t.Fatal(err)
+	return runPromtool(t, bin, append([]string{"test", "rules"}, copyScenarios(t, rulesDir, scenario)...)...)
+}
+
+// copyScenarios copies scenarios next to the generated rules and returns
+// the copies' paths.
+func copyScenarios(t *testing.T, rulesDir string, scenarios ...string) []string {
+	t.Helper()
+	var paths []string
+	for _, sc := range scenarios {
+		data, err := os.ReadFile(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(rulesDir, filepath.Base(sc))
+		if err := os.WriteFile(dst, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, dst)
 	}
-	dst := filepath.Join(rulesDir, filepath.Base(scenario))
-	if err := os.WriteFile(dst, data, 0o644); err != nil {
-		t.Fatal(err)
+	return paths
+}
+
+// runScenarios runs scenarios in one promtool run (one process loading the
+// rules once) and returns promtool's report of each, by file name: promtool
+// tests every file it is given and heads each report "Unit Testing:  FILE".
+func runScenarios(t *testing.T, bin, rulesDir string, scenarios ...string) map[string]string {
+	t.Helper()
+	out, err := runPromtool(t, bin, append([]string{"test", "rules"}, copyScenarios(t, rulesDir, scenarios...)...)...)
+	reports := map[string]string{}
+	for _, part := range strings.Split(out, "Unit Testing:")[1:] {
+		file, report, _ := strings.Cut(part, "\n")
+		reports[filepath.Base(strings.TrimSpace(file))] = report
 	}
-	return runPromtool(t, bin, "test", "rules", dst)
+	for _, sc := range scenarios {
+		if _, ok := reports[filepath.Base(sc)]; !ok {
+			t.Fatalf("promtool test rules (%v) reports nothing on %s:\n%s", err, filepath.Base(sc), out)
+		}
+	}
+	return reports
 }
 
 func TestScenariosWithPromtool(t *testing.T) {
+	t.Parallel()
 	bin := promtool(t)
 	cfg, m := loadModel(t, testConfig)
 	dir := t.TempDir()
@@ -203,6 +257,7 @@ func TestScenariosWithPromtool(t *testing.T) {
 	for _, sc := range scenarios(t) {
 		name := strings.TrimSuffix(filepath.Base(sc), ".yml")
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			out, err := runScenario(t, bin, dir, sc)
 			t.Logf("promtool test rules %s:\n%s", filepath.Base(sc), out)
 			if err != nil {
@@ -216,6 +271,7 @@ func TestScenariosWithPromtool(t *testing.T) {
 // windows and rules and requires the scenarios to fail: they would not
 // notice a broken generator otherwise.
 func TestScenariosCatchWrongThresholds(t *testing.T) {
+	t.Parallel()
 	bin := promtool(t)
 	burn := func(mutate func(a *slo.BurnAlert)) func(m *slo.Model) {
 		return func(m *slo.Model) {
@@ -409,6 +465,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			cfg, m := loadModel(t, testConfig)
 			if tc.model != nil {
 				tc.model(m)
@@ -422,16 +479,18 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 			}
 			dir := t.TempDir()
 			writeRuleFile(t, dir, cfg, rf)
+			var files []string
 			for _, name := range tc.mustFail {
-				out, err := runScenario(t, bin, dir, filepath.Join(scenarioDir, name+".yml"))
-				if err == nil {
-					t.Errorf("scenario %s passed with mutated rules; it must fail:\n%s", name, out)
+				files = append(files, filepath.Join(scenarioDir, name+".yml"))
+			}
+			reports := runScenarios(t, bin, dir, files...)
+			for _, name := range tc.mustFail {
+				report := reports[name+".yml"]
+				if !strings.Contains(report, "FAILED") {
+					t.Errorf("scenario %s passed with mutated rules; it must fail:\n%s", name, report)
 					continue
 				}
-				if !strings.Contains(out, "FAILED") {
-					t.Errorf("scenario %s did not fail on an expectation (%v):\n%s", name, err, out)
-				}
-				t.Logf("scenario %s fails, as it must:\n%s", name, firstLines(out, 12))
+				t.Logf("scenario %s fails, as it must:\n%s", name, firstLines(report, 12))
 			}
 		})
 	}
@@ -467,6 +526,7 @@ func rewriteRules(change func(r *alerts.Rule) bool) func(rf *alerts.RuleFile) in
 // generated as if watch.slot were unset: the leftover slot then pages for
 // the pipeline, and the scenario must notice.
 func TestSlotScenarioNeedsTheSlotSelector(t *testing.T) {
+	t.Parallel()
 	bin := promtool(t)
 	cfg, m := loadModel(t, testConfig)
 	for i := range m.Pipelines {
@@ -489,6 +549,7 @@ func TestSlotScenarioNeedsTheSlotSelector(t *testing.T) {
 // two scrapes must not page. Counted with increase(), which extrapolates
 // it to 1.5, it does, and the test says so.
 func TestOneBadCanaryCountsAsOne(t *testing.T) {
+	t.Parallel()
 	bin := promtool(t)
 	scenario := filepath.Join("testdata", "scenarios-40s", "one-bad-canary-counts-as-one.yml")
 	for _, tc := range []struct {
@@ -499,6 +560,7 @@ func TestOneBadCanaryCountsAsOne(t *testing.T) {
 		{"Counted with increase(), one bad canary is 1.5 and pages: the scenario fails.", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			cfg, m := loadModel(t, testConfig)
 			for i := range m.Pipelines {
 				m.Pipelines[i].CanaryInterval = 40 * time.Second
