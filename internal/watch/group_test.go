@@ -653,8 +653,13 @@ func TestSetRunSamplesEveryPipelineUntilCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); set.Run(ctx) }()
+	// A failing watcher's up gauge reads 0 before its first sample too: the
+	// warnings are what say both database questions were asked and failed.
 	stacktest.Eventually(t, watchWait, "every pipeline's watchers sampled once", func() (bool, string) {
 		var missing []string
+		if n := len(warnLines(logs.String(), msgFailing)); n < 2 {
+			missing = append(missing, fmt.Sprintf("%d of 2 failing-watcher warnings", n))
+		}
 		for _, p := range cfg.Pipelines {
 			for watcher, want := range map[string]float64{WatcherConnector: 1, WatcherBacklog: 0, WatcherTransactions: 0} {
 				if got := testutil.ToFloat64(m.Up.WithLabelValues(p.Name, watcher)); got != want {
