@@ -177,5 +177,5 @@ lint: ## gofmt and go vet
 	$(GO) vet ./...
 
 .PHONY: demo
-demo: stack-up build ## three live pipelines (two polling relays, one Debezium) and the prober: a line per canary until Ctrl-C
+demo: stack-up build ## four live pipelines (two polling relays, Debezium on PostgreSQL and on MariaDB) and the prober: a line per canary until Ctrl-C
 	deploy/local/demo.sh

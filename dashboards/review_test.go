@@ -125,7 +125,7 @@ func TestFleetTableListsEverySLOLeastBudgetLeftFirst(t *testing.T) {
 		wantTables []string
 	}{
 		{"The example's 30d and 28d pipelines get a table each, longest window first.", exampleConfig,
-			[]string{"SLOs with a 30d window (orders, shipments)", "SLOs with a 28d window (payments)"}},
+			[]string{"SLOs with a 30d window (orders, shipments, invoices)", "SLOs with a 28d window (payments)"}},
 		{"A configuration with one window gets one table of every SLO.", "testdata/cdc.yml", []string{"Every SLO"}},
 	}
 	for _, tt := range tests {
@@ -307,7 +307,7 @@ func TestFleetBurnColumnsUseTheirOwnWindowsThresholds(t *testing.T) {
 		want         map[string]map[string]colors // table -> column -> colors
 	}{
 		{"The example's 30d and 28d SLOs follow the Workbook's table.", exampleConfig, map[string]map[string]colors{
-			"SLOs with a 30d window (orders, shipments)": {
+			"SLOs with a 30d window (orders, shipments, invoices)": {
 				"Burn 5m": {"", "14.4"}, "Burn 30m": {"", "6"}, "Burn 1h": {"", "14.4"}, "Burn 2h": {"3", ""},
 				"Burn 6h": {"1", "6"}, "Burn 1d": {"3", ""}, "Burn 3d": {"1", ""},
 			},

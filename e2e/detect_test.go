@@ -20,7 +20,7 @@ package e2e
 //	STACK_DIR=$PWD/.stack PG_PORT_BASE=55320 KAFKA_PORT_BASE=29092 CONNECT_PORT_BASE=28083 make detect
 //	make detect DETECT_SCENARIOS=quiet-30m    # one scenario; the others' results are kept
 //
-// What it runs, once: the three pipelines of examples/outbox-canary.yml
+// What it runs, once: the three PostgreSQL pipelines of examples/outbox-canary.yml
 // (its schedules set to 10 s, alerting.stall_intervals to 3) in fresh
 // databases and topics of the stack; the reference relays (bin
 // outbox-relay) of orders and payments; a Debezium connector for
@@ -364,6 +364,17 @@ func adaptExample(t *testing.T, topics map[string]string, brokers []string, conn
 	setYAML(t, root, stateDir, "state_dir")
 	setYAML(t, root, prodStallIntervals, "alerting", "stall_intervals")
 	pipelines := mapValue(t, root, "pipelines")
+	// The scenarios run on the pipelines they have topics for (the three
+	// on PostgreSQL); the example's others (invoices, on MariaDB, for the
+	// demo) are left out, so the rules measured, and their hash, stay
+	// those of the three.
+	kept := pipelines.Content[:0]
+	for _, p := range pipelines.Content {
+		if _, ok := topics[mapValue(t, p, "name").Value]; ok {
+			kept = append(kept, p)
+		}
+	}
+	pipelines.Content = kept
 	for _, p := range pipelines.Content {
 		name := mapValue(t, p, "name").Value
 		setYAML(t, p, "@every "+prodCanaryEvery.String(), "canary", "schedule")

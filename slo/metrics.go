@@ -63,6 +63,12 @@ const (
 	MetricBinlogRetainedBytes = "outbox_canary_binlog_retained_bytes"
 	MetricBinlogRetainedFiles = "outbox_canary_binlog_retained_files"
 	MetricBinlogExpiry        = "outbox_canary_binlog_expire_seconds"
+	// The connector's committed binlog position (label connector).
+	MetricBinlogConnectorPosition      = "outbox_canary_binlog_connector_position_bytes"
+	MetricBinlogConnectorBehindBytes   = "outbox_canary_binlog_connector_behind_bytes"
+	MetricBinlogConnectorBehindFiles   = "outbox_canary_binlog_connector_behind_files"
+	MetricBinlogConnectorFilePurged    = "outbox_canary_binlog_connector_file_purged"
+	MetricBinlogConnectorPurgeHeadroom = "outbox_canary_binlog_connector_purge_headroom_seconds"
 
 	// Whether the prober can see. A failing watcher deletes its data
 	// gauges, so an alert on them cannot read an old value as healthy.
@@ -84,6 +90,7 @@ const (
 	WatcherConsumerLag      = "consumer_lag"
 	WatcherConnector        = "connector"
 	WatcherBinlog           = "binlog"
+	WatcherBinlogConnector  = "binlog_connector"
 )
 
 // Dependencies of the prober itself, the values of the dependency label.

@@ -129,8 +129,9 @@ pipelines:
 		wantErr string
 	}{
 		{"The example file is valid and printed with secrets hidden.", "../../examples/outbox-canary.yml",
-			map[string]string{"OUTBOX_CANARY_SIGNING_KEY": "sekrit-key", "OUTBOX_CANARY_PG_DSN": "postgres://u:hunter2@h/db", "OUTBOX_CANARY_PG_DSN_PAYMENTS": "postgres://u:hunter2@h/pay", "OUTBOX_CANARY_PG_DSN_SHIPMENTS": "postgres://u:hunter2@h/ship"},
+			map[string]string{"OUTBOX_CANARY_SIGNING_KEY": "sekrit-key", "OUTBOX_CANARY_PG_DSN": "postgres://u:hunter2@h/db", "OUTBOX_CANARY_PG_DSN_PAYMENTS": "postgres://u:hunter2@h/pay", "OUTBOX_CANARY_PG_DSN_SHIPMENTS": "postgres://u:hunter2@h/ship", "OUTBOX_CANARY_MYSQL_DSN_INVOICES": "mysql://u:hunter2@h:3306/inv"},
 			[]string{`pipeline "orders"`, `pipeline "payments"`, "<secret> (from env OUTBOX_CANARY_PG_DSN)",
+				`pipeline "invoices"`, "<secret> (from env OUTBOX_CANARY_MYSQL_DSN_INVOICES)",
 				"commit_to_read", "1s", "team-relay", "read_to_publish", "publish_to_consume", "team-kafka", "team-payments", "99.5%",
 				"clocks:    commit: prober clock", "read: relay clock (header outbox-relay-read-at)", "publish: database clock (column published_at",
 				"publish: record timestamp: broker clock on a LogAppendTime topic, relay clock (Debezium's processing time, before its queue) on CreateTime",

@@ -60,6 +60,10 @@ func TestMetricsDoc(t *testing.T) {
 	wm.ConsumerLagMessages.WithLabelValues("orders", "g", "t")
 	wm.ConsumerLagSeconds.WithLabelValues("orders", "g", "t")
 	wm.ConnectorRunning.WithLabelValues("orders", "c")
+	for _, g := range []*compactvec.GaugeVec{wm.BinlogConnectorPosition, wm.BinlogConnectorBehindBytes, wm.BinlogConnectorBehindFiles,
+		wm.BinlogConnectorFilePurged, wm.BinlogConnectorPurgeHeadroom} {
+		g.WithLabelValues("orders", "c")
+	}
 	wm.ConnectorTaskFailures.WithLabelValues("orders", "c")
 	wm.ConnectorRestarts.WithLabelValues("orders", "c")
 

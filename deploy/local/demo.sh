@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # make demo: the prober on the local stack (already started by `make
-# stack-up`), with the three pipelines of examples/outbox-canary.yml, each in
+# stack-up`), with the four pipelines of examples/outbox-canary.yml, each in
 # its own database: "orders" on seed schema A and "payments" on seed schema B,
-# each with a reference polling relay, and "shipments" on Debezium's outbox
-# table, captured from the WAL by Debezium on the stack's Kafka Connect. Prints a line per canary until Ctrl-C, then a
-# p50/p99 summary per segment. DEMO_SECONDS=300 stops by itself after 300 s.
+# each with a reference polling relay, "shipments" on Debezium's outbox
+# table, captured from the WAL by Debezium on the stack's Kafka Connect, and
+# "invoices" on Debezium's outbox table in MariaDB, captured from the binlog
+# by Debezium's MariaDB connector on the same worker. Prints a line per
+# canary until Ctrl-C, then a p50/p99 summary per segment. DEMO_SECONDS=300
+# stops by itself after 300 s. OUTBOX_CANARY_STACK_ENV names another stack's
+# env file (default .stack/env), as for the tests: the demo only adds
+# databases, topics and connectors to it, it never stops its servers.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 log() { printf '[demo] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-[[ -f .stack/env ]] || die ".stack/env is missing: run 'make stack-up' first"
+STACK_ENV=${OUTBOX_CANARY_STACK_ENV:-.stack/env}
+[[ -f $STACK_ENV ]] || die "$STACK_ENV is missing: run 'make stack-up' first"
 set -a
-# shellcheck disable=SC1091
-source .stack/env
+# shellcheck disable=SC1090
+source "$STACK_ENV"
 set +a
 [[ -x bin/outbox-canary && -x bin/outbox-relay ]] || die "bin/ is missing the binaries: run 'make build'"
 
@@ -42,6 +48,31 @@ prepare_db demo_orders deploy/sql/schema_a.sql
 prepare_db demo_payments deploy/sql/schema_b.sql
 prepare_db demo_shipments deploy/sql/debezium_outbox.sql
 
+# The invoices pipeline's MariaDB database, created once by the stack's
+# admin user (canary_admin: the DDL, as the PostgreSQL superuser canary
+# does above), with Debezium's outbox table for MySQL and MariaDB. The
+# prober's user canary gets just the rows of that table (insert and delete
+# the canaries, read the backlog): least privilege, as docs/mysql.md says.
+[[ -n ${OUTBOX_CANARY_MYSQL_ADMIN_DSN:-} ]] || die "the stack has no MariaDB (OUTBOX_CANARY_MYSQL_ADMIN_DSN): run 'make stack-up'"
+# mysql_admin ARGS...: the mariadb client as the admin user of the stack's
+# DSN; the password goes through the environment, not the command line.
+mysql_admin() {
+	local cred=${OUTBOX_CANARY_MYSQL_ADMIN_DSN#*://}
+	cred=${cred%%@*}
+	MYSQL_PWD=${cred#*:} mariadb --no-defaults -h "$OUTBOX_CANARY_MYSQL_HOST" -P "$OUTBOX_CANARY_MYSQL_PORT" \
+		-u "${cred%%:*}" -N -B "$@"
+}
+mysql_dsn_for() { echo "${OUTBOX_CANARY_MYSQL_DSN%/*}/$1"; }
+mysql_user=${OUTBOX_CANARY_MYSQL_DSN#*://}
+mysql_user=${mysql_user%%:*}
+if [[ -z $(mysql_admin -e "SHOW DATABASES LIKE 'demo_invoices'") ]]; then
+	log "creating MariaDB database demo_invoices with mysql_debezium_outbox.sql"
+	mysql_admin -e "CREATE DATABASE demo_invoices"
+	mysql_admin demo_invoices <deploy/sql/mysql_debezium_outbox.sql
+fi
+mysql_admin -e "GRANT SELECT, INSERT, DELETE ON demo_invoices.outbox TO '$mysql_user'@'127.0.0.1'" ||
+	die "could not grant $mysql_user the rows of demo_invoices.outbox"
+
 # The stack creates outbox.event.outbox-canary; the other pipelines route
 # their canaries (by their aggregate types) to topics of their own, and
 # Debezium writes heartbeats to a topic the broker will not create itself.
@@ -61,6 +92,12 @@ canary_topic=message.timestamp.type=LogAppendTime
 create_topic outbox.event.outbox-canary-payments 3 "$canary_topic"
 create_topic outbox.event.outbox-canary-shipments 1 "$canary_topic"
 create_topic __debezium-heartbeat.demo-shipments 1
+create_topic outbox.event.outbox-canary-invoices 1 "$canary_topic"
+create_topic __debezium-heartbeat.demo-invoices 1
+# The MariaDB connector keeps the tables' structure here: one partition,
+# kept forever (it warns otherwise).
+kafka_tool org.apache.kafka.tools.TopicCommand --create --if-not-exists --topic schema-history.demo-invoices \
+	--partitions 1 --replication-factor 1 --config retention.ms=-1 --config retention.bytes=-1
 
 # The Debezium connector of the shipments pipeline, (re)created through the
 # worker's REST API: a standalone worker forgets REST-made connectors when it
@@ -82,10 +119,39 @@ curl -fsS -X PUT -H 'Content-Type: application/json' --data "$connector_config" 
 	die "could not create the Debezium connector at $OUTBOX_CANARY_CONNECT_URL (see $LOGS/connect.log)"
 log "debezium: connector demo-shipments captures demo_shipments.public.outbox (status: $OUTBOX_CANARY_CONNECT_URL/connectors/demo-shipments/status)"
 
+# The invoices pipeline's connector: the recommended MariaDB configuration
+# (deploy/local/connect/outbox-connector-mariadb.json, docs/mysql.md) with
+# the stack's CDC user. Its server id is the demo's own among the server's
+# replicas (the tests take ids from 100000 up). Its binlog position is kept
+# in the worker's offsets across runs.
+connector_config=$(sed -e "s|@MYSQL_HOST@|$OUTBOX_CANARY_MYSQL_HOST|g" -e "s|@MYSQL_PORT@|$OUTBOX_CANARY_MYSQL_PORT|g" \
+	-e "s|@MYSQL_USER@|$OUTBOX_CANARY_MYSQL_CDC_USER|g" -e "s|@MYSQL_PASSWORD@|$OUTBOX_CANARY_MYSQL_CDC_PASSWORD|g" \
+	-e "s|@MYSQL_DBNAME@|demo_invoices|g" -e "s|@TOPIC_PREFIX@|demo-invoices|g" -e "s|@SERVER_ID@|4242|g" \
+	-e "s|@BROKERS@|$OUTBOX_CANARY_KAFKA_BROKERS|g" -e "s|@SCHEMA_HISTORY_TOPIC@|schema-history.demo-invoices|g" \
+	deploy/local/connect/outbox-connector-mariadb.json)
+if grep -q '@[A-Z_]*@' <<<"$connector_config"; then
+	die "deploy/local/connect/outbox-connector-mariadb.json has a placeholder demo.sh does not fill: $(grep -o '@[A-Z_]*@' <<<"$connector_config" | sort -u | tr '\n' ' ')"
+fi
+curl -fsS -X PUT -H 'Content-Type: application/json' --data "$connector_config" \
+	"$OUTBOX_CANARY_CONNECT_URL/connectors/demo-invoices/config" >/dev/null ||
+	die "could not create the Debezium MariaDB connector at $OUTBOX_CANARY_CONNECT_URL (see $LOGS/connect.log)"
+# The connector is RUNNING before it reads the binlog, and a canary
+# committed in between is before its starting position and never published
+# (docs/mysql.md): wait for its binlog dump thread, the MariaDB analogue of
+# an active replication slot.
+log "debezium: connector demo-invoices captures demo_invoices.outbox on MariaDB; waiting for it to read the binlog ..."
+for ((i = 0; ; i++)); do
+	[[ $(mysql_admin -e "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = '$OUTBOX_CANARY_MYSQL_CDC_USER' AND COMMAND LIKE 'Binlog Dump%'") -gt 0 ]] && break
+	((i < ${DEMO_CONNECTOR_WAIT:-120} * 2)) || die "connector demo-invoices does not read the binlog after ${DEMO_CONNECTOR_WAIT:-120}s: $(curl -fsS "$OUTBOX_CANARY_CONNECT_URL/connectors/demo-invoices/status") (see $LOGS/connect.log)"
+	sleep 0.5
+done
+log "debezium: connector demo-invoices reads the binlog (status: $OUTBOX_CANARY_CONNECT_URL/connectors/demo-invoices/status)"
+
 export OUTBOX_CANARY_SIGNING_KEY=${OUTBOX_CANARY_SIGNING_KEY:-demo-signing-key-not-for-production}
 export OUTBOX_CANARY_PG_DSN_ORDERS; OUTBOX_CANARY_PG_DSN_ORDERS=$(dsn_for demo_orders)
 export OUTBOX_CANARY_PG_DSN_PAYMENTS; OUTBOX_CANARY_PG_DSN_PAYMENTS=$(dsn_for demo_payments)
 export OUTBOX_CANARY_PG_DSN_SHIPMENTS=$shipments_dsn
+export OUTBOX_CANARY_MYSQL_DSN_INVOICES; OUTBOX_CANARY_MYSQL_DSN_INVOICES=$(mysql_dsn_for demo_invoices)
 
 # The example config, with the stack's brokers and the orders database.
 CONFIG=$OUTBOX_CANARY_STACK_DIR/demo.yml

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
@@ -17,15 +18,20 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/explain"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/lint"
+	"github.com/outbox-canary/outbox-canary/internal/mysql"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
 // Stages of the runbook that Diagnose walks, source to consumer (the seed
 // article's order: downstream symptoms usually have upstream causes).
 const (
-	StageCommit    = "commit"
-	StageRelay     = "relay"
-	StageSlot      = "replication slot"
+	StageCommit = "commit"
+	StageRelay  = "relay"
+	StageSlot   = "replication slot"
+	// StageBinlog is the capture log's stage on MySQL and MariaDB, where
+	// PostgreSQL's is the replication slot.
+	StageBinlog    = "binlog"
 	StageBroker    = "broker"
 	StageConsumers = "consumers"
 )
@@ -79,10 +85,16 @@ type Options struct {
 	HTTP *http.Client
 }
 
-// Probes are the connections Diagnose uses. A nil DB or Kafka makes
+// Probes are the connections Diagnose uses. A nil Outbox or Kafka makes
 // the stages that need them unhealthy ("cannot be checked"), with DBError
 // or KafkaError, when set, as the reason.
 type Probes struct {
+	// Outbox is the outbox's database through the family seam: the
+	// backlog, open transactions and capture log every family has.
+	Outbox outboxdb.DB
+	// DB is the same database when it is PostgreSQL, for what only
+	// PostgreSQL shows (a session's pg_stat_activity row, replication
+	// slots, the connector's slot and publication); nil on MySQL.
 	DB         postgres.Querier
 	DBError    error
 	Kafka      *kafka.Client
@@ -94,6 +106,11 @@ type Probes struct {
 const (
 	nextDatabase = "check the DSN, the network path and that the database is up (pg_isready -d ...); " +
 		"nothing upstream of Kafka can be judged without it"
+	nextCommitMySQL = "find the session: SELECT trx_id, trx_state, trx_started, trx_query FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = %d " +
+		"(and SHOW PROCESSLIST for its user and host); have its owner commit or roll back, or end it with KILL %d. Rows it wrote stay invisible " +
+		"to the relay until it commits: no relay change can publish them"
+	nextBinlog = "log capture needs the binlog on, row-based and with full row images: in the server's option file log_bin, " +
+		"binlog_format = ROW, binlog_row_image = FULL and a unique server_id, then restart the server (outbox-canary lint shows each setting)"
 	nextCommit = "find the session: SELECT pid, usename, application_name, state, xact_start, query FROM pg_stat_activity WHERE pid = %d; " +
 		"have its owner commit or roll back, or end it with SELECT pg_terminate_backend(%d). Rows it wrote stay invisible to the relay " +
 		"until it commits: no relay change can publish them"
@@ -120,13 +137,11 @@ const (
 func Pipeline(ctx context.Context, p *config.Pipeline, o Options) Diagnosis {
 	o = o.withDefaults()
 	probes := Probes{HTTP: o.HTTP}
-	if kind, _ := p.Database.Family(); kind == config.KindMySQL {
-		probes.DBError = errors.New("diagnose reads PostgreSQL only so far; on this MySQL pipeline run outbox-canary check and lint (docs/mysql.md)")
-	} else if pool, err := postgres.NewPool(ctx, p.Database, postgres.PoolOptions{MaxConns: 2, ConnectTimeout: o.StageTimeout}); err != nil {
+	closeDB, err := openDatabase(ctx, p, o, &probes)
+	if err != nil {
 		probes.DBError = err
 	} else {
-		defer pool.Close()
-		probes.DB = pool
+		defer closeDB()
 	}
 	client, closeKafka, err := kafkaclient.NewClient(p.Kafka, o.StageTimeout)
 	if err != nil {
@@ -136,6 +151,30 @@ func Pipeline(ctx context.Context, p *config.Pipeline, o Options) Diagnosis {
 		probes.Kafka = client
 	}
 	return With(ctx, p, probes, o)
+}
+
+// openDatabase opens the pipeline's database, of the family its DSN (or
+// database.kind) names, into probes: the one place diagnose tells the
+// families apart by configuration; the stages read probes.Outbox.
+func openDatabase(ctx context.Context, p *config.Pipeline, o Options, probes *Probes) (func(), error) {
+	kind, err := p.Database.Family()
+	if err != nil {
+		return nil, err
+	}
+	if kind == config.KindMySQL {
+		db, err := mysql.Open(p.Database, 2)
+		if err != nil {
+			return nil, err
+		}
+		probes.Outbox = db
+		return func() { _ = db.Close() }, nil
+	}
+	pool, err := postgres.NewPool(ctx, p.Database, postgres.PoolOptions{MaxConns: 2, ConnectTimeout: o.StageTimeout})
+	if err != nil {
+		return nil, err
+	}
+	probes.DB, probes.Outbox = pool, postgres.NewOutboxDB(pool)
+	return pool.Close, nil
 }
 
 func (o Options) withDefaults() Options {
@@ -160,6 +199,11 @@ func With(ctx context.Context, p *config.Pipeline, probes Probes, o Options) Dia
 	if probes.HTTP == nil {
 		probes.HTTP = o.HTTP
 	}
+	if probes.Outbox == nil && probes.DB != nil {
+		if pool, ok := probes.DB.(*pgxpool.Pool); ok {
+			probes.Outbox = postgres.NewOutboxDB(pool)
+		}
+	}
 	d := Diagnosis{Pipeline: p.Name, Relay: p.Relay.Kind, Healthy: true}
 	checks := []struct {
 		name  string
@@ -167,7 +211,7 @@ func With(ctx context.Context, p *config.Pipeline, probes Probes, o Options) Dia
 	}{
 		{StageCommit, checkCommit},
 		{StageRelay, checkRelay},
-		{StageSlot, checkSlot},
+		{captureStage(probes), checkCapture},
 		{StageBroker, checkBroker},
 		{StageConsumers, checkConsumers},
 	}
@@ -241,30 +285,49 @@ func (pr Probes) kafkaError() error {
 	return errors.New("no Kafka client")
 }
 
+// captureStage names the capture log's stage for the database's family.
+func captureStage(pr Probes) string {
+	if pr.Outbox != nil && pr.Outbox.Family() == config.KindMySQL {
+		return StageBinlog
+	}
+	return StageSlot
+}
+
+// nextCommitFor is the commit stage's next step in the family's terms.
+var nextCommitFor = map[string]string{config.KindPostgres: nextCommit, config.KindMySQL: nextCommitMySQL}
+
 // checkCommit: an open transaction older than the threshold hides the rows
 // it wrote from the relay; no other signal can see that.
 func checkCommit(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) StageResult {
-	if pr.DB == nil {
+	if pr.Outbox == nil {
 		return unreachable("database", pr.dbError(), nextDatabase)
 	}
 	threshold := time.Duration(p.Watch.LongTransactionThreshold)
-	tx, err := postgres.QueryTransactions(ctx, pr.DB, threshold)
+	tx, err := pr.Outbox.OpenTransactions(ctx, threshold)
 	if err != nil {
-		return unreachable("database", postgres.Explain(err), nextDatabase)
+		return unreachable("database", pr.Outbox.Explain(err), nextDatabase)
 	}
 	ev := []string{fmt.Sprintf("%d open transactions older than watch.long_transaction_threshold %s; oldest open transaction %s",
-		tx.OverLimit, threshold, roundAge(tx.OldestAge))}
-	if tx.OverLimit == 0 {
+		tx.OverThreshold, threshold, roundAge(tx.OldestAge))}
+	if tx.OverThreshold == 0 {
 		return StageResult{Healthy: true, Evidence: ev}
 	}
 	var state, app, user string
-	// Best effort: the session may end between the two queries.
-	if err := pr.DB.QueryRow(ctx,
+	// Best effort: the session may end between the two queries. Only
+	// PostgreSQL's pg_stat_activity is read for the session's details;
+	// elsewhere the session's id is the evidence.
+	if pr.DB != nil && pr.DB.QueryRow(ctx,
 		`SELECT COALESCE(state, ''), COALESCE(application_name, ''), COALESCE(usename::text, '') FROM pg_stat_activity WHERE pid = $1`,
-		tx.OldestPID).Scan(&state, &app, &user); err == nil {
-		ev = append(ev, fmt.Sprintf("oldest: pid %d, user %q, application %q, state %q", tx.OldestPID, user, app, state))
+		tx.OldestSession).Scan(&state, &app, &user) == nil {
+		ev = append(ev, fmt.Sprintf("oldest: pid %d, user %q, application %q, state %q", tx.OldestSession, user, app, state))
+	} else {
+		ev = append(ev, fmt.Sprintf("oldest: session %d (its connection id)", tx.OldestSession))
 	}
-	return StageResult{Evidence: ev, NextStep: fmt.Sprintf(nextCommit, tx.OldestPID, tx.OldestPID)}
+	next, ok := nextCommitFor[pr.Outbox.Family()]
+	if !ok {
+		next = nextCommit
+	}
+	return StageResult{Evidence: ev, NextStep: fmt.Sprintf(next, tx.OldestSession, tx.OldestSession)}
 }
 
 // relayBudget is the budget the oldest unpublished row is judged against.
@@ -303,12 +366,13 @@ func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) S
 		}
 		return r
 	}
-	if pr.DB == nil {
+	if pr.Outbox == nil {
 		return unreachable("database", pr.dbError(), nextDatabase)
 	}
-	b, err := postgres.QueryBacklog(ctx, pr.DB, p)
+	c := p.Outbox.Columns
+	b, err := pr.Outbox.Backlog(ctx, outboxdb.Table{Name: p.Outbox.Table, ID: c.ID, PublishedAt: c.PublishedAt, CreatedAt: c.CreatedAt})
 	if err != nil {
-		return unreachable("backlog", postgres.Explain(err), nextDatabase)
+		return unreachable("backlog", pr.Outbox.Explain(err), nextDatabase)
 	}
 	seg, budget := relayBudget(p)
 	r := StageResult{Healthy: b.OldestAge <= budget, Evidence: []string{
@@ -338,6 +402,42 @@ func connectorLint(ctx context.Context, p *config.Pipeline, pr Probes) []string 
 		ev = append(ev, line)
 	}
 	return ev
+}
+
+// checkCapture: the capture log a cdc relay reads, in its family's terms:
+// PostgreSQL's replication slot, MySQL's binlog.
+func checkCapture(ctx context.Context, p *config.Pipeline, pr Probes, o Options) StageResult {
+	if captureStage(pr) == StageBinlog {
+		return checkBinlog(ctx, p, pr, o)
+	}
+	return checkSlot(ctx, p, pr, o)
+}
+
+// checkBinlog: log capture on MySQL reads the binlog, which must be on,
+// row-based, with full row images.
+func checkBinlog(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) StageResult {
+	if p.Relay.Kind != config.RelayCDC {
+		return StageResult{Status: StatusNotApplicable, Healthy: true,
+			Evidence: []string{"a polling relay reads the table, not the binlog"}}
+	}
+	if pr.Outbox == nil {
+		return unreachable("database", pr.dbError(), nextDatabase)
+	}
+	c, err := pr.Outbox.CaptureLog(ctx)
+	if err != nil {
+		return unreachable("binlog", pr.Outbox.Explain(err), nextDatabase)
+	}
+	if !c.Enabled {
+		return StageResult{Evidence: []string{"log_bin is OFF: the server writes no binlog, nothing captures the outbox table's changes"}, NextStep: nextBinlog}
+	}
+	r := StageResult{Healthy: c.Format == "ROW/FULL", Evidence: []string{
+		fmt.Sprintf("binlog on, binlog_format/binlog_row_image %s, position %s, %d files retained (%d bytes), binlog_expire_logs_seconds %s",
+			c.Format, c.Position, c.RetainedFiles, c.RetainedBytes, c.Expiry)}}
+	if !r.Healthy {
+		r.Evidence = append(r.Evidence, "log capture needs binlog_format ROW and binlog_row_image FULL")
+		r.NextStep = nextBinlog
+	}
+	return r
 }
 
 // checkSlot: a logical slot that no connector reads pins WAL on the primary.

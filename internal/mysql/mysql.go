@@ -279,6 +279,7 @@ func (d *DB) CaptureLog(ctx context.Context) (outboxdb.CaptureLog, error) {
 	}
 	c.Position = fmt.Sprintf("%s:%d", file, pos)
 	for _, f := range files {
+		c.Files = append(c.Files, outboxdb.LogFile{Name: f.name, Size: f.size})
 		c.RetainedBytes += f.size
 		c.RetainedFiles++
 		if f.name < file {

@@ -149,4 +149,13 @@ type CaptureLog struct {
 	// Format is the row format where the family has one (MySQL's
 	// binlog_format and binlog_row_image: "ROW/FULL"), "" otherwise.
 	Format string
+	// Files are the log files the server keeps, oldest first, the last
+	// being the one written now (MySQL's binlog; none on PostgreSQL).
+	Files []LogFile
+}
+
+// LogFile is one file of the capture log and its size in bytes.
+type LogFile struct {
+	Name string
+	Size int64
 }

@@ -61,6 +61,16 @@ var catalogue = []metricsdoc.Family{
 		Help: "MySQL/MariaDB: binlog files the server keeps."},
 	{Name: slo.MetricBinlogExpiry, Type: metricsdoc.Gauge, Labels: lp,
 		Help: "MySQL/MariaDB: binlog_expire_logs_seconds, after which the server purges a binlog file whether or not a connector has read it; 0 when never."},
+	{Name: slo.MetricBinlogConnectorPosition, Type: metricsdoc.Gauge, Labels: lpc,
+		Help: "MySQL/MariaDB: the connector's committed binlog position (Kafka Connect's offsets API) as bytes on the scale of outbox_canary_binlog_written_bytes; absent when its file is purged."},
+	{Name: slo.MetricBinlogConnectorBehindBytes, Type: metricsdoc.Gauge, Labels: lpc,
+		Help: "MySQL/MariaDB: binlog bytes the server has written past the connector's committed position; absent when its file is purged."},
+	{Name: slo.MetricBinlogConnectorBehindFiles, Type: metricsdoc.Gauge, Labels: lpc,
+		Help: "MySQL/MariaDB: binlog files between the connector's committed file and the one the server writes (0: the same file)."},
+	{Name: slo.MetricBinlogConnectorFilePurged, Type: metricsdoc.Gauge, Labels: lpc,
+		Help: "MySQL/MariaDB: 1 if the connector's committed binlog file is older than the oldest the server keeps (purged before it was read: the connector cannot resume; the analogue of wal_status lost), else 0."},
+	{Name: slo.MetricBinlogConnectorPurgeHeadroom, Type: metricsdoc.Gauge, Labels: lpc,
+		Help: "MySQL/MariaDB: at least how long until binlog expiry may purge the connector's committed file: binlog_expire_logs_seconds minus the age of the last event it read there; absent while it reads the current file or expiry is off, negative when due."},
 	{Name: slo.MetricConsumerLagMessages, Type: metricsdoc.Gauge, Labels: []string{slo.LabelPipeline, labelGroup, labelTopic},
 		Help: "Messages a watched business consumer group has yet to consume, by group and topic."},
 	{Name: slo.MetricConsumerLagSeconds, Type: metricsdoc.Gauge, Labels: []string{slo.LabelPipeline, labelGroup, labelTopic},
@@ -87,58 +97,70 @@ func family(name string) metricsdoc.Family {
 // its watcher has measured something, so a watcher that is not configured
 // does not report a reassuring zero, and one that fails removes its data.
 type Metrics struct {
-	Up                    *compactvec.GaugeVec   // pipeline, watcher
-	LastSuccess           *compactvec.GaugeVec   // pipeline, watcher
-	Errors                *compactvec.CounterVec // pipeline, watcher
-	BacklogRows           *compactvec.GaugeVec   // pipeline
-	OldestUnpublishedAge  *compactvec.GaugeVec   // pipeline
-	OldestTransactionAge  *compactvec.GaugeVec   // pipeline
-	LongTransactions      *compactvec.GaugeVec   // pipeline
-	SlotRetainedWAL       *compactvec.GaugeVec   // pipeline, slot
-	SlotUnconfirmedWAL    *compactvec.GaugeVec   // pipeline, slot
-	SlotActive            *compactvec.GaugeVec   // pipeline, slot
-	SlotWALStatus         *compactvec.GaugeVec   // pipeline, slot, wal_status
-	SlotSafeWALSize       *compactvec.GaugeVec   // pipeline, slot
-	BinlogWritten         *compactvec.GaugeVec   // pipeline
-	BinlogRetainedBytes   *compactvec.GaugeVec   // pipeline
-	BinlogRetainedFiles   *compactvec.GaugeVec   // pipeline
-	BinlogExpiry          *compactvec.GaugeVec   // pipeline
-	ConsumerLagMessages   *compactvec.GaugeVec   // pipeline, group, topic
-	ConsumerLagSeconds    *compactvec.GaugeVec   // pipeline, group, topic
-	ConnectorRunning      *compactvec.GaugeVec   // pipeline, connector
-	ConnectorTaskFailures *compactvec.GaugeVec   // pipeline, connector
-	ConnectorRestarts     *compactvec.CounterVec // pipeline, connector
+	Up                           *compactvec.GaugeVec   // pipeline, watcher
+	LastSuccess                  *compactvec.GaugeVec   // pipeline, watcher
+	Errors                       *compactvec.CounterVec // pipeline, watcher
+	BacklogRows                  *compactvec.GaugeVec   // pipeline
+	OldestUnpublishedAge         *compactvec.GaugeVec   // pipeline
+	OldestTransactionAge         *compactvec.GaugeVec   // pipeline
+	LongTransactions             *compactvec.GaugeVec   // pipeline
+	SlotRetainedWAL              *compactvec.GaugeVec   // pipeline, slot
+	SlotUnconfirmedWAL           *compactvec.GaugeVec   // pipeline, slot
+	SlotActive                   *compactvec.GaugeVec   // pipeline, slot
+	SlotWALStatus                *compactvec.GaugeVec   // pipeline, slot, wal_status
+	SlotSafeWALSize              *compactvec.GaugeVec   // pipeline, slot
+	BinlogWritten                *compactvec.GaugeVec   // pipeline
+	BinlogRetainedBytes          *compactvec.GaugeVec   // pipeline
+	BinlogRetainedFiles          *compactvec.GaugeVec   // pipeline
+	BinlogExpiry                 *compactvec.GaugeVec   // pipeline
+	BinlogConnectorPosition      *compactvec.GaugeVec   // pipeline, connector
+	BinlogConnectorBehindBytes   *compactvec.GaugeVec   // pipeline, connector
+	BinlogConnectorBehindFiles   *compactvec.GaugeVec   // pipeline, connector
+	BinlogConnectorFilePurged    *compactvec.GaugeVec   // pipeline, connector
+	BinlogConnectorPurgeHeadroom *compactvec.GaugeVec   // pipeline, connector
+	ConsumerLagMessages          *compactvec.GaugeVec   // pipeline, group, topic
+	ConsumerLagSeconds           *compactvec.GaugeVec   // pipeline, group, topic
+	ConnectorRunning             *compactvec.GaugeVec   // pipeline, connector
+	ConnectorTaskFailures        *compactvec.GaugeVec   // pipeline, connector
+	ConnectorRestarts            *compactvec.CounterVec // pipeline, connector
 }
 
 // NewMetrics creates and registers the watchers' series.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		Up:                    family(slo.MetricWatcherUp).GaugeVec(),
-		LastSuccess:           family(slo.MetricWatcherLastSuccess).GaugeVec(),
-		Errors:                family(slo.MetricWatchErrors).CounterVec(),
-		BacklogRows:           family(slo.MetricBacklogRows).GaugeVec(),
-		OldestUnpublishedAge:  family(slo.MetricOldestUnpublishedAge).GaugeVec(),
-		OldestTransactionAge:  family(slo.MetricOldestTransactionAge).GaugeVec(),
-		LongTransactions:      family(slo.MetricLongTransactions).GaugeVec(),
-		SlotRetainedWAL:       family(slo.MetricSlotRetainedWAL).GaugeVec(),
-		SlotUnconfirmedWAL:    family(slo.MetricSlotUnconfirmedWAL).GaugeVec(),
-		SlotActive:            family(slo.MetricSlotActive).GaugeVec(),
-		SlotWALStatus:         family(slo.MetricSlotWALStatus).GaugeVec(),
-		SlotSafeWALSize:       family(slo.MetricSlotSafeWALSize).GaugeVec(),
-		BinlogWritten:         family(slo.MetricBinlogWritten).GaugeVec(),
-		BinlogRetainedBytes:   family(slo.MetricBinlogRetainedBytes).GaugeVec(),
-		BinlogRetainedFiles:   family(slo.MetricBinlogRetainedFiles).GaugeVec(),
-		BinlogExpiry:          family(slo.MetricBinlogExpiry).GaugeVec(),
-		ConsumerLagMessages:   family(slo.MetricConsumerLagMessages).GaugeVec(),
-		ConsumerLagSeconds:    family(slo.MetricConsumerLagSeconds).GaugeVec(),
-		ConnectorRunning:      family(slo.MetricConnectorRunning).GaugeVec(),
-		ConnectorTaskFailures: family(slo.MetricConnectorTaskFailures).GaugeVec(),
-		ConnectorRestarts:     family(slo.MetricConnectorRestarts).CounterVec(),
+		Up:                           family(slo.MetricWatcherUp).GaugeVec(),
+		LastSuccess:                  family(slo.MetricWatcherLastSuccess).GaugeVec(),
+		Errors:                       family(slo.MetricWatchErrors).CounterVec(),
+		BacklogRows:                  family(slo.MetricBacklogRows).GaugeVec(),
+		OldestUnpublishedAge:         family(slo.MetricOldestUnpublishedAge).GaugeVec(),
+		OldestTransactionAge:         family(slo.MetricOldestTransactionAge).GaugeVec(),
+		LongTransactions:             family(slo.MetricLongTransactions).GaugeVec(),
+		SlotRetainedWAL:              family(slo.MetricSlotRetainedWAL).GaugeVec(),
+		SlotUnconfirmedWAL:           family(slo.MetricSlotUnconfirmedWAL).GaugeVec(),
+		SlotActive:                   family(slo.MetricSlotActive).GaugeVec(),
+		SlotWALStatus:                family(slo.MetricSlotWALStatus).GaugeVec(),
+		SlotSafeWALSize:              family(slo.MetricSlotSafeWALSize).GaugeVec(),
+		BinlogWritten:                family(slo.MetricBinlogWritten).GaugeVec(),
+		BinlogRetainedBytes:          family(slo.MetricBinlogRetainedBytes).GaugeVec(),
+		BinlogRetainedFiles:          family(slo.MetricBinlogRetainedFiles).GaugeVec(),
+		BinlogExpiry:                 family(slo.MetricBinlogExpiry).GaugeVec(),
+		BinlogConnectorPosition:      family(slo.MetricBinlogConnectorPosition).GaugeVec(),
+		BinlogConnectorBehindBytes:   family(slo.MetricBinlogConnectorBehindBytes).GaugeVec(),
+		BinlogConnectorBehindFiles:   family(slo.MetricBinlogConnectorBehindFiles).GaugeVec(),
+		BinlogConnectorFilePurged:    family(slo.MetricBinlogConnectorFilePurged).GaugeVec(),
+		BinlogConnectorPurgeHeadroom: family(slo.MetricBinlogConnectorPurgeHeadroom).GaugeVec(),
+		ConsumerLagMessages:          family(slo.MetricConsumerLagMessages).GaugeVec(),
+		ConsumerLagSeconds:           family(slo.MetricConsumerLagSeconds).GaugeVec(),
+		ConnectorRunning:             family(slo.MetricConnectorRunning).GaugeVec(),
+		ConnectorTaskFailures:        family(slo.MetricConnectorTaskFailures).GaugeVec(),
+		ConnectorRestarts:            family(slo.MetricConnectorRestarts).CounterVec(),
 	}
 	for _, c := range []prometheus.Collector{
 		m.Up, m.LastSuccess, m.Errors, m.BacklogRows, m.OldestUnpublishedAge, m.OldestTransactionAge, m.LongTransactions,
 		m.SlotRetainedWAL, m.SlotUnconfirmedWAL, m.SlotActive, m.SlotWALStatus, m.SlotSafeWALSize,
 		m.BinlogWritten, m.BinlogRetainedBytes, m.BinlogRetainedFiles, m.BinlogExpiry,
+		m.BinlogConnectorPosition, m.BinlogConnectorBehindBytes, m.BinlogConnectorBehindFiles,
+		m.BinlogConnectorFilePurged, m.BinlogConnectorPurgeHeadroom,
 		m.ConsumerLagMessages, m.ConsumerLagSeconds, m.ConnectorRunning, m.ConnectorTaskFailures, m.ConnectorRestarts,
 	} {
 		if err := reg.Register(c); err != nil {

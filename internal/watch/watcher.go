@@ -31,12 +31,13 @@ import (
 // Watcher names, the values of the watcher label (named in slo, which the
 // alerts read too).
 const (
-	WatcherBacklog      = slo.WatcherBacklog
-	WatcherTransactions = slo.WatcherTransactions
-	WatcherSlots        = slo.WatcherReplicationSlots
-	WatcherConsumers    = slo.WatcherConsumerLag
-	WatcherConnector    = slo.WatcherConnector
-	WatcherBinlog       = slo.WatcherBinlog
+	WatcherBacklog         = slo.WatcherBacklog
+	WatcherTransactions    = slo.WatcherTransactions
+	WatcherSlots           = slo.WatcherReplicationSlots
+	WatcherConsumers       = slo.WatcherConsumerLag
+	WatcherConnector       = slo.WatcherConnector
+	WatcherBinlog          = slo.WatcherBinlog
+	WatcherBinlogConnector = slo.WatcherBinlogConnector
 )
 
 // sampleTimeoutMax bounds one watcher's queries in one sample (less when
