@@ -75,7 +75,9 @@ const labelSlot = "slot"
 func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	a := g.m.Alerting
 	grp := Group{Name: "outbox-canary-pipeline-" + p.Name}
-	pl := func(m string) string { return selector(m, slo.LabelPipeline, p.Name) }
+	pl := func(m string) string { return selector(m, scoped(p.Scope, slo.LabelPipeline, p.Name)...) }
+	// by keeps the pipeline and the scope in aggregations and joins.
+	by := joinLabels(p.Scope, slo.LabelPipeline)
 	labels := func(level, segment string) map[string]string {
 		l := map[string]string{labelSeverity: g.severity(level), slo.LabelPipeline: p.Name, slo.LabelOwner: p.Owner(segment)}
 		if segment != "" {
@@ -92,7 +94,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	}
 	keep := slo.PromDuration(g.keepFiringFor())
 	dependencyDown := func(dep string) string {
-		return "unless on (" + slo.LabelPipeline + ") (" + selector(slo.MetricDependencyUp, slo.LabelPipeline, p.Name, slo.LabelDependency, dep) + " == 0)"
+		return "unless on (" + by + ") (" + selector(slo.MetricDependencyUp, scoped(p.Scope, slo.LabelPipeline, p.Name, slo.LabelDependency, dep)...) + " == 0)"
 	}
 
 	grp.Rules = append(grp.Rules, g.stallRules(p, dependencyDown(slo.DependencyKafka))...)
@@ -106,9 +108,9 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	grp.Rules = append(grp.Rules, Rule{
 		Alert: AlertInsertsFailing,
 		Expr: lines(
-			"sum by ("+slo.LabelPipeline+") (increase("+pl(slo.MetricCanaryInsertFailures)+rng+")) > 0",
-			"unless on ("+slo.LabelPipeline+")",
-			"sum by ("+slo.LabelPipeline+") (increase("+pl(slo.MetricCanariesSent)+rng+")) > 0",
+			"sum by ("+by+") (increase("+pl(slo.MetricCanaryInsertFailures)+rng+")) > 0",
+			"unless on ("+by+")",
+			"sum by ("+by+") (increase("+pl(slo.MetricCanariesSent)+rng+")) > 0",
 			dependencyDown(slo.DependencyDatabase),
 		),
 		KeepFiringFor: keep,
@@ -185,10 +187,12 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		// slot or a leftover one in the same database is not this
 		// pipeline's to page for. Without it, every slot reported counts.
 		slot := pl
-		walStatus := fmt.Sprintf(`%s{%s=%q, %s=~"unreserved|lost"}`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelWALStatus)
+		walStatus := fmt.Sprintf(`%s{%s=%q, %s=~"unreserved|lost"%s}`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelWALStatus, scopeMatchers(p.Scope))
 		if p.Slot != "" {
-			slot = func(m string) string { return selector(m, slo.LabelPipeline, p.Name, labelSlot, p.Slot) }
-			walStatus = fmt.Sprintf(`%s{%s=%q, %s=%q, %s=~"unreserved|lost"}`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelSlot, p.Slot, labelWALStatus)
+			slot = func(m string) string {
+				return selector(m, scoped(p.Scope, slo.LabelPipeline, p.Name, labelSlot, p.Slot)...)
+			}
+			walStatus = fmt.Sprintf(`%s{%s=%q, %s=%q, %s=~"unreserved|lost"%s}`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelSlot, p.Slot, labelWALStatus, scopeMatchers(p.Scope))
 		}
 		grp.Rules = append(grp.Rules, Rule{
 			Alert:         AlertConnectorTaskFailed,
@@ -264,7 +268,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	}, Rule{
 		Alert: AlertBadSignatures,
 		Expr: fmt.Sprintf("sum by (%s) (increase(%s[%s])) >= %d",
-			slo.LabelPipeline, selector(slo.MetricMessagesSkipped, slo.LabelPipeline, p.Name, slo.LabelReason, slo.ReasonBadSignature),
+			by, selector(slo.MetricMessagesSkipped, scoped(p.Scope, slo.LabelPipeline, p.Name, slo.LabelReason, slo.ReasonBadSignature)...),
 			slo.PromDuration(badSignatureWindow), badSignatureBurst),
 		KeepFiringFor: keep,
 		Labels:        proberSide(config.SeverityTicket),
@@ -305,10 +309,10 @@ func (g generator) clockSkewRules(p slo.Pipeline, keep string) []Rule {
 	var rules []Rule
 	for _, o := range owners {
 		matcher := promMatchAny(slo.LabelSegment, segments[o])
-		series := fmt.Sprintf("%s{%s=%q, %s}", slo.MetricClockSkew, slo.LabelPipeline, p.Name, matcher)
+		series := fmt.Sprintf("%s{%s=%q, %s%s}", slo.MetricClockSkew, slo.LabelPipeline, p.Name, matcher, scopeMatchers(p.Scope))
 		rules = append(rules, Rule{
 			Alert:         AlertClockSkewSuspected,
-			Expr:          fmt.Sprintf("sum by (%s, %s) (increase(%s[%s])) > 0\n", slo.LabelPipeline, slo.LabelSegment, series, slo.PromDuration(rng)),
+			Expr:          fmt.Sprintf("sum by (%s) (increase(%s[%s])) > 0\n", joinLabels(p.Scope, slo.LabelPipeline, slo.LabelSegment), series, slo.PromDuration(rng)),
 			For:           slo.PromDuration(forDur),
 			KeepFiringFor: keep,
 			Labels:        g.labels(map[string]string{labelSeverity: g.severity(config.SeverityTicket), slo.LabelPipeline: p.Name, slo.LabelOwner: o}),
@@ -368,13 +372,14 @@ func (g generator) proberSideOwner(p slo.Pipeline) string {
 func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 	n := g.m.Alerting.StallIntervals
 	thr := p.StallThreshold(n)
-	recv := selector(slo.MetricLastReceivedTimestamp, slo.LabelPipeline, p.Name)
-	sent := selector(slo.MetricLastSentTimestamp, slo.LabelPipeline, p.Name)
+	recv := selector(slo.MetricLastReceivedTimestamp, scoped(p.Scope, slo.LabelPipeline, p.Name)...)
+	sent := selector(slo.MetricLastSentTimestamp, scoped(p.Scope, slo.LabelPipeline, p.Name)...)
+	by := joinLabels(p.Scope, slo.LabelPipeline)
 	window := "[" + slo.PromDuration(thr+stallBlameMargin) + "]"
 	bad := func(segments []string) string {
 		seg := promMatchAny(slo.LabelSegment, segments)
-		return fmt.Sprintf("(sum by (%s) (increase(%s{%s=%q, %s, %s=%q}%s)) > 0)",
-			slo.LabelPipeline, slo.MetricSLIEvents, slo.LabelPipeline, p.Name, seg, slo.LabelOutcome, slo.OutcomeBad, window)
+		return fmt.Sprintf("(sum by (%s) (increase(%s{%s=%q, %s, %s=%q%s}%s)) > 0)",
+			by, slo.MetricSLIEvents, slo.LabelPipeline, p.Name, seg, slo.LabelOutcome, slo.OutcomeBad, scopeMatchers(p.Scope), window)
 	}
 	// The value is the last delivery's time: constant through a stall,
 	// so it names the stall in the stalled_since label.
@@ -386,7 +391,7 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 		"  and " + recv + " > 0",
 		")",
 	}
-	on := "on (" + slo.LabelPipeline + ") "
+	on := "on (" + by + ") "
 	rule := func(segment string, expr []string, why string) []Rule {
 		stall := Rule{
 			Alert:         AlertStalled,
@@ -492,7 +497,9 @@ func (g generator) proberAlerts() Group {
 		Name: "outbox-canary-prober",
 		Rules: []Rule{{
 			Alert: AlertProberAbsent,
-			Expr:  "absent_over_time(" + selector(slo.MetricBuildInfo, labelJob, a.ProberJob) + "[" + slo.PromDuration(absent) + "])",
+			// One per scope: absent_over_time keeps the job and scope
+			// matchers as the alert's labels.
+			Expr: "absent_over_time(" + selector(slo.MetricBuildInfo, scoped(g.m.Scope, labelJob, a.ProberJob)...) + "[" + slo.PromDuration(absent) + "])",
 			// A Prometheus that just started has no sample yet either; the
 			// for: keeps its first scrapes from paging (seen on a real
 			// Prometheus 2.42 in e2e/: it fired before the first scrape).
@@ -533,4 +540,25 @@ func promMatchAny(label string, values []string) string {
 		quoted[i] = regexp.QuoteMeta(v)
 	}
 	return fmt.Sprintf("%s=~%q", label, strings.Join(quoted, "|"))
+}
+
+// scoped appends the scope's matchers to name, value pairs for selector.
+func scoped(scope slo.Scope, pairs ...string) []string {
+	return append(pairs, scope.Pairs()...)
+}
+
+// scopeMatchers are the scope's matchers for a selector written by hand:
+// `, env="prod"`, or "" with no scope.
+func scopeMatchers(scope slo.Scope) string {
+	var b strings.Builder
+	for _, m := range scope.Matchers() {
+		b.WriteString(", " + m)
+	}
+	return b.String()
+}
+
+// joinLabels is labels and the scope's labels, comma-separated, for a
+// by () or on () clause that must keep the scope.
+func joinLabels(scope slo.Scope, labels ...string) string {
+	return strings.Join(scope.By(labels...), ", ")
 }

@@ -136,11 +136,15 @@ type generator struct{ m *slo.Model }
 
 // labels merges the configured extra labels (alerting.labels) under the
 // rule's own; validation keeps the two apart.
+//
+// The scope's labels (alerting.selector) are set too: the expressions keep
+// them, but a recording of a constant (vector(...)) has none of its own.
 func (g generator) labels(own map[string]string) map[string]string {
 	out := maps.Clone(g.m.Alerting.Labels)
 	if out == nil {
 		out = map[string]string{}
 	}
+	maps.Copy(out, g.m.Scope)
 	maps.Copy(out, own)
 	return out
 }

@@ -30,25 +30,38 @@ func sloLabels(s slo.SLO) map[string]string {
 // aggregate by these and set the rest anew.
 var sloIdentity = []string{labelSlothID, labelSlothService, labelSlothSLO}
 
-// byIdentity is "by (sloth_id, sloth_service, sloth_slo)".
-var byIdentity = "by (" + strings.Join(sloIdentity, ", ") + ")"
+// byIdentity is "by (sloth_id, sloth_service, sloth_slo)" and the
+// scope's labels, which never change for a rule set either.
+func byIdentity(s slo.SLO) string { return s.Scope.ByClause(sloIdentity...) }
 
-// onIdentity is "on (sloth_id, sloth_service, sloth_slo)".
-var onIdentity = "on (" + strings.Join(sloIdentity, ", ") + ")"
+// onIdentity is "on (sloth_id, sloth_service, sloth_slo)" and the scope's
+// labels.
+func onIdentity(s slo.SLO) string {
+	return "on (" + strings.Join(s.Scope.By(sloIdentity...), ", ") + ")"
+}
 
-// sloSelector selects an SLO's recorded series by Sloth's labels.
+// sloSelector selects an SLO's recorded series by Sloth's labels, in its
+// scope.
 func sloSelector(metric string, s slo.SLO) string {
-	return selector(metric, labelSlothID, s.ID, labelSlothService, s.Pipeline, labelSlothSLO, s.Segment)
+	return selector(metric, append([]string{labelSlothID, s.ID, labelSlothService, s.Pipeline, labelSlothSLO, s.Segment}, s.Scope.Pairs()...)...)
 }
 
 // sliSelector selects the SLO's raw SLI event counters, of one outcome
-// when outcome is set.
+// when outcome is set, in its scope.
 func sliSelector(s slo.SLO, outcome string) string {
 	m := []string{slo.LabelPipeline, s.Pipeline, slo.LabelSegment, s.Segment}
 	if outcome != "" {
 		m = append(m, slo.LabelOutcome, outcome)
 	}
-	return selector(slo.MetricSLIEvents, m...)
+	return selector(slo.MetricSLIEvents, append(m, s.Scope.Pairs()...)...)
+}
+
+// sumScoped is sum(expr), by the scope's labels when there is a scope.
+func sumScoped(scope slo.Scope, expr string) string {
+	if by := scope.ByClause(); by != "" {
+		return "sum " + by + " (" + expr + ")"
+	}
+	return "sum(" + expr + ")"
 }
 
 // SLIErrorExpr is the SLI over a window: the share of the segment's SLI
@@ -67,12 +80,12 @@ func SLIErrorExpr(s slo.SLO, w time.Duration) string {
 	bad, all := sliSelector(s, slo.OutcomeBad), sliSelector(s, "")
 	return lines(
 		"(",
-		"  sum(rate("+bad+rng+"))",
+		"  "+sumScoped(s.Scope, "rate("+bad+rng+")"),
 		"  or",
-		"  0 * sum(rate("+all+rng+"))",
+		"  0 * "+sumScoped(s.Scope, "rate("+all+rng+")"),
 		")",
 		"/",
-		"(sum(rate("+all+rng+")) > 0)",
+		"("+sumScoped(s.Scope, "rate("+all+rng+")")+" > 0)",
 	)
 }
 
@@ -89,7 +102,7 @@ func (g generator) sliRecordings(s slo.SLO) []Rule {
 		// group, so its timestamp is this evaluation's.
 		Rule{
 			Record: slo.RecordSLIDataTimestamp,
-			Expr:   "max " + byIdentity + " (timestamp(" + base + "))",
+			Expr:   "max " + byIdentity(s) + " (timestamp(" + base + "))",
 			Labels: g.labels(sloLabels(s)),
 		},
 		// The period ratio averages the 5m ratios, as Sloth does: cheap
@@ -102,9 +115,9 @@ func (g generator) sliRecordings(s slo.SLO) []Rule {
 		Rule{
 			Record: slo.RecordSLIError(s.Window),
 			Expr: lines(
-				"sum "+byIdentity+" (sum_over_time("+base+rng+"))",
+				"sum "+byIdentity(s)+" (sum_over_time("+base+rng+"))",
 				"/",
-				"sum "+byIdentity+" (count_over_time("+base+rng+"))",
+				"sum "+byIdentity(s)+" (count_over_time("+base+rng+"))",
 			),
 			Labels: g.labels(withLabel(sloLabels(s), labelSlothWindow, slo.PromDuration(s.Window))),
 		},
@@ -113,7 +126,7 @@ func (g generator) sliRecordings(s slo.SLO) []Rule {
 
 func (g generator) metaRecordings(s slo.SLO) []Rule {
 	days := new(big.Rat).SetFrac64(int64(s.Window), int64(24*time.Hour))
-	groupLeft := "/ " + onIdentity + " group_left"
+	groupLeft := "/ " + onIdentity(s) + " group_left"
 	rec := func(name, expr string) Rule { return Rule{Record: name, Expr: expr, Labels: g.labels(sloLabels(s))} }
 	info := sloLabels(s)
 	info["sloth_mode"] = "cli-gen-prom"
@@ -128,7 +141,7 @@ func (g generator) metaRecordings(s slo.SLO) []Rule {
 		// holds less than all of it.
 		rec(slo.RecordPeriodCoverage, lines(
 			"clamp_max(",
-			"  (time() - min "+byIdentity+" (min_over_time("+sloSelector(slo.RecordSLIDataTimestamp, s)+"["+slo.PromDuration(s.Window)+"])))",
+			"  (time() - min "+byIdentity(s)+" (min_over_time("+sloSelector(slo.RecordSLIDataTimestamp, s)+"["+slo.PromDuration(s.Window)+"])))",
 			"  / "+seconds(s.Window)+",",
 			"  1",
 			")",
@@ -145,7 +158,7 @@ func (g generator) metaRecordings(s slo.SLO) []Rule {
 		// With the whole window held (coverage 1) it is Sloth's.
 		rec(slo.RecordPeriodBurnRate, lines(
 			sloSelector(slo.RecordSLIError(s.Window), s),
-			"* "+onIdentity+" group_left",
+			"* "+onIdentity(s)+" group_left",
 			sloSelector(slo.RecordPeriodCoverage, s),
 			groupLeft,
 			sloSelector(slo.RecordErrorBudget, s),
@@ -173,7 +186,7 @@ func BurnAlertExpr(s slo.SLO, a slo.BurnAlert, interval time.Duration) string {
 		"    and ignoring ("+labelSlothWindow+")",
 		"    "+sloSelector(slo.RecordSLIError(a.Short), s)+" > "+thr,
 		"  )",
-		"  and on ()",
+		"  and on ("+strings.Join(s.Scope.Labels(), ", ")+")",
 		"  "+BadEventsSeenExpr(s, a.Long)+" > "+a.MinBadEventsExpr(s, interval),
 		")",
 	)
@@ -189,7 +202,7 @@ func BurnAlertExpr(s slo.SLO, a slo.BurnAlert, interval time.Duration) string {
 // interval, which leave the window a moment later anyway.
 func BadEventsSeenExpr(s slo.SLO, w time.Duration) string {
 	bad := sliSelector(s, slo.OutcomeBad)
-	return "sum(" + bad + " - min_over_time(" + bad + "[" + slo.PromDuration(w) + "]))"
+	return sumScoped(s.Scope, bad+" - min_over_time("+bad+"["+slo.PromDuration(w)+"])")
 }
 
 // burnAlerts are one alert per severity for the SLO: the window pairs of
