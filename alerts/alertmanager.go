@@ -149,8 +149,8 @@ func (c amBuilder) route(opts AlertmanagerOptions) amRoute {
 		Receiver: UnownedReceiver,
 		Matchers: []string{matchRegexp(labelAlertname, regexp.QuoteMeta(alertNamePrefix)+".+")},
 		// One group per pipeline for each owner and severity, and one per
-		// stall: a stall's page (OutboxCanaryStalled, named by its
-		// stalled_since label) is a group of its own, so a second stall
+		// stall incident: a stall's page (OutboxCanaryStalled, named by
+		// its stalled_since label) is a group of its own, so a second one
 		// notifies after group_wait as a new group (a new incident for a
 		// pager that deduplicates by group key) even while the first
 		// stall's burn pages, or its own resolved alert that Prometheus
