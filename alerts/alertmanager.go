@@ -137,11 +137,13 @@ func (c amBuilder) owners() []string {
 	return slices.Sorted(maps.Keys(set))
 }
 
-// deploymentLabels are the alerting.labels keys: they tell this
-// deployment's alerts from another's in one Alertmanager, so groups and
-// inhibitions never mix two.
+// deploymentLabels are the alerting.labels keys and the scope's labels
+// (alerting.selector): they tell this deployment's alerts from another's
+// in one Alertmanager, so groups and inhibitions never mix two.
 func (c amBuilder) deploymentLabels() []string {
-	return slices.Sorted(maps.Keys(c.m.Alerting.Labels))
+	keys := append(slices.Collect(maps.Keys(c.m.Alerting.Labels)), c.m.Scope.Labels()...)
+	slices.Sort(keys)
+	return keys
 }
 
 func (c amBuilder) route(opts AlertmanagerOptions) amRoute {
@@ -149,8 +151,8 @@ func (c amBuilder) route(opts AlertmanagerOptions) amRoute {
 		Receiver: UnownedReceiver,
 		Matchers: []string{matchRegexp(labelAlertname, regexp.QuoteMeta(alertNamePrefix)+".+")},
 		// One group per pipeline for each owner and severity, and one per
-		// stall: a stall's page (OutboxCanaryStalled, named by its
-		// stalled_since label) is a group of its own, so a second stall
+		// stall incident: a stall's page (OutboxCanaryStalled, named by
+		// its stalled_since label) is a group of its own, so a second one
 		// notifies after group_wait as a new group (a new incident for a
 		// pager that deduplicates by group key) even while the first
 		// stall's burn pages, or its own resolved alert that Prometheus

@@ -2,7 +2,9 @@ package alerts
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -344,8 +346,9 @@ func (g generator) proberSideOwner(p slo.Pipeline) string {
 	return p.DefaultOwner
 }
 
-// stallRules are the stall alerts of a pipeline: one per segment a stalled
-// canary can be stuck in, and one for a stall no segment can be blamed for.
+// stallRules are the stall recordings and alerts of a pipeline: one alert
+// per segment a stalled canary can be stuck in, and one for a stall no
+// segment can be blamed for.
 //
 // The age of the last delivery, taken at the scrape (timestamp(x) - x, so
 // neither the evaluation lag nor a late scrape inflates it), grows one
@@ -369,6 +372,14 @@ func (g generator) proberSideOwner(p slo.Pipeline) string {
 // downtime longer than the threshold sees an old last arrival too, but
 // canaries it could not judge while down are no one's bad events, so it
 // does not page.
+//
+// A stall is one incident until the pipeline has gone stallIncidentHealthy
+// without one (RecordStallIncidentStart): a relay that crash-loops,
+// restarts with back-off or delivers once a minute stalls again and again,
+// and each time the last delivery is new. The alert's value, and so its
+// stalled_since label, is the incident's start, the same through every
+// stall of it; keep_firing_for (longer than stallIncidentHealthy) holds
+// it between them, so the incident is one alert, one page.
 func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 	n := g.m.Alerting.StallIntervals
 	thr := p.StallThreshold(n)
@@ -381,8 +392,7 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 		return fmt.Sprintf("(sum by (%s) (increase(%s{%s=%q, %s, %s=%q%s}%s)) > 0)",
 			by, slo.MetricSLIEvents, slo.LabelPipeline, p.Name, seg, slo.LabelOutcome, slo.OutcomeBad, scopeMatchers(p.Scope), window)
 	}
-	// The value is the last delivery's time: constant through a stall,
-	// so it names the stall in the stalled_since label.
+	// The value is the last delivery's time: constant through a stall.
 	stalled := []string{
 		"(",
 		"  " + recv,
@@ -392,11 +402,44 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 		")",
 	}
 	on := "on (" + by + ") "
+	segments := p.StallBlameSegments()
+	stallRec := selector(RecordStall, scoped(p.Scope, slo.LabelPipeline, p.Name)...)
+	incident := selector(RecordStallIncidentStart, scoped(p.Scope, slo.LabelPipeline, p.Name)...)
+	recLabels := g.labels(map[string]string{})
+	rules := []Rule{{
+		// Stalled now, blamed on any segment: what an incident is made of.
+		Record: RecordStall,
+		Expr:   lines(append(append([]string{}, stalled...), "and "+on+bad(append(append([]string{}, segments...), config.SegmentEndToEnd)))...),
+		Labels: recLabels,
+	}, {
+		// The incident's start: kept while a stall was seen within
+		// stallIncidentHealthy (this evaluation's included), else the
+		// last delivery before this stall. Rules of a group run in order:
+		// it reads this evaluation's stall and its own previous value.
+		Record: RecordStallIncidentStart,
+		Expr: lines(
+			"(",
+			"  "+incident,
+			"  and",
+			"  max_over_time("+stallRec+"["+slo.PromDuration(stallIncidentHealthy)+"])",
+			")",
+			"or",
+			stallRec,
+		),
+		Labels: recLabels,
+	}}
+	// The alert's value is the incident's start; its labels are the
+	// stall's (the recording adds only alerting.labels, which the rule
+	// sets again).
+	ignoring := "and"
+	if keys := slices.Sorted(maps.Keys(g.m.Alerting.Labels)); len(keys) > 0 {
+		ignoring = "and ignoring (" + strings.Join(keys, ", ") + ")"
+	}
 	rule := func(segment string, expr []string, why string) []Rule {
 		stall := Rule{
 			Alert:         AlertStalled,
-			Expr:          lines(append(expr, unlessKafkaDown)...),
-			KeepFiringFor: slo.PromDuration(g.keepFiringForSource()),
+			Expr:          lines(append(append([]string{incident, ignoring, "("}, indent(expr)...), ")", unlessKafkaDown)...),
+			KeepFiringFor: slo.PromDuration(g.stallKeepFiringFor()),
 			Labels: g.labels(map[string]string{
 				labelSeverity: g.severity(config.SeverityPage), slo.LabelPipeline: p.Name,
 				slo.LabelSegment: segment, slo.LabelOwner: p.Owner(segment),
@@ -406,9 +449,9 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 				alert: AlertStalled,
 				// Annotations see the series' labels, not the rule's
 				// templated ones: they render the value themselves.
-				summary: fmt.Sprintf("Pipeline %s is stalled: no canary has arrived since %s.", p.Name, stalledSinceTemplate),
-				description: fmt.Sprintf("No canary of pipeline %s has arrived since %s, longer than the %s end-to-end budget plus %d canary intervals of %s (%s), while canaries kept being sent. %s Walk the pipeline in order from there: oldest unpublished row, relay or connector, replication slot, broker, consumer.",
-					p.Name, stalledSinceTemplate, slo.PromDuration(p.EndToEndBudget), n, slo.PromDuration(p.CanaryInterval), slo.PromDuration(thr), why),
+				summary: fmt.Sprintf("Pipeline %s is stalled, since %s.", p.Name, stalledSinceTemplate),
+				description: fmt.Sprintf("No canary of pipeline %s has arrived for longer than the %s end-to-end budget plus %d canary intervals of %s (%s), while canaries kept being sent. The incident began after the last delivery at %s; until the pipeline has gone %s without a stall, a new stall is the same incident. %s Walk the pipeline in order from there: oldest unpublished row, relay or connector, replication slot, broker, consumer.",
+					p.Name, slo.PromDuration(p.EndToEndBudget), n, slo.PromDuration(p.CanaryInterval), slo.PromDuration(thr), stalledSinceTemplate, slo.PromDuration(stallIncidentHealthy), why),
 				pipelineScoped: true,
 				dashboard:      slo.DashboardPipelineHealth,
 			}),
@@ -434,8 +477,6 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 		}
 		return []Rule{stall, aftermath}
 	}
-	var rules []Rule
-	segments := p.StallBlameSegments()
 	for i, seg := range segments {
 		expr := append(append([]string{}, stalled...), "and "+on+bad([]string{seg}))
 		if i > 0 {
@@ -450,15 +491,55 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 	return append(rules, rule(config.SegmentEndToEnd, expr, "No segment can be blamed: the canaries are late end to end, but no segment has judged them yet.")...)
 }
 
-// LabelStalledSince names a stall on OutboxCanaryStalled: the time of the
-// pipeline's last delivery before it, RFC 3339 in UTC. It is constant
-// through a stall and new for the next one, so a second stall is a new
-// alert (even while the first one's keep_firing_for still holds it) and,
-// grouped by it in Alertmanager, a new notification group.
+// indent indents expression lines by two spaces.
+func indent(ls []string) []string {
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = "  " + l
+	}
+	return out
+}
+
+// Recorded series of the stall rules, per pipeline, with the labels of
+// the prober's last_received series.
+const (
+	// RecordStall is present while the pipeline is stalled (every
+	// condition of OutboxCanaryStalled, on any segment); its value is the
+	// last delivery's time.
+	RecordStall = "outbox_canary:stall:last_delivery_timestamp_seconds"
+	// RecordStallIncidentStart is present while a stall incident is open:
+	// from its first stall until stallIncidentHealthy after its last. Its
+	// value is the last delivery before the first stall.
+	RecordStallIncidentStart = "outbox_canary:stall_incident:start_timestamp_seconds"
+)
+
+// stallIncidentHealthy is how long a pipeline must go without a stall for
+// the next stall to be a new incident, a new page: longer than the
+// healthy stretches of a relay that crash-loops (Kubernetes restarts a
+// crashing container within seconds, and backs off at most 5 minutes,
+// which is a stall, not a healthy stretch) or that delivers once a minute;
+// shorter than the time the next stall takes to begin once the first's
+// short burn windows are clear (5m), so a second stall is a second page.
+const stallIncidentHealthy = 5 * time.Minute
+
+// stallKeepFiringFor is the stall alert's keep_firing_for: that of the
+// alerts that inhibit another team's, and more than stallIncidentHealthy,
+// so the alert of an open incident keeps firing between its stalls.
+func (g generator) stallKeepFiringFor() time.Duration {
+	return max(g.keepFiringForSource(), stallIncidentHealthy+keepFiringMargin)
+}
+
+// LabelStalledSince names a stall incident on OutboxCanaryStalled: the
+// time of the pipeline's last delivery before its first stall, RFC 3339
+// in UTC. It is constant through an incident, however often the pipeline
+// recovers and stalls again within stallIncidentHealthy, and new for the
+// next incident, so that one is a new alert (even while the first one's
+// keep_firing_for still holds it) and, grouped by it in Alertmanager, a
+// new notification group.
 const LabelStalledSince = "stalled_since"
 
-// stalledSinceTemplate renders the stall alert's value, the last
-// delivery's Unix time, as LabelStalledSince.
+// stalledSinceTemplate renders the stall alert's value, the incident's
+// start as a Unix time, as LabelStalledSince.
 const stalledSinceTemplate = `{{ ($value | toTime).Format "2006-01-02T15:04:05Z07:00" }}`
 
 // stallAftermath is how long OutboxCanaryStallAftermath keeps firing after

@@ -364,6 +364,17 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 			mustFail: []string{"r-second-stall"},
 		},
 		{
+			name: "A stall alert named by its own last delivery, not its incident's start, pages every stall of a flapping relay anew.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertStalled {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`^`+regexp.QuoteMeta(alerts.RecordStallIncidentStart)+`\{[^}]*\}\nand( ignoring \([^)]*\))?\n`).ReplaceAllString(r.Expr, "")
+				return true
+			}),
+			mustFail: []string{"t-crash-loop", "u-crash-loop-backoff", "v-relay-every-minute"},
+		},
+		{
 			name: "A skew ticket without its for: tickets on one canary, and one with the pipeline's default owner misses the segment's.",
 			rules: rewriteRules(func(r *alerts.Rule) bool {
 				if r.Alert != alerts.AlertClockSkewSuspected {
