@@ -36,10 +36,6 @@ func ReceiverName(owner, severity string) string { return owner + "-" + severity
 // when alerting.prober_owner is unset).
 const UnownedReceiver = "outbox-canary"
 
-// InhibitOnlyReceiver receives OutboxCanaryStallAftermath, which exists to
-// inhibit: a receiver without integrations, so it never notifies.
-const InhibitOnlyReceiver = "outbox-canary-inhibit-only"
-
 // AlertmanagerConfig generates an Alertmanager configuration from the
 // model: one route per owner and severity under a route that takes every
 // outbox-canary alert, grouped by pipeline, and the inhibit rules that
@@ -156,19 +152,16 @@ func (c amBuilder) route(opts AlertmanagerOptions) amRoute {
 		// notifies after group_wait as a new group (a new incident for a
 		// pager that deduplicates by group key) even while the first
 		// stall's burn pages, or its own resolved alert that Prometheus
-		// resends for 15 minutes, keep the first's groups alive. The same
-		// team's other alerts of a stall are held back by
-		// OutboxCanaryStallAftermath, so the stall is one notification.
-		// Every other alert has no stalled_since and groups by pipeline.
+		// resends for 15 minutes, keep the first's groups alive. The
+		// rules hold back the alerts a stall sets off (its burn, backlog,
+		// slot and connector alerts) while it lasts, so the stall is one
+		// notification. Every other alert has no stalled_since and
+		// groups by pipeline.
 		GroupBy:        append([]string{slo.LabelPipeline, LabelStalledSince}, c.deploymentLabels()...),
 		GroupWait:      promDuration(opts.GroupWait),
 		GroupInterval:  promDuration(opts.GroupInterval),
 		RepeatInterval: promDuration(opts.RepeatInterval),
 	}
-	r.Routes = append(r.Routes, amRoute{
-		Receiver: InhibitOnlyReceiver,
-		Matchers: []string{match(labelAlertname, AlertStallAftermath)},
-	})
 	for _, o := range c.owners() {
 		for _, level := range []string{config.SeverityPage, config.SeverityTicket} {
 			sev := c.sev.Name(level)
@@ -186,7 +179,7 @@ func (c amBuilder) receivers(opts AlertmanagerOptions) []amReceiver {
 	for _, o := range c.owners() {
 		names = append(names, ReceiverName(o, c.sev.Page), ReceiverName(o, c.sev.Ticket))
 	}
-	out := make([]amReceiver, 0, len(names)+1)
+	out := make([]amReceiver, 0, len(names))
 	for _, n := range names {
 		r := amReceiver{Name: n}
 		if opts.WebhookURL != nil {
@@ -194,7 +187,7 @@ func (c amBuilder) receivers(opts AlertmanagerOptions) []amReceiver {
 		}
 		out = append(out, r)
 	}
-	return append(out, amReceiver{Name: InhibitOnlyReceiver})
+	return out
 }
 
 // watcherAlerts are the alerts that read each watcher's gauges.
@@ -272,11 +265,6 @@ func (c amBuilder) inhibitRules() []amInhibitRule {
 		}
 	}
 	rules = append(rules, amInhibitRule{
-		why:            "A stall pages its owner once, in the stall's own group: that team's other alerts of the same pipeline, which the stall sets off in other groups, wait until they have cleared (OutboxCanaryStallAftermath outlives them).",
-		SourceMatchers: []string{match(labelAlertname, AlertStallAftermath)},
-		TargetMatchers: []string{matchAny(labelAlertname, stallConsequences)},
-		Equal:          append([]string{slo.LabelPipeline, slo.LabelOwner}, keys...),
-	}, amInhibitRule{
 		why:            "A segment's burn page names the stage at fault; the end-to-end burn of the same pipeline is the same incident.",
 		SourceMatchers: []string{match(labelAlertname, AlertErrorBudgetBurn), match(labelSeverity, c.sev.Page), matchNotRegexp(slo.LabelSegment, config.SegmentEndToEnd+"|"+config.SegmentInsertToCommit)},
 		TargetMatchers: []string{match(labelAlertname, AlertErrorBudgetBurn), match(slo.LabelSegment, config.SegmentEndToEnd)},

@@ -95,6 +95,9 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		return g.annotate(annotations{alert: alert, summary: summary, description: description, pipelineScoped: true, dashboard: dashboard})
 	}
 	keep := slo.PromDuration(g.keepFiringFor())
+	// What a stall sets off by itself waits while its incident is open:
+	// the stall alert is the incident's one page.
+	unlessStall := "unless on (" + by + ") " + selector(RecordStallIncidentStart, scoped(p.Scope, slo.LabelPipeline, p.Name)...)
 	dependencyDown := func(dep string) string {
 		return "unless on (" + by + ") (" + selector(slo.MetricDependencyUp, scoped(p.Scope, slo.LabelPipeline, p.Name, slo.LabelDependency, dep)...) + " == 0)"
 	}
@@ -155,7 +158,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	if p.RelayKind == config.RelayPolling {
 		grp.Rules = append(grp.Rules, Rule{
 			Alert:         AlertOldestUnpublished,
-			Expr:          pl(slo.MetricOldestUnpublishedAge) + " > " + seconds(time.Duration(a.OldestUnpublishedAge)),
+			Expr:          lines(pl(slo.MetricOldestUnpublishedAge)+" > "+seconds(time.Duration(a.OldestUnpublishedAge)), unlessStall),
 			For:           slo.PromDuration(oldestUnpublishedFor),
 			KeepFiringFor: keep,
 			Labels:        labels(config.SeverityPage, relay),
@@ -174,6 +177,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 				"deriv("+pl(slo.MetricBacklogRows)+"["+slo.PromDuration(backlogDerivRange)+"]) > 0",
 				"and",
 				"min_over_time("+pl(slo.MetricBacklogRows)+"["+slo.PromDuration(backlogDerivRange)+"]) > 0",
+				unlessStall,
 			),
 			For:           slo.PromDuration(time.Duration(a.BacklogGrowthFor)),
 			KeepFiringFor: keep,
@@ -198,7 +202,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		}
 		grp.Rules = append(grp.Rules, Rule{
 			Alert:         AlertConnectorTaskFailed,
-			Expr:          pl(slo.MetricConnectorTaskFailures) + " > 0",
+			Expr:          lines(pl(slo.MetricConnectorTaskFailures)+" > 0", unlessStall),
 			For:           slo.PromDuration(connectorTaskFailedFor),
 			KeepFiringFor: keep,
 			Labels:        labels(config.SeverityPage, relay),
@@ -208,7 +212,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 					p.Name, slo.PromDuration(connectorTaskFailedFor))),
 		}, Rule{
 			Alert:         AlertSlotInactive,
-			Expr:          slot(slo.MetricSlotActive) + " == 0",
+			Expr:          lines(slot(slo.MetricSlotActive)+" == 0", unlessStall),
 			For:           slo.PromDuration(slotInactiveFor),
 			KeepFiringFor: keep,
 			Labels:        labels(config.SeverityPage, relay),
@@ -229,6 +233,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 				slot(slo.MetricSlotRetainedWAL)+" > "+strconv.Itoa(walGrowthFloor),
 				"and",
 				slot(slo.MetricSlotRetainedWAL)+" offset "+slo.PromDuration(time.Duration(a.WALGrowthFor)),
+				unlessStall,
 			),
 			For:           slo.PromDuration(time.Duration(a.WALGrowthFor)),
 			KeepFiringFor: keep,
@@ -435,7 +440,7 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 	if keys := slices.Sorted(maps.Keys(g.m.Alerting.Labels)); len(keys) > 0 {
 		ignoring = "and ignoring (" + strings.Join(keys, ", ") + ")"
 	}
-	rule := func(segment string, expr []string, why string) []Rule {
+	rule := func(segment string, expr []string, why string) Rule {
 		stall := Rule{
 			Alert:         AlertStalled,
 			Expr:          lines(append(append([]string{incident, ignoring, "("}, indent(expr)...), ")", unlessKafkaDown)...),
@@ -456,39 +461,20 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 				dashboard:      slo.DashboardPipelineHealth,
 			}),
 		}
-		// Its twin holds back the stall's consequences owned by the same
-		// team (their own Alertmanager groups, see AlertStallAftermath)
-		// until they have cleared: it fires with the stall and keeps
-		// firing past the longest of them.
-		aftermath := Rule{
-			Alert:         AlertStallAftermath,
-			Expr:          stall.Expr,
-			KeepFiringFor: slo.PromDuration(g.stallAftermath(p)),
-			Labels: g.labels(map[string]string{
-				slo.LabelPipeline: p.Name, slo.LabelSegment: segment, slo.LabelOwner: p.Owner(segment),
-			}),
-			Annotations: g.annotate(annotations{
-				alert:          AlertStallAftermath,
-				summary:        fmt.Sprintf("Pipeline %s stalled in a stage of %s within the last %s; inhibition only, never notified.", p.Name, p.Owner(segment), slo.PromDuration(g.stallAftermath(p))),
-				description:    fmt.Sprintf("Holds back, in Alertmanager, the alerts of pipeline %s owned by %s that a stall sets off (burn pages and tickets, oldest row, backlog, connector, slot), from the stall until they have cleared, so that the %s page is the only notification of the stall. Routed to no receiver.", p.Name, p.Owner(segment), AlertStalled),
-				pipelineScoped: true,
-				dashboard:      slo.DashboardPipelineHealth,
-			}),
-		}
-		return []Rule{stall, aftermath}
+		return stall
 	}
 	for i, seg := range segments {
 		expr := append(append([]string{}, stalled...), "and "+on+bad([]string{seg}))
 		if i > 0 {
 			expr = append(expr, "unless "+on+bad(segments[:i]))
 		}
-		rules = append(rules, rule(seg, expr, fmt.Sprintf("The canaries sent since are past their budget on segment %s, owned by %s: that is where they are stuck.", seg, p.Owner(seg)))...)
+		rules = append(rules, rule(seg, expr, fmt.Sprintf("The canaries sent since are past their budget on segment %s, owned by %s: that is where they are stuck.", seg, p.Owner(seg))))
 	}
 	expr := append(append([]string{}, stalled...), "and "+on+bad([]string{config.SegmentEndToEnd}))
 	if len(segments) > 0 {
 		expr = append(expr, "unless "+on+bad(segments))
 	}
-	return append(rules, rule(config.SegmentEndToEnd, expr, "No segment can be blamed: the canaries are late end to end, but no segment has judged them yet.")...)
+	return append(rules, rule(config.SegmentEndToEnd, expr, "No segment can be blamed: the canaries are late end to end, but no segment has judged them yet."))
 }
 
 // indent indents expression lines by two spaces.
@@ -541,23 +527,6 @@ const LabelStalledSince = "stalled_since"
 // stalledSinceTemplate renders the stall alert's value, the incident's
 // start as a Unix time, as LabelStalledSince.
 const stalledSinceTemplate = `{{ ($value | toTime).Format "2006-01-02T15:04:05Z07:00" }}`
-
-// stallAftermath is how long OutboxCanaryStallAftermath keeps firing after
-// the stall's evidence is gone: past the longest a consequence of the
-// stall keeps firing after it, a burn page whose short window still holds
-// the stall's bad canaries (the longest page short window) plus its
-// keep_firing_for, and a margin, so it resolves while still held back.
-func (g generator) stallAftermath(p slo.Pipeline) time.Duration {
-	var short time.Duration
-	for _, s := range p.SLOs {
-		for _, a := range s.Burn {
-			if a.Severity == config.SeverityPage {
-				short = max(short, a.Short)
-			}
-		}
-	}
-	return short + g.keepFiringForSource() + inhibitSourceMargin
-}
 
 // proberAbsentGrace is how long the prober must stay absent before the dead
 // man pages, on top of the absent_over_time window.

@@ -48,12 +48,8 @@ type Rule struct {
 // Alert names. Each has a section in docs/alerts.md whose anchor is the
 // lower-cased name (see Anchor).
 const (
-	AlertErrorBudgetBurn = "OutboxCanaryErrorBudgetBurn"
-	AlertStalled         = "OutboxCanaryStalled"
-	// AlertStallAftermath never notifies: it inhibits, in Alertmanager,
-	// the same team's alerts that a stall sets off, from the stall until
-	// they have cleared (see stallAftermath).
-	AlertStallAftermath        = "OutboxCanaryStallAftermath"
+	AlertErrorBudgetBurn       = "OutboxCanaryErrorBudgetBurn"
+	AlertStalled               = "OutboxCanaryStalled"
 	AlertInsertsFailing        = "OutboxCanaryInsertsFailing"
 	AlertProberAbsent          = "OutboxCanaryProberAbsent"
 	AlertClockSkewSuspected    = "OutboxCanaryClockSkewSuspected"
@@ -74,7 +70,7 @@ const (
 // docs/alerts.md.
 func AlertNames() []string {
 	return []string{
-		AlertStalled, AlertStallAftermath, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent,
+		AlertStalled, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent,
 		AlertDependencyDown, AlertWatcherFailing,
 		AlertOldestUnpublished, AlertBacklogGrowing,
 		AlertConnectorTaskFailed, AlertSlotInactive, AlertSlotRetainedWALGrowth, AlertSlotWALAtRisk,
@@ -116,7 +112,7 @@ func Generate(m *slo.Model) (*RuleFile, error) {
 			grp := Group{Name: "outbox-canary-slo-" + s.ID}
 			grp.Rules = append(grp.Rules, g.sliRecordings(s)...)
 			grp.Rules = append(grp.Rules, g.metaRecordings(s)...)
-			grp.Rules = append(grp.Rules, g.burnAlerts(s, p.CanaryInterval)...)
+			grp.Rules = append(grp.Rules, g.burnAlerts(s, p.CanaryInterval, p.StallThreshold(m.Alerting.StallIntervals))...)
 			rf.Groups = append(rf.Groups, grp)
 		}
 		rf.Groups = append(rf.Groups, g.pipelineAlerts(p))

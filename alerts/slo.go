@@ -175,21 +175,44 @@ func (g generator) metaRecordings(s slo.SLO) []Rule {
 // long window is judged as bad / max(events, Long / interval), so on a
 // Prometheus younger than the long window a late canary or two cannot
 // page, and a full stall pages after as many bad canaries as on a full
-// window. The window label is dropped, so alerts of different window
+// window. A page's short window must hold that many too: it confirms that
+// a burn fast enough to page still goes on, not that something small
+// happened since, so a blip that would not page on its own neither keeps
+// an earlier burn's page firing nor pages on the bad canaries an earlier
+// burn left in the long window. (A ticket's short window holds a slow
+// burn's few canaries by design, and keeps the ratio alone.)
+//
+// While a stall of the pipeline is within the short window (and a
+// margin), the stall alert is the incident's page and the burn is its
+// consequence: the condition is false, so that an Alertmanager that
+// groups by alert name is not paged a second time for the same incident,
+// neither during the stall nor after it, while its bad canaries fill the
+// short window. The window label is dropped, so alerts of different window
 // pairs are one alert.
 func BurnAlertExpr(s slo.SLO, a slo.BurnAlert, interval time.Duration) string {
 	thr := a.ThresholdExpr(s)
-	return lines(
+	onScope := "  and on (" + strings.Join(s.Scope.Labels(), ", ") + ")"
+	count := []string{
+		onScope,
+		"  " + BadEventsSeenExpr(s, a.Long) + " > " + a.MinBadEventsExpr(s, interval),
+	}
+	if a.Severity == config.SeverityPage {
+		count = append(count,
+			onScope,
+			"  "+BadEventsSeenExpr(s, a.Short)+" > "+a.MinBadEventsExpr(s, interval))
+	}
+	stall := selector(RecordStall, append([]string{slo.LabelPipeline, s.Pipeline}, s.Scope.Pairs()...)...)
+	return lines(append(append([]string{
 		"(",
-		"  max without ("+labelSlothWindow+") (",
-		"    "+sloSelector(slo.RecordSLIError(a.Long), s)+" > "+thr,
-		"    and ignoring ("+labelSlothWindow+")",
-		"    "+sloSelector(slo.RecordSLIError(a.Short), s)+" > "+thr,
+		"  max without (" + labelSlothWindow + ") (",
+		"    " + sloSelector(slo.RecordSLIError(a.Long), s) + " > " + thr,
+		"    and ignoring (" + labelSlothWindow + ")",
+		"    " + sloSelector(slo.RecordSLIError(a.Short), s) + " > " + thr,
 		"  )",
-		"  and on ("+strings.Join(s.Scope.Labels(), ", ")+")",
-		"  "+BadEventsSeenExpr(s, a.Long)+" > "+a.MinBadEventsExpr(s, interval),
+	}, count...),
 		")",
-	)
+		"unless on ("+strings.Join(s.Scope.By(slo.LabelPipeline), ", ")+") max_over_time("+stall+"["+slo.PromDuration(a.Short+stallBlameMargin)+"])",
+	)...)
 }
 
 // BadEventsSeenExpr counts the SLO's bad canaries in a window as
@@ -208,7 +231,13 @@ func BadEventsSeenExpr(s slo.SLO, w time.Duration) string {
 // burnAlerts are one alert per severity for the SLO: the window pairs of
 // that severity OR-ed, fastest first, as Sloth does, so that an incident
 // crossing two pairs is one alert with one label set, not one per window.
-func (g generator) burnAlerts(s slo.SLO, interval time.Duration) []Rule {
+//
+// The page waits burnPageFor(stall threshold) before it fires: a relay
+// that restarts with back-off makes bad canaries in short outages
+// before its first stall (10, 20 and 40s down: seven bad canaries in 80s,
+// a 1h/5m burn), and the stall that follows, the same incident's page,
+// is seen within that time and holds the burn back.
+func (g generator) burnAlerts(s slo.SLO, interval, stallThreshold time.Duration) []Rule {
 	var levels []string
 	pairs := map[string][]slo.BurnAlert{}
 	for _, a := range s.Burn {
@@ -233,9 +262,14 @@ func (g generator) burnAlerts(s slo.SLO, interval time.Duration) []Rule {
 		if level == config.SeverityPage && inhibitsEndToEnd(s.Segment) {
 			keep = g.keepFiringForSource()
 		}
+		var forDur string
+		if level == config.SeverityPage {
+			forDur = slo.PromDuration(burnPageFor(stallThreshold))
+		}
 		rules = append(rules, Rule{
 			Alert:         AlertErrorBudgetBurn,
 			Expr:          strings.Join(exprs, "\nor\n") + "\n",
+			For:           forDur,
 			KeepFiringFor: slo.PromDuration(keep),
 			Labels:        g.labels(l),
 			Annotations: g.annotate(annotations{
@@ -253,6 +287,13 @@ func (g generator) burnAlerts(s slo.SLO, interval time.Duration) []Rule {
 		})
 	}
 	return rules
+}
+
+// burnPageFor is a burn page's for: the longest a stall takes from the
+// last delivery to its alert at 15s scrape and evaluation intervals, the
+// stall threshold plus a scrape and an evaluation.
+func burnPageFor(stallThreshold time.Duration) time.Duration {
+	return stallThreshold + 30*time.Second
 }
 
 // thresholdText is the threshold as the description prints it.
