@@ -4,8 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/outbox-canary/outbox-canary/alerts"
 	"github.com/outbox-canary/outbox-canary/slo"
@@ -127,5 +130,45 @@ func TestScopeIsInEveryRule(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no rules generated")
+	}
+}
+
+// TestScopeKeepsAlertmanagerGroupsAndInhibitionsApart: in an Alertmanager
+// that several scopes share, one scope's alerts are grouped apart from
+// another's and never inhibit them.
+func TestScopeKeepsAlertmanagerGroupsAndInhibitionsApart(t *testing.T) {
+	cfg, _ := loadModel(t, testConfig)
+	cfg.Alerting.Selector = map[string]string{"env": "prod"}
+	m, err := slo.FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := alerts.AlertmanagerConfig(m, alerts.AlertmanagerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var am struct {
+		Route struct {
+			Routes []struct {
+				GroupBy []string `yaml:"group_by"`
+			} `yaml:"routes"`
+		} `yaml:"route"`
+		InhibitRules []struct {
+			Equal []string `yaml:"equal"`
+		} `yaml:"inhibit_rules"`
+	}
+	if err := yaml.Unmarshal(data, &am); err != nil {
+		t.Fatal(err)
+	}
+	if len(am.Route.Routes) == 0 || !slices.Contains(am.Route.Routes[0].GroupBy, "env") {
+		t.Errorf("the route does not group by the scope's env label: %+v", am.Route.Routes)
+	}
+	if len(am.InhibitRules) == 0 {
+		t.Fatal("no inhibit rules")
+	}
+	for i, r := range am.InhibitRules {
+		if !slices.Contains(r.Equal, "env") {
+			t.Errorf("inhibit rule %d: equal %v lacks the scope's env label", i, r.Equal)
+		}
 	}
 }
