@@ -242,9 +242,9 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 		mustFail []string
 	}{
 		{
-			name:     "Burn factors ten times too high miss the stall's pages and the slow-burn ticket.",
+			name:     "Burn factors ten times too high miss the slow relay's page and the slow-burn ticket.",
 			model:    burn(func(a *slo.BurnAlert) { a.Factor = new(big.Rat).Mul(a.Factor, big.NewRat(10, 1)) }),
-			mustFail: []string{"b-relay-stalls", "d-slow-burn-ticket"},
+			mustFail: []string{"x-page-resolves", "d-slow-burn-ticket"},
 		},
 		{
 			name:     "Burn factors ten times too low page on a slow burn.",
@@ -254,12 +254,12 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 		{
 			name:     "Long windows ten times too long page late.",
 			model:    burn(func(a *slo.BurnAlert) { a.Long *= 10 }),
-			mustFail: []string{"b-relay-stalls"},
+			mustFail: []string{"x-page-resolves"},
 		},
 		{
 			name:     "Short windows swapped for the long ones resolve late.",
 			model:    burn(func(a *slo.BurnAlert) { a.Short = a.Long }),
-			mustFail: []string{"f-recovery"},
+			mustFail: []string{"x-page-resolves"},
 		},
 		{
 			name:     "A stall threshold one canary interval lower pages on a 20s relay restart.",
@@ -304,6 +304,50 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				return true
 			}),
 			mustFail: []string{"o-fresh-prometheus-15s"},
+		},
+		{
+			name: "Page short windows without the minimum count keep a burn's page firing on a later blip.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertErrorBudgetBurn {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*sum\(.*\[(5m|30m)\]\)\) > .*\n`).ReplaceAllString(r.Expr, "")
+				return true
+			}),
+			mustFail: []string{"x-page-resolves", "w-burn-before-stall"},
+		},
+		{
+			name: "Burn alerts not held back by a stall in their short windows page beside the stall page, and before it.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertErrorBudgetBurn {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`(?m)^unless on \(pipeline\) max_over_time\(.*\n`).ReplaceAllString(r.Expr, "")
+				return true
+			}),
+			mustFail: []string{"b-relay-stalls", "f-recovery", "y-stall-then-blip"},
+		},
+		{
+			name: "Backlog alerts not held back by an open stall incident page beside the stall page.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertOldestUnpublished && r.Alert != alerts.AlertBacklogGrowing {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`(?m)^unless on \(pipeline\) `+regexp.QuoteMeta(alerts.RecordStallIncidentStart)+`.*\n`).ReplaceAllString(r.Expr, "")
+				return true
+			}),
+			mustFail: []string{"b-relay-stalls", "u-crash-loop-backoff"},
+		},
+		{
+			name: "Burn pages without their for: page on a back-off's first short outages, before its stall page.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertErrorBudgetBurn || r.For == "" {
+					return false
+				}
+				r.For = ""
+				return true
+			}),
+			mustFail: []string{"u-crash-loop-backoff"},
 		},
 		{
 			name: "A period burn rate blind to how much of the window the data covers reads minutes as the whole window.",
@@ -362,6 +406,17 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				return true
 			}),
 			mustFail: []string{"r-second-stall"},
+		},
+		{
+			name: "A stall alert named by its own last delivery, not its incident's start, pages every stall of a flapping relay anew.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertStalled {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`^`+regexp.QuoteMeta(alerts.RecordStallIncidentStart)+`\{[^}]*\}\nand( ignoring \([^)]*\))?\n`).ReplaceAllString(r.Expr, "")
+				return true
+			}),
+			mustFail: []string{"t-crash-loop", "u-crash-loop-backoff", "v-relay-every-minute"},
 		},
 		{
 			name: "A skew ticket without its for: tickets on one canary, and one with the pipeline's default owner misses the segment's.",
