@@ -256,8 +256,11 @@ func scenarios() []scenario {
 		{name: "u-crash-loop-backoff", relay: downs(backoff), end: round(backoffEnd + 20*60), header: headerBackoff, expect: stalls},
 		{name: "v-relay-every-minute", relay: polls(stallStart, stallStart+20*60, 60), end: round(stallStart + 40*60), header: headerPoll, expect: stalls},
 		{name: "w-burn-before-stall", relay: downs([][2]float64{first, {second, second + 600}}), end: round(second + 600 + 20*60), header: headerBurn, expect: stalls},
-		{name: "x-page-resolves", relay: delayed(downs([][2]float64{{blip, blip + 20}}), stallStart, stallStart+600, 1.5), end: round(blip + 60*60), header: headerResolve, expect: expectResolve},
-		{name: "y-stall-then-blip", relay: downs(stallThenBlip), end: round(stallThenBlip[1][1] + 60*60), header: headerStallBlip, expect: stalls},
+		// Long enough to see the page resolve while the blip is still in
+		// its 30m short window.
+		{name: "x-page-resolves", relay: delayed(downs([][2]float64{{blip, blip + 20}}), stallStart, stallStart+600, 1.5), end: pageResolved + 5*60, header: headerResolve, expect: expectResolve},
+		// Long enough for the blip to have left the 30m short window.
+		{name: "y-stall-then-blip", relay: downs(stallThenBlip), end: round(stallThenBlip[1][1] + 35*60), header: headerStallBlip, expect: stalls},
 	}
 }
 
