@@ -559,9 +559,9 @@ func (am *alertmanager) postResolved(t *testing.T, labels ...map[string]string) 
 
 // TestASecondStallPagesAsANewGroup runs two stalls of one pipeline
 // through a real Alertmanager whose group_interval (1h) is far longer
-// than the test: the second stall begins while the first one's burn
-// page, backlog page and aftermath still fire and its stall page has
-// resolved (Prometheus resends it, resolved, for 15 minutes). Its page
+// than the test: the second stall begins while the first one's stall page
+// has resolved (Prometheus resends it, resolved, for 15 minutes) and the
+// end-to-end owner's burn alerts posted with it still fire. Its page
 // must be a notification of a new group, as soon as a group created with
 // it (a sentinel's) has had its group_wait; had it joined the first
 // stall's group, it would wait for that group's next tick, an hour.
@@ -606,7 +606,7 @@ func TestASecondStallPagesAsANewGroup(t *testing.T) {
 			firstNote := hook.waitFor(ctx, t, page)
 
 			// It recovers: its stall page resolves (and is resent so);
-			// its burn page, backlog page and aftermath still fire.
+			// the other alerts posted with it still fire.
 			am.postResolved(t, first[0])
 			am.post(t, first[1:]...)
 

@@ -5,8 +5,11 @@ package e2e
 // rules` generates stay silent on a quiet pipeline (no business traffic,
 // canaries flowing) and page the team that owns the stalled stage, once,
 // through the Alertmanager configuration that `outbox-canary rules --format
-// alertmanager` generates; and the page does not resolve the moment the
-// pipeline recovers but is held by keep_firing_for. A fresh PostgreSQL
+// alertmanager` generates, and once through an Alertmanager configured as
+// many teams do beside it (group_by [alertname, pipeline], routes by
+// severity, none of our inhibit rules: teamsAlertmanagerConfig); and the
+// page does not resolve the moment the pipeline recovers but is held by
+// keep_firing_for. A fresh PostgreSQL
 // database (seed schema A) and Kafka topic from the local stack, the
 // reference relay in-process, the prober binary (`outbox-canary run`), and
 // Debian's Prometheus 2.42 and Alertmanager 0.25 started by the test on
@@ -131,11 +134,17 @@ func TestQuietVersusStalledThroughPrometheusAndAlertmanager(t *testing.T) {
 		t.Fatal(err)
 	}
 	am := startAlertmanager(t, s.AlertmanagerPath, amConfig)
+	// Beside it, an Alertmanager configured as many teams do (grouped by
+	// alert name and pipeline, no inhibit rules of ours): the rules alone
+	// must keep the stall to one page there too.
+	teamsHook := newWebhook(t)
+	teamsAM := startAlertmanager(t, s.AlertmanagerPath, teamsAlertmanagerConfig(teamsHook))
 	prom := startPrometheus(t, s.PrometheusPath, promConfig{
 		scrape: time.Second, eval: time.Second, ruleFiles: []string{rulesPath},
-		job: proberJob, targets: []string{proberAddr}, alertmanager: am.addr,
+		job: proberJob, targets: []string{proberAddr}, alertmanager: am.addr, moreAlertmanagers: []string{teamsAM.addr},
 	})
 	am.waitReady(t)
+	teamsAM.waitReady(t)
 	prom.waitReady(t)
 	moment("Prometheus (%s) and Alertmanager (%s) ready", prom.addr, am.addr)
 	t.Cleanup(func() {
@@ -313,6 +322,17 @@ func TestQuietVersusStalledThroughPrometheusAndAlertmanager(t *testing.T) {
 	if len(stallDeliveries) != 1 || stallDeliveries[0].Receiver != wantReceiver || stallDeliveries[0].Status != "firing" {
 		t.Errorf("stall: the receivers were sent %s, want one firing notification to %s", describeDeliveries(stallDeliveries, pausedAt), wantReceiver)
 	}
+	teamsDs, _ := teamsHook.deliveries()
+	var teamsStall []delivery
+	for _, d := range teamsDs {
+		if d.Received.After(pausedAt) {
+			teamsStall = append(teamsStall, d)
+		}
+	}
+	moment("the Alertmanager configured as many teams do was sent %s", describeDeliveries(teamsStall, pausedAt))
+	if len(teamsStall) != 1 || teamsStall[0].Receiver != "pager" || teamsStall[0].Status != "firing" || len(teamsStall[0].Alerts) != 1 || teamsStall[0].Alerts[0].Labels["alertname"] != alerts.AlertStalled {
+		t.Errorf("stall: the Alertmanager configured as many teams do sent %s, want one firing notification to pager with %s alone", describeDeliveries(teamsStall, pausedAt), alerts.AlertStalled)
+	}
 
 	// The stall alert carries exactly the generated rule's labels, the
 	// alert's name, and the target labels that the rule's expression keeps
@@ -384,7 +404,8 @@ func TestQuietVersusStalledThroughPrometheusAndAlertmanager(t *testing.T) {
 	// longer than this phase), so this check only catches a group the
 	// recovery would newly open, such as a page to another team.
 	ds, _ = hook.deliveries()
-	for _, d := range ds {
+	teamsDs, _ = teamsHook.deliveries()
+	for _, d := range append(ds, teamsDs...) {
 		if d.Received.After(resumedAt) {
 			t.Errorf("resume: %s was sent a %s notification (+%.1fs after the resume) while keep_firing_for holds the alerts: %s",
 				d.Receiver, d.Status, d.Received.Sub(resumedAt).Seconds(), describeDeliveries([]delivery{d}, resumedAt))
