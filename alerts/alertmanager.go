@@ -36,10 +36,6 @@ func ReceiverName(owner, severity string) string { return owner + "-" + severity
 // when alerting.prober_owner is unset).
 const UnownedReceiver = "outbox-canary"
 
-// InhibitOnlyReceiver receives OutboxCanaryStallAftermath, which exists to
-// inhibit: a receiver without integrations, so it never notifies.
-const InhibitOnlyReceiver = "outbox-canary-inhibit-only"
-
 // AlertmanagerConfig generates an Alertmanager configuration from the
 // model: one route per owner and severity under a route that takes every
 // outbox-canary alert, grouped by pipeline, and the inhibit rules that
@@ -137,11 +133,13 @@ func (c amBuilder) owners() []string {
 	return slices.Sorted(maps.Keys(set))
 }
 
-// deploymentLabels are the alerting.labels keys: they tell this
-// deployment's alerts from another's in one Alertmanager, so groups and
-// inhibitions never mix two.
+// deploymentLabels are the alerting.labels keys and the scope's labels
+// (alerting.selector): they tell this deployment's alerts from another's
+// in one Alertmanager, so groups and inhibitions never mix two.
 func (c amBuilder) deploymentLabels() []string {
-	return slices.Sorted(maps.Keys(c.m.Alerting.Labels))
+	keys := append(slices.Collect(maps.Keys(c.m.Alerting.Labels)), c.m.Scope.Labels()...)
+	slices.Sort(keys)
+	return keys
 }
 
 func (c amBuilder) route(opts AlertmanagerOptions) amRoute {
@@ -149,24 +147,21 @@ func (c amBuilder) route(opts AlertmanagerOptions) amRoute {
 		Receiver: UnownedReceiver,
 		Matchers: []string{matchRegexp(labelAlertname, regexp.QuoteMeta(alertNamePrefix)+".+")},
 		// One group per pipeline for each owner and severity, and one per
-		// stall: a stall's page (OutboxCanaryStalled, named by its
-		// stalled_since label) is a group of its own, so a second stall
+		// stall incident: a stall's page (OutboxCanaryStalled, named by
+		// its stalled_since label) is a group of its own, so a second one
 		// notifies after group_wait as a new group (a new incident for a
 		// pager that deduplicates by group key) even while the first
 		// stall's burn pages, or its own resolved alert that Prometheus
-		// resends for 15 minutes, keep the first's groups alive. The same
-		// team's other alerts of a stall are held back by
-		// OutboxCanaryStallAftermath, so the stall is one notification.
-		// Every other alert has no stalled_since and groups by pipeline.
+		// resends for 15 minutes, keep the first's groups alive. The
+		// rules hold back the alerts a stall sets off (its burn, backlog,
+		// slot and connector alerts) while it lasts, so the stall is one
+		// notification. Every other alert has no stalled_since and
+		// groups by pipeline.
 		GroupBy:        append([]string{slo.LabelPipeline, LabelStalledSince}, c.deploymentLabels()...),
 		GroupWait:      promDuration(opts.GroupWait),
 		GroupInterval:  promDuration(opts.GroupInterval),
 		RepeatInterval: promDuration(opts.RepeatInterval),
 	}
-	r.Routes = append(r.Routes, amRoute{
-		Receiver: InhibitOnlyReceiver,
-		Matchers: []string{matchAny(labelAlertname, []string{AlertStallAftermath, AlertBrokerOutageAftermath})},
-	})
 	for _, o := range c.owners() {
 		for _, level := range []string{config.SeverityPage, config.SeverityTicket} {
 			sev := c.sev.Name(level)
@@ -184,7 +179,7 @@ func (c amBuilder) receivers(opts AlertmanagerOptions) []amReceiver {
 	for _, o := range c.owners() {
 		names = append(names, ReceiverName(o, c.sev.Page), ReceiverName(o, c.sev.Ticket))
 	}
-	out := make([]amReceiver, 0, len(names)+1)
+	out := make([]amReceiver, 0, len(names))
 	for _, n := range names {
 		r := amReceiver{Name: n}
 		if opts.WebhookURL != nil {
@@ -192,7 +187,7 @@ func (c amBuilder) receivers(opts AlertmanagerOptions) []amReceiver {
 		}
 		out = append(out, r)
 	}
-	return append(out, amReceiver{Name: InhibitOnlyReceiver})
+	return out
 }
 
 // watcherAlerts are the alerts that read each watcher's gauges.
@@ -270,16 +265,6 @@ func (c amBuilder) inhibitRules() []amInhibitRule {
 		}
 	}
 	rules = append(rules, amInhibitRule{
-		why:            "The prober cannot reach Kafka, or could not a while ago: the brokers' owner is paged (OutboxCanaryDependencyDown), and the burns, backlog and connector symptoms the outage sets off wait until they have cleared (OutboxCanaryBrokerOutageAftermath outlives them).",
-		SourceMatchers: []string{match(labelAlertname, AlertBrokerOutageAftermath)},
-		TargetMatchers: []string{matchAny(labelAlertname, stallConsequences)},
-		Equal:          withPipeline,
-	}, amInhibitRule{
-		why:            "A stall pages its owner once, in the stall's own group: that team's other alerts of the same pipeline, which the stall sets off in other groups, wait until they have cleared (OutboxCanaryStallAftermath outlives them).",
-		SourceMatchers: []string{match(labelAlertname, AlertStallAftermath)},
-		TargetMatchers: []string{matchAny(labelAlertname, stallConsequences)},
-		Equal:          append([]string{slo.LabelPipeline, slo.LabelOwner}, keys...),
-	}, amInhibitRule{
 		why:            "A segment's burn page names the stage at fault; the end-to-end burn of the same pipeline is the same incident.",
 		SourceMatchers: []string{match(labelAlertname, AlertErrorBudgetBurn), match(labelSeverity, c.sev.Page), matchNotRegexp(slo.LabelSegment, config.SegmentEndToEnd+"|"+config.SegmentInsertToCommit)},
 		TargetMatchers: []string{match(labelAlertname, AlertErrorBudgetBurn), match(slo.LabelSegment, config.SegmentEndToEnd)},

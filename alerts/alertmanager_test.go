@@ -299,21 +299,40 @@ func (am *alertmanager) waitForStates(ctx context.Context, t *testing.T, want ma
 // stallSince is the stalled_since of the stall relayStall raises.
 const stallSince = "2026-12-01T00:10:05Z"
 
-// relayStall are the alerts a relay stall of pipeline orders raises, with
-// the labels the rules give them (scenarios b and f prove those): the
-// stall page and its aftermath first, as Prometheus fires them first.
+// relayStall are the alerts a relay stall of pipeline orders sends to
+// Alertmanager: the stall page (scenarios b and f prove its labels; the
+// rules hold back the stall's own burn, backlog and slot alerts), then,
+// as rules generated before issue 26 raised them and an Alertmanager
+// must still keep them from paging, the end-to-end owner's burn page and
+// ticket.
 func relayStall() []map[string]string { return relayStallSince(stallSince) }
 
 func relayStallSince(since string) []map[string]string {
-	probe := map[string]string{"job": "outbox-canary", "instance": "prober:9464"}
-	with := func(a, b map[string]string) map[string]string {
-		out := map[string]string{}
-		for k, v := range a {
-			out[k] = v
+	burn := func(segment, owner, severity string) map[string]string {
+		return map[string]string{
+			"alertname": alerts.AlertErrorBudgetBurn, "severity": severity, "sloth_severity": severity,
+			"pipeline": "orders", "segment": segment, "owner": owner,
+			"sloth_id": "orders-" + segment, "sloth_service": "orders", "sloth_slo": segment,
 		}
-		for k, v := range b {
-			out[k] = v
-		}
+	}
+	return []map[string]string{
+		{"job": "outbox-canary", "instance": "prober:9464", "alertname": alerts.AlertStalled, "severity": "page", "pipeline": "orders", "segment": "commit_to_publish", "owner": "team-relay", alerts.LabelStalledSince: since},
+		burn("end_to_end", "team-orders", "page"),
+		burn("end_to_end", "team-orders", "ticket"),
+	}
+}
+
+// kafkaOutage are the alerts of pipeline orders while the prober cannot
+// reach Kafka: the dependency page to the brokers' owner (the rules drop
+// the burns and the relay's alerts the outage sets off, scenario m), then,
+// as rules generated before issue 26 raised them and an Alertmanager must
+// still keep them from paging, the end-to-end and relay burns and the
+// oldest row.
+func kafkaOutage() []map[string]string {
+	probe := map[string]string{"job": "outbox-canary", "instance": "prober:9464", "pipeline": "orders"}
+	with := func(b map[string]string) map[string]string {
+		out := maps.Clone(probe)
+		maps.Copy(out, b)
 		return out
 	}
 	burn := func(segment, owner, severity string) map[string]string {
@@ -324,33 +343,11 @@ func relayStallSince(since string) []map[string]string {
 		}
 	}
 	return []map[string]string{
-		with(probe, map[string]string{"alertname": alerts.AlertStalled, "severity": "page", "pipeline": "orders", "segment": "commit_to_publish", "owner": "team-relay", alerts.LabelStalledSince: since}),
-		with(probe, map[string]string{"alertname": alerts.AlertStallAftermath, "pipeline": "orders", "segment": "commit_to_publish", "owner": "team-relay"}),
-		burn("commit_to_publish", "team-relay", "page"),
-		burn("commit_to_publish", "team-relay", "ticket"),
+		with(map[string]string{"alertname": alerts.AlertDependencyDown, "severity": "page", "owner": "team-kafka", "dependency": "kafka"}),
 		burn("end_to_end", "team-orders", "page"),
 		burn("end_to_end", "team-orders", "ticket"),
-		with(probe, map[string]string{"alertname": alerts.AlertOldestUnpublished, "severity": "page", "pipeline": "orders", "segment": "commit_to_publish", "owner": "team-relay"}),
-		with(probe, map[string]string{"alertname": alerts.AlertBacklogGrowing, "severity": "ticket", "pipeline": "orders", "segment": "commit_to_publish", "owner": "team-relay"}),
-	}
-}
-
-// kafkaOutage are the alerts of pipeline orders while the prober cannot
-// reach Kafka, in the order Prometheus fires them: the aftermath at the
-// first evaluation, burns as the canaries turn late, the dependency page
-// after its 2m.
-func kafkaOutage() []map[string]string {
-	stall := relayStall()
-	probe := map[string]string{"job": "outbox-canary", "instance": "prober:9464", "pipeline": "orders"}
-	with := func(b map[string]string) map[string]string {
-		out := maps.Clone(probe)
-		maps.Copy(out, b)
-		return out
-	}
-	return []map[string]string{
-		with(map[string]string{"alertname": alerts.AlertBrokerOutageAftermath, "owner": "team-kafka"}),
-		stall[4], stall[5], stall[2], stall[6],
-		with(map[string]string{"alertname": alerts.AlertDependencyDown, "severity": "page", "owner": "team-kafka", "dependency": "kafka"}),
+		burn("commit_to_publish", "team-relay", "page"),
+		with(map[string]string{"alertname": alerts.AlertOldestUnpublished, "severity": "page", "segment": "commit_to_publish", "owner": "team-relay"}),
 	}
 }
 
@@ -384,32 +381,23 @@ func TestAlertmanagerPagesOncePerIncident(t *testing.T) {
 	}{
 		{
 			name:  "A relay stall notifies the relay's owner once, with the stall page alone, and no one else.",
-			first: relayStall()[:2],
-			rest:  relayStall()[2:],
+			first: relayStall()[:1],
+			rest:  relayStall()[1:],
 			states: map[string]string{
-				"OutboxCanaryStalled/commit_to_publish/page":    "active",
-				"OutboxCanaryStallAftermath/commit_to_publish/": "active",
-				// The same team's alerts of the stall, in other groups:
-				// held back by the aftermath.
-				"OutboxCanaryErrorBudgetBurn/commit_to_publish/page":   "suppressed",
-				"OutboxOldestUnpublishedTooOld/commit_to_publish/page": "suppressed",
-				// Another team's alerts of the same stall, and tickets under
-				// a page: inhibited.
-				"OutboxCanaryErrorBudgetBurn/end_to_end/page":          "suppressed",
-				"OutboxCanaryErrorBudgetBurn/end_to_end/ticket":        "suppressed",
-				"OutboxCanaryErrorBudgetBurn/commit_to_publish/ticket": "suppressed",
-				"OutboxBacklogGrowing/commit_to_publish/ticket":        "suppressed",
+				"OutboxCanaryStalled/commit_to_publish/page": "active",
+				// Another team's alerts of the same stall: inhibited.
+				"OutboxCanaryErrorBudgetBurn/end_to_end/page":   "suppressed",
+				"OutboxCanaryErrorBudgetBurn/end_to_end/ticket": "suppressed",
 			},
 			wantReceiver: alerts.ReceiverName("team-relay", "page"),
 			wantAlerts:   []string{"OutboxCanaryStalled/commit_to_publish/page"},
 		},
 		{
-			name:  "A Kafka outage pages the brokers' owner once: the end-to-end burn that fires before the dependency page, and the relay's, wait.",
+			name:  "A Kafka outage notifies the brokers' owner once, with the dependency page alone, and nothing to the relay's or the end-to-end owner.",
 			first: kafkaOutage()[:1],
 			rest:  kafkaOutage()[1:],
 			states: map[string]string{
 				"OutboxCanaryDependencyDown//page":                     "active",
-				"OutboxCanaryBrokerOutageAftermath//":                  "suppressed",
 				"OutboxCanaryErrorBudgetBurn/end_to_end/page":          "suppressed",
 				"OutboxCanaryErrorBudgetBurn/end_to_end/ticket":        "suppressed",
 				"OutboxCanaryErrorBudgetBurn/commit_to_publish/page":   "suppressed",
@@ -419,31 +407,14 @@ func TestAlertmanagerPagesOncePerIncident(t *testing.T) {
 			wantAlerts:   []string{"OutboxCanaryDependencyDown//page"},
 		},
 		{
-			name:  "Before the dependency page's 2m, the outage's aftermath holds back the end-to-end burn: no one is paged yet.",
-			first: kafkaOutage()[:1],
-			rest:  kafkaOutage()[1:5],
-			states: map[string]string{
-				"OutboxCanaryBrokerOutageAftermath//":                  "active",
-				"OutboxCanaryErrorBudgetBurn/end_to_end/page":          "suppressed",
-				"OutboxCanaryErrorBudgetBurn/end_to_end/ticket":        "suppressed",
-				"OutboxCanaryErrorBudgetBurn/commit_to_publish/page":   "suppressed",
-				"OutboxOldestUnpublishedTooOld/commit_to_publish/page": "suppressed",
-			},
-		},
-		{
 			name:  "With the prober absent, the dead man notifies its owner and every alert of the stall is held back.",
 			first: []map[string]string{{"alertname": alerts.AlertProberAbsent, "severity": "page", "owner": "team-platform", "job": "outbox-canary"}},
 			rest:  relayStall(),
 			states: map[string]string{
-				"OutboxCanaryProberAbsent//page":                       "active",
-				"OutboxCanaryStalled/commit_to_publish/page":           "suppressed",
-				"OutboxCanaryStallAftermath/commit_to_publish/":        "suppressed",
-				"OutboxCanaryErrorBudgetBurn/commit_to_publish/page":   "suppressed",
-				"OutboxOldestUnpublishedTooOld/commit_to_publish/page": "suppressed",
-				"OutboxCanaryErrorBudgetBurn/end_to_end/page":          "suppressed",
-				"OutboxCanaryErrorBudgetBurn/end_to_end/ticket":        "suppressed",
-				"OutboxCanaryErrorBudgetBurn/commit_to_publish/ticket": "suppressed",
-				"OutboxBacklogGrowing/commit_to_publish/ticket":        "suppressed",
+				"OutboxCanaryProberAbsent//page":                "active",
+				"OutboxCanaryStalled/commit_to_publish/page":    "suppressed",
+				"OutboxCanaryErrorBudgetBurn/end_to_end/page":   "suppressed",
+				"OutboxCanaryErrorBudgetBurn/end_to_end/ticket": "suppressed",
 			},
 			wantReceiver: alerts.ReceiverName("team-platform", "page"),
 			wantAlerts:   []string{"OutboxCanaryProberAbsent//page"},
@@ -558,11 +529,11 @@ func TestAlertmanagerTestCanFail(t *testing.T) {
 	}
 	sentinel := map[string]string{"alertname": "OutboxCanaryTestSentinel", "pipeline": "sentinel"}
 	receivers := map[string]bool{}
-	for _, n := range runIncident(ctx, t, cfg, hook, stall[:2], stall[2:], states, sentinel) {
+	for _, n := range runIncident(ctx, t, cfg, hook, stall[:1], stall[1:], states, sentinel) {
 		receivers[n.Receiver] = true
 	}
 	t.Logf("receivers notified without inhibit rules: %v", receivers)
-	for _, r := range []string{"team-orders-page", "team-orders-ticket", "team-relay-ticket"} {
+	for _, r := range []string{"team-orders-page", "team-orders-ticket"} {
 		if !receivers[r] {
 			t.Errorf("without inhibit rules %s was not notified: the relay stall's alerts no longer reach other teams, and the test cannot fail", r)
 		}
@@ -595,9 +566,9 @@ func (am *alertmanager) postResolved(t *testing.T, labels ...map[string]string) 
 
 // TestASecondStallPagesAsANewGroup runs two stalls of one pipeline
 // through a real Alertmanager whose group_interval (1h) is far longer
-// than the test: the second stall begins while the first one's burn
-// page, backlog page and aftermath still fire and its stall page has
-// resolved (Prometheus resends it, resolved, for 15 minutes). Its page
+// than the test: the second stall begins while the first one's stall page
+// has resolved (Prometheus resends it, resolved, for 15 minutes) and the
+// end-to-end owner's burn alerts posted with it still fire. Its page
 // must be a notification of a new group, as soon as a group created with
 // it (a sentinel's) has had its group_wait; had it joined the first
 // stall's group, it would wait for that group's next tick, an hour.
@@ -640,13 +611,13 @@ func TestASecondStallPagesAsANewGroup(t *testing.T) {
 
 			// The first stall, notified.
 			first := relayStall()
-			am.post(t, first[:2]...)
+			am.post(t, first[:1]...)
 			am.waitForStates(ctx, t, map[string]string{alertKey(first[0]): "active"})
-			am.post(t, first[2:]...)
+			am.post(t, first[1:]...)
 			firstNote := hook.waitFor(ctx, t, page)
 
 			// It recovers: its stall page resolves (and is resent so);
-			// its burn page, backlog page and aftermath still fire.
+			// the other alerts posted with it still fire.
 			am.postResolved(t, first[0])
 			am.post(t, first[1:]...)
 

@@ -2,7 +2,9 @@ package alerts
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +77,9 @@ const labelSlot = "slot"
 func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	a := g.m.Alerting
 	grp := Group{Name: "outbox-canary-pipeline-" + p.Name}
-	pl := func(m string) string { return selector(m, slo.LabelPipeline, p.Name) }
+	pl := func(m string) string { return selector(m, scoped(p.Scope, slo.LabelPipeline, p.Name)...) }
+	// by keeps the pipeline and the scope in aggregations and joins.
+	by := joinLabels(p.Scope, slo.LabelPipeline)
 	labels := func(level, segment string) map[string]string {
 		l := map[string]string{labelSeverity: g.severity(level), slo.LabelPipeline: p.Name, slo.LabelOwner: p.Owner(segment)}
 		if segment != "" {
@@ -91,9 +95,16 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		return g.annotate(annotations{alert: alert, summary: summary, description: description, pipelineScoped: true, dashboard: dashboard})
 	}
 	keep := slo.PromDuration(g.keepFiringFor())
+	// What a stall sets off by itself waits while its incident is open:
+	// the stall alert is the incident's one page.
+	unlessStall := "unless on (" + by + ") " + selector(RecordStallIncidentStart, scoped(p.Scope, slo.LabelPipeline, p.Name)...)
 	dependencyDown := func(dep string) string {
-		return "unless on (" + slo.LabelPipeline + ") (" + selector(slo.MetricDependencyUp, slo.LabelPipeline, p.Name, slo.LabelDependency, dep) + " == 0)"
+		return "unless on (" + by + ") (" + selector(slo.MetricDependencyUp, scoped(p.Scope, slo.LabelPipeline, p.Name, slo.LabelDependency, dep)...) + " == 0)"
 	}
+	// What a Kafka outage sets off on the relay's side waits too, from the
+	// outage until the relay has had kafkaOutageHealthy to catch up:
+	// OutboxCanaryDependencyDown pages the brokers' owner for it.
+	unlessKafkaOutage := UnlessKafkaOutage(p.Scope, p.Name, kafkaOutageHealthy)
 
 	grp.Rules = append(grp.Rules, g.stallRules(p, dependencyDown(slo.DependencyKafka))...)
 
@@ -106,9 +117,9 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	grp.Rules = append(grp.Rules, Rule{
 		Alert: AlertInsertsFailing,
 		Expr: lines(
-			"sum by ("+slo.LabelPipeline+") (increase("+pl(slo.MetricCanaryInsertFailures)+rng+")) > 0",
-			"unless on ("+slo.LabelPipeline+")",
-			"sum by ("+slo.LabelPipeline+") (increase("+pl(slo.MetricCanariesSent)+rng+")) > 0",
+			"sum by ("+by+") (increase("+pl(slo.MetricCanaryInsertFailures)+rng+")) > 0",
+			"unless on ("+by+")",
+			"sum by ("+by+") (increase("+pl(slo.MetricCanariesSent)+rng+")) > 0",
 			dependencyDown(slo.DependencyDatabase),
 		),
 		KeepFiringFor: keep,
@@ -134,7 +145,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	} {
 		grp.Rules = append(grp.Rules, Rule{
 			Alert:  AlertDependencyDown,
-			Expr:   selector(slo.MetricDependencyUp, slo.LabelPipeline, p.Name, slo.LabelDependency, dep.name) + " == 0",
+			Expr:   selector(slo.MetricDependencyUp, scoped(p.Scope, slo.LabelPipeline, p.Name, slo.LabelDependency, dep.name)...) + " == 0",
 			For:    slo.PromDuration(dependencyDownFor),
 			Labels: dep.labels,
 			// Its own series vanish with the prober too.
@@ -145,20 +156,6 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 					"{{ $labels."+slo.LabelDependency+" }}", p.Name, slo.PromDuration(dependencyDownFor), "{{ $labels."+slo.LabelDependency+" }}")),
 		})
 	}
-	// Its twin holds back, from the first evaluation that sees Kafka out
-	// of reach (burn pages can fire before the dependency page's for:
-	// has passed) until the outage's bad canaries have left the burn
-	// windows, what the outage sets off.
-	grp.Rules = append(grp.Rules, Rule{
-		Alert:         AlertBrokerOutageAftermath,
-		Expr:          selector(slo.MetricDependencyUp, slo.LabelPipeline, p.Name, slo.LabelDependency, slo.DependencyKafka) + " == 0",
-		KeepFiringFor: slo.PromDuration(g.stallAftermath(p)),
-		Labels:        g.labels(map[string]string{slo.LabelPipeline: p.Name, slo.LabelOwner: brokerOwner}),
-		Annotations: annotate(AlertBrokerOutageAftermath, slo.DashboardPipelineHealth,
-			fmt.Sprintf("Pipeline %s: the prober could not reach Kafka within the last %s; inhibition only, never notified.", p.Name, slo.PromDuration(g.stallAftermath(p))),
-			fmt.Sprintf("Holds back, in Alertmanager, the alerts of pipeline %s that a Kafka outage sets off (burn pages and tickets, oldest row, backlog, connector, slot), from the first evaluation that sees the prober's Kafka down until they have cleared, so that %s to %s is the only page of the outage. Routed to no receiver.", p.Name, AlertDependencyDown, brokerOwner)),
-	})
-
 	grp.Rules = append(grp.Rules, Rule{
 		Alert:         AlertWatcherFailing,
 		Expr:          pl(slo.MetricWatcherUp) + " == 0",
@@ -179,9 +176,10 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		grp.Rules = append(grp.Rules, Rule{
 			Alert: AlertOldestUnpublished,
 			// A relay that cannot reach the brokers cannot publish: while
-			// the prober cannot reach them either, the backlog is the
-			// brokers' (OutboxCanaryDependencyDown pages their owner).
-			Expr:          lines(pl(slo.MetricOldestUnpublishedAge)+" > "+seconds(time.Duration(a.OldestUnpublishedAge)), dependencyDown(slo.DependencyKafka)),
+			// the prober cannot reach them either, and for a while after,
+			// the backlog is the brokers' (OutboxCanaryDependencyDown pages
+			// their owner).
+			Expr:          lines(pl(slo.MetricOldestUnpublishedAge)+" > "+seconds(time.Duration(a.OldestUnpublishedAge)), unlessStall, unlessKafkaOutage),
 			For:           slo.PromDuration(oldestUnpublishedFor),
 			KeepFiringFor: keep,
 			Labels:        labels(config.SeverityPage, relay),
@@ -200,6 +198,8 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 				"deriv("+pl(slo.MetricBacklogRows)+"["+slo.PromDuration(backlogDerivRange)+"]) > 0",
 				"and",
 				"min_over_time("+pl(slo.MetricBacklogRows)+"["+slo.PromDuration(backlogDerivRange)+"]) > 0",
+				unlessStall,
+				unlessKafkaOutage,
 			),
 			For:           slo.PromDuration(time.Duration(a.BacklogGrowthFor)),
 			KeepFiringFor: keep,
@@ -215,14 +215,16 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		// slot or a leftover one in the same database is not this
 		// pipeline's to page for. Without it, every slot reported counts.
 		slot := pl
-		walStatus := fmt.Sprintf(`%s{%s=%q, %s=~"unreserved|lost"}`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelWALStatus)
+		walStatus := fmt.Sprintf(`%s{%s=%q, %s=~"unreserved|lost"%s}`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelWALStatus, scopeMatchers(p.Scope))
 		if p.Slot != "" {
-			slot = func(m string) string { return selector(m, slo.LabelPipeline, p.Name, labelSlot, p.Slot) }
-			walStatus = fmt.Sprintf(`%s{%s=%q, %s=%q, %s=~"unreserved|lost"}`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelSlot, p.Slot, labelWALStatus)
+			slot = func(m string) string {
+				return selector(m, scoped(p.Scope, slo.LabelPipeline, p.Name, labelSlot, p.Slot)...)
+			}
+			walStatus = fmt.Sprintf(`%s{%s=%q, %s=%q, %s=~"unreserved|lost"%s}`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelSlot, p.Slot, labelWALStatus, scopeMatchers(p.Scope))
 		}
 		grp.Rules = append(grp.Rules, Rule{
 			Alert:         AlertConnectorTaskFailed,
-			Expr:          pl(slo.MetricConnectorTaskFailures) + " > 0",
+			Expr:          lines(pl(slo.MetricConnectorTaskFailures)+" > 0", unlessStall, unlessKafkaOutage),
 			For:           slo.PromDuration(connectorTaskFailedFor),
 			KeepFiringFor: keep,
 			Labels:        labels(config.SeverityPage, relay),
@@ -232,7 +234,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 					p.Name, slo.PromDuration(connectorTaskFailedFor))),
 		}, Rule{
 			Alert:         AlertSlotInactive,
-			Expr:          slot(slo.MetricSlotActive) + " == 0",
+			Expr:          lines(slot(slo.MetricSlotActive)+" == 0", unlessStall, unlessKafkaOutage),
 			For:           slo.PromDuration(slotInactiveFor),
 			KeepFiringFor: keep,
 			Labels:        labels(config.SeverityPage, relay),
@@ -253,6 +255,8 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 				slot(slo.MetricSlotRetainedWAL)+" > "+strconv.Itoa(walGrowthFloor),
 				"and",
 				slot(slo.MetricSlotRetainedWAL)+" offset "+slo.PromDuration(time.Duration(a.WALGrowthFor)),
+				unlessStall,
+				unlessKafkaOutage,
 			),
 			For:           slo.PromDuration(time.Duration(a.WALGrowthFor)),
 			KeepFiringFor: keep,
@@ -294,7 +298,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	}, Rule{
 		Alert: AlertBadSignatures,
 		Expr: fmt.Sprintf("sum by (%s) (increase(%s[%s])) >= %d",
-			slo.LabelPipeline, selector(slo.MetricMessagesSkipped, slo.LabelPipeline, p.Name, slo.LabelReason, slo.ReasonBadSignature),
+			by, selector(slo.MetricMessagesSkipped, scoped(p.Scope, slo.LabelPipeline, p.Name, slo.LabelReason, slo.ReasonBadSignature)...),
 			slo.PromDuration(badSignatureWindow), badSignatureBurst),
 		KeepFiringFor: keep,
 		Labels:        proberSide(config.SeverityTicket),
@@ -335,10 +339,10 @@ func (g generator) clockSkewRules(p slo.Pipeline, keep string) []Rule {
 	var rules []Rule
 	for _, o := range owners {
 		matcher := promMatchAny(slo.LabelSegment, segments[o])
-		series := fmt.Sprintf("%s{%s=%q, %s}", slo.MetricClockSkew, slo.LabelPipeline, p.Name, matcher)
+		series := fmt.Sprintf("%s{%s=%q, %s%s}", slo.MetricClockSkew, slo.LabelPipeline, p.Name, matcher, scopeMatchers(p.Scope))
 		rules = append(rules, Rule{
 			Alert:         AlertClockSkewSuspected,
-			Expr:          fmt.Sprintf("sum by (%s, %s) (increase(%s[%s])) > 0\n", slo.LabelPipeline, slo.LabelSegment, series, slo.PromDuration(rng)),
+			Expr:          fmt.Sprintf("sum by (%s) (increase(%s[%s])) > 0\n", joinLabels(p.Scope, slo.LabelPipeline, slo.LabelSegment), series, slo.PromDuration(rng)),
 			For:           slo.PromDuration(forDur),
 			KeepFiringFor: keep,
 			Labels:        g.labels(map[string]string{labelSeverity: g.severity(config.SeverityTicket), slo.LabelPipeline: p.Name, slo.LabelOwner: o}),
@@ -370,8 +374,9 @@ func (g generator) proberSideOwner(p slo.Pipeline) string {
 	return p.DefaultOwner
 }
 
-// stallRules are the stall alerts of a pipeline: one per segment a stalled
-// canary can be stuck in, and one for a stall no segment can be blamed for.
+// stallRules are the stall recordings and alerts of a pipeline: one alert
+// per segment a stalled canary can be stuck in, and one for a stall no
+// segment can be blamed for.
 //
 // The age of the last delivery, taken at the scrape (timestamp(x) - x, so
 // neither the evaluation lag nor a late scrape inflates it), grows one
@@ -395,19 +400,27 @@ func (g generator) proberSideOwner(p slo.Pipeline) string {
 // downtime longer than the threshold sees an old last arrival too, but
 // canaries it could not judge while down are no one's bad events, so it
 // does not page.
+//
+// A stall is one incident until the pipeline has gone stallIncidentHealthy
+// without one (RecordStallIncidentStart): a relay that crash-loops,
+// restarts with back-off or delivers once a minute stalls again and again,
+// and each time the last delivery is new. The alert's value, and so its
+// stalled_since label, is the incident's start, the same through every
+// stall of it; keep_firing_for (longer than stallIncidentHealthy) holds
+// it between them, so the incident is one alert, one page.
 func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 	n := g.m.Alerting.StallIntervals
 	thr := p.StallThreshold(n)
-	recv := selector(slo.MetricLastReceivedTimestamp, slo.LabelPipeline, p.Name)
-	sent := selector(slo.MetricLastSentTimestamp, slo.LabelPipeline, p.Name)
+	recv := selector(slo.MetricLastReceivedTimestamp, scoped(p.Scope, slo.LabelPipeline, p.Name)...)
+	sent := selector(slo.MetricLastSentTimestamp, scoped(p.Scope, slo.LabelPipeline, p.Name)...)
+	by := joinLabels(p.Scope, slo.LabelPipeline)
 	window := "[" + slo.PromDuration(thr+stallBlameMargin) + "]"
 	bad := func(segments []string) string {
 		seg := promMatchAny(slo.LabelSegment, segments)
-		return fmt.Sprintf("(sum by (%s) (increase(%s{%s=%q, %s, %s=%q}%s)) > 0)",
-			slo.LabelPipeline, slo.MetricSLIEvents, slo.LabelPipeline, p.Name, seg, slo.LabelOutcome, slo.OutcomeBad, window)
+		return fmt.Sprintf("(sum by (%s) (increase(%s{%s=%q, %s, %s=%q%s}%s)) > 0)",
+			by, slo.MetricSLIEvents, slo.LabelPipeline, p.Name, seg, slo.LabelOutcome, slo.OutcomeBad, scopeMatchers(p.Scope), window)
 	}
-	// The value is the last delivery's time: constant through a stall,
-	// so it names the stall in the stalled_since label.
+	// The value is the last delivery's time: constant through a stall.
 	stalled := []string{
 		"(",
 		"  " + recv,
@@ -416,12 +429,45 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 		"  and " + recv + " > 0",
 		")",
 	}
-	on := "on (" + slo.LabelPipeline + ") "
-	rule := func(segment string, expr []string, why string) []Rule {
+	on := "on (" + by + ") "
+	segments := p.StallBlameSegments()
+	stallRec := selector(RecordStall, scoped(p.Scope, slo.LabelPipeline, p.Name)...)
+	incident := selector(RecordStallIncidentStart, scoped(p.Scope, slo.LabelPipeline, p.Name)...)
+	recLabels := g.labels(map[string]string{})
+	rules := []Rule{{
+		// Stalled now, blamed on any segment: what an incident is made of.
+		Record: RecordStall,
+		Expr:   lines(append(append([]string{}, stalled...), "and "+on+bad(append(append([]string{}, segments...), config.SegmentEndToEnd)))...),
+		Labels: recLabels,
+	}, {
+		// The incident's start: kept while a stall was seen within
+		// stallIncidentHealthy (this evaluation's included), else the
+		// last delivery before this stall. Rules of a group run in order:
+		// it reads this evaluation's stall and its own previous value.
+		Record: RecordStallIncidentStart,
+		Expr: lines(
+			"(",
+			"  "+incident,
+			"  and",
+			"  max_over_time("+stallRec+"["+slo.PromDuration(stallIncidentHealthy)+"])",
+			")",
+			"or",
+			stallRec,
+		),
+		Labels: recLabels,
+	}}
+	// The alert's value is the incident's start; its labels are the
+	// stall's (the recording adds only alerting.labels, which the rule
+	// sets again).
+	ignoring := "and"
+	if keys := slices.Sorted(maps.Keys(g.m.Alerting.Labels)); len(keys) > 0 {
+		ignoring = "and ignoring (" + strings.Join(keys, ", ") + ")"
+	}
+	rule := func(segment string, expr []string, why string) Rule {
 		stall := Rule{
 			Alert:         AlertStalled,
-			Expr:          lines(append(expr, unlessKafkaDown)...),
-			KeepFiringFor: slo.PromDuration(g.keepFiringForSource()),
+			Expr:          lines(append(append([]string{incident, ignoring, "("}, indent(expr)...), ")", unlessKafkaDown)...),
+			KeepFiringFor: slo.PromDuration(g.stallKeepFiringFor()),
 			Labels: g.labels(map[string]string{
 				labelSeverity: g.severity(config.SeverityPage), slo.LabelPipeline: p.Name,
 				slo.LabelSegment: segment, slo.LabelOwner: p.Owner(segment),
@@ -431,77 +477,96 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 				alert: AlertStalled,
 				// Annotations see the series' labels, not the rule's
 				// templated ones: they render the value themselves.
-				summary: fmt.Sprintf("Pipeline %s is stalled: no canary has arrived since %s.", p.Name, stalledSinceTemplate),
-				description: fmt.Sprintf("No canary of pipeline %s has arrived since %s, longer than the %s end-to-end budget plus %d canary intervals of %s (%s), while canaries kept being sent. %s Walk the pipeline in order from there: oldest unpublished row, relay or connector, replication slot, broker, consumer.",
-					p.Name, stalledSinceTemplate, slo.PromDuration(p.EndToEndBudget), n, slo.PromDuration(p.CanaryInterval), slo.PromDuration(thr), why),
+				summary: fmt.Sprintf("Pipeline %s is stalled, since %s.", p.Name, stalledSinceTemplate),
+				description: fmt.Sprintf("No canary of pipeline %s has arrived for longer than the %s end-to-end budget plus %d canary intervals of %s (%s), while canaries kept being sent. The incident began after the last delivery at %s; until the pipeline has gone %s without a stall, a new stall is the same incident. %s Walk the pipeline in order from there: oldest unpublished row, relay or connector, replication slot, broker, consumer.",
+					p.Name, slo.PromDuration(p.EndToEndBudget), n, slo.PromDuration(p.CanaryInterval), slo.PromDuration(thr), stalledSinceTemplate, slo.PromDuration(stallIncidentHealthy), why),
 				pipelineScoped: true,
 				dashboard:      slo.DashboardPipelineHealth,
 			}),
 		}
-		// Its twin holds back the stall's consequences owned by the same
-		// team (their own Alertmanager groups, see AlertStallAftermath)
-		// until they have cleared: it fires with the stall and keeps
-		// firing past the longest of them.
-		aftermath := Rule{
-			Alert:         AlertStallAftermath,
-			Expr:          stall.Expr,
-			KeepFiringFor: slo.PromDuration(g.stallAftermath(p)),
-			Labels: g.labels(map[string]string{
-				slo.LabelPipeline: p.Name, slo.LabelSegment: segment, slo.LabelOwner: p.Owner(segment),
-			}),
-			Annotations: g.annotate(annotations{
-				alert:          AlertStallAftermath,
-				summary:        fmt.Sprintf("Pipeline %s stalled in a stage of %s within the last %s; inhibition only, never notified.", p.Name, p.Owner(segment), slo.PromDuration(g.stallAftermath(p))),
-				description:    fmt.Sprintf("Holds back, in Alertmanager, the alerts of pipeline %s owned by %s that a stall sets off (burn pages and tickets, oldest row, backlog, connector, slot), from the stall until they have cleared, so that the %s page is the only notification of the stall. Routed to no receiver.", p.Name, p.Owner(segment), AlertStalled),
-				pipelineScoped: true,
-				dashboard:      slo.DashboardPipelineHealth,
-			}),
-		}
-		return []Rule{stall, aftermath}
+		return stall
 	}
-	var rules []Rule
-	segments := p.StallBlameSegments()
 	for i, seg := range segments {
 		expr := append(append([]string{}, stalled...), "and "+on+bad([]string{seg}))
 		if i > 0 {
 			expr = append(expr, "unless "+on+bad(segments[:i]))
 		}
-		rules = append(rules, rule(seg, expr, fmt.Sprintf("The canaries sent since are past their budget on segment %s, owned by %s: that is where they are stuck.", seg, p.Owner(seg)))...)
+		rules = append(rules, rule(seg, expr, fmt.Sprintf("The canaries sent since are past their budget on segment %s, owned by %s: that is where they are stuck.", seg, p.Owner(seg))))
 	}
 	expr := append(append([]string{}, stalled...), "and "+on+bad([]string{config.SegmentEndToEnd}))
 	if len(segments) > 0 {
 		expr = append(expr, "unless "+on+bad(segments))
 	}
-	return append(rules, rule(config.SegmentEndToEnd, expr, "No segment can be blamed: the canaries are late end to end, but no segment has judged them yet.")...)
+	return append(rules, rule(config.SegmentEndToEnd, expr, "No segment can be blamed: the canaries are late end to end, but no segment has judged them yet."))
 }
 
-// LabelStalledSince names a stall on OutboxCanaryStalled: the time of the
-// pipeline's last delivery before it, RFC 3339 in UTC. It is constant
-// through a stall and new for the next one, so a second stall is a new
-// alert (even while the first one's keep_firing_for still holds it) and,
-// grouped by it in Alertmanager, a new notification group.
+// indent indents expression lines by two spaces.
+func indent(ls []string) []string {
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = "  " + l
+	}
+	return out
+}
+
+// Recorded series of the stall rules, per pipeline, with the labels of
+// the prober's last_received series.
+const (
+	// RecordStall is present while the pipeline is stalled (every
+	// condition of OutboxCanaryStalled, on any segment); its value is the
+	// last delivery's time.
+	RecordStall = "outbox_canary:stall:last_delivery_timestamp_seconds"
+	// RecordStallIncidentStart is present while a stall incident is open:
+	// from its first stall until stallIncidentHealthy after its last. Its
+	// value is the last delivery before the first stall.
+	RecordStallIncidentStart = "outbox_canary:stall_incident:start_timestamp_seconds"
+)
+
+// stallIncidentHealthy is how long a pipeline must go without a stall for
+// the next stall to be a new incident, a new page: longer than the
+// healthy stretches of a relay that crash-loops (Kubernetes restarts a
+// crashing container within seconds, and backs off at most 5 minutes,
+// which is a stall, not a healthy stretch) or that delivers once a minute;
+// shorter than the time the next stall takes to begin once the first's
+// short burn windows are clear (5m), so a second stall is a second page.
+const stallIncidentHealthy = 5 * time.Minute
+
+// kafkaOutageHealthy is how long after the prober last saw Kafka out of
+// reach the alerts a Kafka outage sets off still wait: as long as a
+// pipeline must go without a stall for the next to be a new incident, time
+// for the relay or connector to reconnect and publish what piled up. One
+// that has not by then (a connector task that failed on the outage and
+// does not restart) pages its owner.
+const kafkaOutageHealthy = stallIncidentHealthy
+
+// UnlessKafkaOutage drops a pipeline alert while the prober's own Kafka
+// connection has been down within the span: the brokers' owner is paged
+// for the outage (OutboxCanaryDependencyDown), and what it sets off
+// downstream is its consequence, not a second incident.
+func UnlessKafkaOutage(scope slo.Scope, pipeline string, span time.Duration) string {
+	up := selector(slo.MetricDependencyUp, scoped(scope, slo.LabelPipeline, pipeline, slo.LabelDependency, slo.DependencyKafka)...)
+	return "unless on (" + joinLabels(scope, slo.LabelPipeline) + ") (min_over_time(" + up + "[" + slo.PromDuration(span) + "]) == 0)"
+}
+
+// stallKeepFiringFor is the stall alert's keep_firing_for: that of the
+// alerts that inhibit another team's, and more than stallIncidentHealthy,
+// so the alert of an open incident keeps firing between its stalls.
+func (g generator) stallKeepFiringFor() time.Duration {
+	return max(g.keepFiringForSource(), stallIncidentHealthy+keepFiringMargin)
+}
+
+// LabelStalledSince names a stall incident on OutboxCanaryStalled: the
+// time of the pipeline's last delivery before its first stall, RFC 3339
+// in UTC. It is constant through an incident, however often the pipeline
+// recovers and stalls again within stallIncidentHealthy, and new for the
+// next incident, so that one is a new alert (even while the first one's
+// keep_firing_for still holds it) and, grouped by it in Alertmanager, a
+// new notification group.
 const LabelStalledSince = "stalled_since"
 
-// stalledSinceTemplate renders the stall alert's value, the last
-// delivery's Unix time, as LabelStalledSince.
+// stalledSinceTemplate renders the stall alert's value, the incident's
+// start as a Unix time, as LabelStalledSince.
 const stalledSinceTemplate = `{{ ($value | toTime).Format "2006-01-02T15:04:05Z07:00" }}`
-
-// stallAftermath is how long OutboxCanaryStallAftermath keeps firing after
-// the stall's evidence is gone: past the longest a consequence of the
-// stall keeps firing after it, a burn page whose short window still holds
-// the stall's bad canaries (the longest page short window) plus its
-// keep_firing_for, and a margin, so it resolves while still held back.
-func (g generator) stallAftermath(p slo.Pipeline) time.Duration {
-	var short time.Duration
-	for _, s := range p.SLOs {
-		for _, a := range s.Burn {
-			if a.Severity == config.SeverityPage {
-				short = max(short, a.Short)
-			}
-		}
-	}
-	return short + g.keepFiringForSource() + inhibitSourceMargin
-}
 
 // proberAbsentGrace is how long the prober must stay absent before the dead
 // man pages, on top of the absent_over_time window.
@@ -522,7 +587,9 @@ func (g generator) proberAlerts() Group {
 		Name: "outbox-canary-prober",
 		Rules: []Rule{{
 			Alert: AlertProberAbsent,
-			Expr:  "absent_over_time(" + selector(slo.MetricBuildInfo, labelJob, a.ProberJob) + "[" + slo.PromDuration(absent) + "])",
+			// One per scope: absent_over_time keeps the job and scope
+			// matchers as the alert's labels.
+			Expr: "absent_over_time(" + selector(slo.MetricBuildInfo, scoped(g.m.Scope, labelJob, a.ProberJob)...) + "[" + slo.PromDuration(absent) + "])",
 			// A Prometheus that just started has no sample yet either; the
 			// for: keeps its first scrapes from paging (seen on a real
 			// Prometheus 2.42 in e2e/: it fired before the first scrape).
@@ -563,4 +630,25 @@ func promMatchAny(label string, values []string) string {
 		quoted[i] = regexp.QuoteMeta(v)
 	}
 	return fmt.Sprintf("%s=~%q", label, strings.Join(quoted, "|"))
+}
+
+// scoped appends the scope's matchers to name, value pairs for selector.
+func scoped(scope slo.Scope, pairs ...string) []string {
+	return append(pairs, scope.Pairs()...)
+}
+
+// scopeMatchers are the scope's matchers for a selector written by hand:
+// `, env="prod"`, or "" with no scope.
+func scopeMatchers(scope slo.Scope) string {
+	var b strings.Builder
+	for _, m := range scope.Matchers() {
+		b.WriteString(", " + m)
+	}
+	return b.String()
+}
+
+// joinLabels is labels and the scope's labels, comma-separated, for a
+// by () or on () clause that must keep the scope.
+func joinLabels(scope slo.Scope, labels ...string) string {
+	return strings.Join(scope.By(labels...), ", ")
 }

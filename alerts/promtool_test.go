@@ -298,24 +298,29 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 		mustFail []string
 	}{
 		{
-			name:     "Burn factors ten times too high miss the stall's pages and the slow-burn ticket.",
+			name:     "Burn factors ten times too high miss the slow relay's page and the slow-burn ticket.",
 			model:    burn(func(a *slo.BurnAlert) { a.Factor = new(big.Rat).Mul(a.Factor, big.NewRat(10, 1)) }),
-			mustFail: []string{"b-relay-stalls", "d-slow-burn-ticket"},
+			mustFail: []string{"x-page-resolves", "d-slow-burn-ticket"},
 		},
 		{
-			name:     "Burn factors ten times too low page on a slow burn.",
+			// A page's short window needs its pair's count, which the
+			// factor scales too: a smooth 5x burn (scenario d) puts fewer
+			// bad canaries in it than even a tenth of the count, so the
+			// mutation shows where the count is small: a page held long
+			// after its burn.
+			name:     "Burn factors ten times too low hold a burn's page long after it.",
 			model:    burn(func(a *slo.BurnAlert) { a.Factor = new(big.Rat).Quo(a.Factor, big.NewRat(10, 1)) }),
-			mustFail: []string{"d-slow-burn-ticket"},
+			mustFail: []string{"x-page-resolves"},
 		},
 		{
 			name:     "Long windows ten times too long page late.",
 			model:    burn(func(a *slo.BurnAlert) { a.Long *= 10 }),
-			mustFail: []string{"b-relay-stalls"},
+			mustFail: []string{"x-page-resolves"},
 		},
 		{
 			name:     "Short windows swapped for the long ones resolve late.",
 			model:    burn(func(a *slo.BurnAlert) { a.Short = a.Long }),
-			mustFail: []string{"f-recovery"},
+			mustFail: []string{"x-page-resolves"},
 		},
 		{
 			name:     "A stall threshold one canary interval lower pages on a 20s relay restart.",
@@ -360,6 +365,65 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				return true
 			}),
 			mustFail: []string{"o-fresh-prometheus-15s"},
+		},
+		{
+			name: "Page short windows without the minimum count keep a burn's page firing on a later blip.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertErrorBudgetBurn {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*sum\(.*\[(5m|30m)\]\)\) > .*\n`).ReplaceAllString(r.Expr, "")
+				return true
+			}),
+			mustFail: []string{"x-page-resolves"},
+		},
+		{
+			// Either the short window's count or the page's for: keeps
+			// the second stall's burn page of scenario w from coming
+			// before its stall page; without both, it does.
+			name: "Burn pages with neither the short window's count nor their for: page before the stall page.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertErrorBudgetBurn || r.For == "" {
+					return false
+				}
+				r.For = ""
+				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*sum\(.*\[(5m|30m)\]\)\) > .*\n`).ReplaceAllString(r.Expr, "")
+				return true
+			}),
+			mustFail: []string{"w-burn-before-stall"},
+		},
+		{
+			name: "Burn alerts not held back by a stall in their short windows page beside the stall page, and before it.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertErrorBudgetBurn {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`(?m)^unless on \(pipeline\) max_over_time\(.*\n`).ReplaceAllString(r.Expr, "")
+				return true
+			}),
+			mustFail: []string{"b-relay-stalls", "f-recovery", "y-stall-then-blip"},
+		},
+		{
+			name: "Backlog alerts not held back by an open stall incident page beside the stall page.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertOldestUnpublished && r.Alert != alerts.AlertBacklogGrowing {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`(?m)^unless on \(pipeline\) `+regexp.QuoteMeta(alerts.RecordStallIncidentStart)+`.*\n`).ReplaceAllString(r.Expr, "")
+				return true
+			}),
+			mustFail: []string{"b-relay-stalls", "u-crash-loop-backoff"},
+		},
+		{
+			name: "Burn pages without their for: page on a back-off's first short outages, before its stall page.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertErrorBudgetBurn || r.For == "" {
+					return false
+				}
+				r.For = ""
+				return true
+			}),
+			mustFail: []string{"u-crash-loop-backoff"},
 		},
 		{
 			name: "A period burn rate blind to how much of the window the data covers reads minutes as the whole window.",
@@ -418,6 +482,17 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				return true
 			}),
 			mustFail: []string{"r-second-stall"},
+		},
+		{
+			name: "A stall alert named by its own last delivery, not its incident's start, pages every stall of a flapping relay anew.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertStalled {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`^`+regexp.QuoteMeta(alerts.RecordStallIncidentStart)+`\{[^}]*\}\nand( ignoring \([^)]*\))?\n`).ReplaceAllString(r.Expr, "")
+				return true
+			}),
+			mustFail: []string{"t-crash-loop", "u-crash-loop-backoff", "v-relay-every-minute"},
 		},
 		{
 			name: "A skew ticket without its for: tickets on one canary, and one with the pipeline's default owner misses the segment's.",

@@ -48,17 +48,8 @@ type Rule struct {
 // Alert names. Each has a section in docs/alerts.md whose anchor is the
 // lower-cased name (see Anchor).
 const (
-	AlertErrorBudgetBurn = "OutboxCanaryErrorBudgetBurn"
-	AlertStalled         = "OutboxCanaryStalled"
-	// AlertStallAftermath never notifies: it inhibits, in Alertmanager,
-	// the same team's alerts that a stall sets off, from the stall until
-	// they have cleared (see stallAftermath).
-	AlertStallAftermath = "OutboxCanaryStallAftermath"
-	// AlertBrokerOutageAftermath never notifies either: from the moment
-	// the prober cannot reach Kafka until the outage's consequences have
-	// cleared, it holds back the pipeline's alerts the outage sets off, so
-	// that OutboxCanaryDependencyDown pages the brokers' owner alone.
-	AlertBrokerOutageAftermath = "OutboxCanaryBrokerOutageAftermath"
+	AlertErrorBudgetBurn       = "OutboxCanaryErrorBudgetBurn"
+	AlertStalled               = "OutboxCanaryStalled"
 	AlertInsertsFailing        = "OutboxCanaryInsertsFailing"
 	AlertProberAbsent          = "OutboxCanaryProberAbsent"
 	AlertClockSkewSuspected    = "OutboxCanaryClockSkewSuspected"
@@ -79,8 +70,8 @@ const (
 // docs/alerts.md.
 func AlertNames() []string {
 	return []string{
-		AlertStalled, AlertStallAftermath, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent,
-		AlertDependencyDown, AlertBrokerOutageAftermath, AlertWatcherFailing,
+		AlertStalled, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent,
+		AlertDependencyDown, AlertWatcherFailing,
 		AlertOldestUnpublished, AlertBacklogGrowing,
 		AlertConnectorTaskFailed, AlertSlotInactive, AlertSlotRetainedWALGrowth, AlertSlotWALAtRisk,
 		AlertConsumerLag, AlertLongTransaction, AlertClockSkewSuspected, AlertBadSignatures,
@@ -121,7 +112,7 @@ func Generate(m *slo.Model) (*RuleFile, error) {
 			grp := Group{Name: "outbox-canary-slo-" + s.ID}
 			grp.Rules = append(grp.Rules, g.sliRecordings(s)...)
 			grp.Rules = append(grp.Rules, g.metaRecordings(s)...)
-			grp.Rules = append(grp.Rules, g.burnAlerts(s, p.CanaryInterval)...)
+			grp.Rules = append(grp.Rules, g.burnAlerts(s, p.CanaryInterval, p.StallThreshold(m.Alerting.StallIntervals))...)
 			rf.Groups = append(rf.Groups, grp)
 		}
 		rf.Groups = append(rf.Groups, g.pipelineAlerts(p))
@@ -141,11 +132,15 @@ type generator struct{ m *slo.Model }
 
 // labels merges the configured extra labels (alerting.labels) under the
 // rule's own; validation keeps the two apart.
+//
+// The scope's labels (alerting.selector) are set too: the expressions keep
+// them, but a recording of a constant (vector(...)) has none of its own.
 func (g generator) labels(own map[string]string) map[string]string {
 	out := maps.Clone(g.m.Alerting.Labels)
 	if out == nil {
 		out = map[string]string{}
 	}
+	maps.Copy(out, g.m.Scope)
 	maps.Copy(out, own)
 	return out
 }

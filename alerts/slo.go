@@ -30,25 +30,38 @@ func sloLabels(s slo.SLO) map[string]string {
 // aggregate by these and set the rest anew.
 var sloIdentity = []string{labelSlothID, labelSlothService, labelSlothSLO}
 
-// byIdentity is "by (sloth_id, sloth_service, sloth_slo)".
-var byIdentity = "by (" + strings.Join(sloIdentity, ", ") + ")"
+// byIdentity is "by (sloth_id, sloth_service, sloth_slo)" and the
+// scope's labels, which never change for a rule set either.
+func byIdentity(s slo.SLO) string { return s.Scope.ByClause(sloIdentity...) }
 
-// onIdentity is "on (sloth_id, sloth_service, sloth_slo)".
-var onIdentity = "on (" + strings.Join(sloIdentity, ", ") + ")"
+// onIdentity is "on (sloth_id, sloth_service, sloth_slo)" and the scope's
+// labels.
+func onIdentity(s slo.SLO) string {
+	return "on (" + strings.Join(s.Scope.By(sloIdentity...), ", ") + ")"
+}
 
-// sloSelector selects an SLO's recorded series by Sloth's labels.
+// sloSelector selects an SLO's recorded series by Sloth's labels, in its
+// scope.
 func sloSelector(metric string, s slo.SLO) string {
-	return selector(metric, labelSlothID, s.ID, labelSlothService, s.Pipeline, labelSlothSLO, s.Segment)
+	return selector(metric, append([]string{labelSlothID, s.ID, labelSlothService, s.Pipeline, labelSlothSLO, s.Segment}, s.Scope.Pairs()...)...)
 }
 
 // sliSelector selects the SLO's raw SLI event counters, of one outcome
-// when outcome is set.
+// when outcome is set, in its scope.
 func sliSelector(s slo.SLO, outcome string) string {
 	m := []string{slo.LabelPipeline, s.Pipeline, slo.LabelSegment, s.Segment}
 	if outcome != "" {
 		m = append(m, slo.LabelOutcome, outcome)
 	}
-	return selector(slo.MetricSLIEvents, m...)
+	return selector(slo.MetricSLIEvents, append(m, s.Scope.Pairs()...)...)
+}
+
+// sumScoped is sum(expr), by the scope's labels when there is a scope.
+func sumScoped(scope slo.Scope, expr string) string {
+	if by := scope.ByClause(); by != "" {
+		return "sum " + by + " (" + expr + ")"
+	}
+	return "sum(" + expr + ")"
 }
 
 // SLIErrorExpr is the SLI over a window: the share of the segment's SLI
@@ -67,12 +80,12 @@ func SLIErrorExpr(s slo.SLO, w time.Duration) string {
 	bad, all := sliSelector(s, slo.OutcomeBad), sliSelector(s, "")
 	return lines(
 		"(",
-		"  sum(rate("+bad+rng+"))",
+		"  "+sumScoped(s.Scope, "rate("+bad+rng+")"),
 		"  or",
-		"  0 * sum(rate("+all+rng+"))",
+		"  0 * "+sumScoped(s.Scope, "rate("+all+rng+")"),
 		")",
 		"/",
-		"(sum(rate("+all+rng+")) > 0)",
+		"("+sumScoped(s.Scope, "rate("+all+rng+")")+" > 0)",
 	)
 }
 
@@ -89,7 +102,7 @@ func (g generator) sliRecordings(s slo.SLO) []Rule {
 		// group, so its timestamp is this evaluation's.
 		Rule{
 			Record: slo.RecordSLIDataTimestamp,
-			Expr:   "max " + byIdentity + " (timestamp(" + base + "))",
+			Expr:   "max " + byIdentity(s) + " (timestamp(" + base + "))",
 			Labels: g.labels(sloLabels(s)),
 		},
 		// The period ratio averages the 5m ratios, as Sloth does: cheap
@@ -102,9 +115,9 @@ func (g generator) sliRecordings(s slo.SLO) []Rule {
 		Rule{
 			Record: slo.RecordSLIError(s.Window),
 			Expr: lines(
-				"sum "+byIdentity+" (sum_over_time("+base+rng+"))",
+				"sum "+byIdentity(s)+" (sum_over_time("+base+rng+"))",
 				"/",
-				"sum "+byIdentity+" (count_over_time("+base+rng+"))",
+				"sum "+byIdentity(s)+" (count_over_time("+base+rng+"))",
 			),
 			Labels: g.labels(withLabel(sloLabels(s), labelSlothWindow, slo.PromDuration(s.Window))),
 		},
@@ -113,7 +126,7 @@ func (g generator) sliRecordings(s slo.SLO) []Rule {
 
 func (g generator) metaRecordings(s slo.SLO) []Rule {
 	days := new(big.Rat).SetFrac64(int64(s.Window), int64(24*time.Hour))
-	groupLeft := "/ " + onIdentity + " group_left"
+	groupLeft := "/ " + onIdentity(s) + " group_left"
 	rec := func(name, expr string) Rule { return Rule{Record: name, Expr: expr, Labels: g.labels(sloLabels(s))} }
 	info := sloLabels(s)
 	info["sloth_mode"] = "cli-gen-prom"
@@ -128,7 +141,7 @@ func (g generator) metaRecordings(s slo.SLO) []Rule {
 		// holds less than all of it.
 		rec(slo.RecordPeriodCoverage, lines(
 			"clamp_max(",
-			"  (time() - min "+byIdentity+" (min_over_time("+sloSelector(slo.RecordSLIDataTimestamp, s)+"["+slo.PromDuration(s.Window)+"])))",
+			"  (time() - min "+byIdentity(s)+" (min_over_time("+sloSelector(slo.RecordSLIDataTimestamp, s)+"["+slo.PromDuration(s.Window)+"])))",
 			"  / "+seconds(s.Window)+",",
 			"  1",
 			")",
@@ -145,7 +158,7 @@ func (g generator) metaRecordings(s slo.SLO) []Rule {
 		// With the whole window held (coverage 1) it is Sloth's.
 		rec(slo.RecordPeriodBurnRate, lines(
 			sloSelector(slo.RecordSLIError(s.Window), s),
-			"* "+onIdentity+" group_left",
+			"* "+onIdentity(s)+" group_left",
 			sloSelector(slo.RecordPeriodCoverage, s),
 			groupLeft,
 			sloSelector(slo.RecordErrorBudget, s),
@@ -162,21 +175,47 @@ func (g generator) metaRecordings(s slo.SLO) []Rule {
 // long window is judged as bad / max(events, Long / interval), so on a
 // Prometheus younger than the long window a late canary or two cannot
 // page, and a full stall pages after as many bad canaries as on a full
-// window. The window label is dropped, so alerts of different window
+// window. A page's short window must hold that many too: it confirms that
+// a burn fast enough to page still goes on, not that something small
+// happened since, so a blip that would not page on its own neither keeps
+// an earlier burn's page firing nor pages on the bad canaries an earlier
+// burn left in the long window. (A ticket's short window holds a slow
+// burn's few canaries by design, and keeps the ratio alone.)
+//
+// While a stall of the pipeline is within the short window (and a
+// margin), the stall alert is the incident's page and the burn is its
+// consequence: the condition is false, so that an Alertmanager that
+// groups by alert name is not paged a second time for the same incident,
+// neither during the stall nor after it, while its bad canaries fill the
+// short window. So, too, while the prober could not reach Kafka within
+// that span: OutboxCanaryDependencyDown pages the brokers' owner for the
+// outage, whose late canaries are its consequence. The window label is dropped, so alerts of different window
 // pairs are one alert.
 func BurnAlertExpr(s slo.SLO, a slo.BurnAlert, interval time.Duration) string {
 	thr := a.ThresholdExpr(s)
-	return lines(
+	onScope := "  and on (" + strings.Join(s.Scope.Labels(), ", ") + ")"
+	count := []string{
+		onScope,
+		"  " + BadEventsSeenExpr(s, a.Long) + " > " + a.MinBadEventsExpr(s, interval),
+	}
+	if a.Severity == config.SeverityPage {
+		count = append(count,
+			onScope,
+			"  "+BadEventsSeenExpr(s, a.Short)+" > "+a.MinBadEventsExpr(s, interval))
+	}
+	stall := selector(RecordStall, append([]string{slo.LabelPipeline, s.Pipeline}, s.Scope.Pairs()...)...)
+	return lines(append(append([]string{
 		"(",
-		"  max without ("+labelSlothWindow+") (",
-		"    "+sloSelector(slo.RecordSLIError(a.Long), s)+" > "+thr,
-		"    and ignoring ("+labelSlothWindow+")",
-		"    "+sloSelector(slo.RecordSLIError(a.Short), s)+" > "+thr,
+		"  max without (" + labelSlothWindow + ") (",
+		"    " + sloSelector(slo.RecordSLIError(a.Long), s) + " > " + thr,
+		"    and ignoring (" + labelSlothWindow + ")",
+		"    " + sloSelector(slo.RecordSLIError(a.Short), s) + " > " + thr,
 		"  )",
-		"  and on ()",
-		"  "+BadEventsSeenExpr(s, a.Long)+" > "+a.MinBadEventsExpr(s, interval),
+	}, count...),
 		")",
-	)
+		"unless on ("+strings.Join(s.Scope.By(slo.LabelPipeline), ", ")+") max_over_time("+stall+"["+slo.PromDuration(a.Short+stallBlameMargin)+"])",
+		UnlessKafkaOutage(s.Scope, s.Pipeline, a.Short+stallBlameMargin),
+	)...)
 }
 
 // BadEventsSeenExpr counts the SLO's bad canaries in a window as
@@ -189,13 +228,19 @@ func BurnAlertExpr(s slo.SLO, a slo.BurnAlert, interval time.Duration) string {
 // interval, which leave the window a moment later anyway.
 func BadEventsSeenExpr(s slo.SLO, w time.Duration) string {
 	bad := sliSelector(s, slo.OutcomeBad)
-	return "sum(" + bad + " - min_over_time(" + bad + "[" + slo.PromDuration(w) + "]))"
+	return sumScoped(s.Scope, bad+" - min_over_time("+bad+"["+slo.PromDuration(w)+"])")
 }
 
 // burnAlerts are one alert per severity for the SLO: the window pairs of
 // that severity OR-ed, fastest first, as Sloth does, so that an incident
 // crossing two pairs is one alert with one label set, not one per window.
-func (g generator) burnAlerts(s slo.SLO, interval time.Duration) []Rule {
+//
+// The page waits burnPageFor(stall threshold) before it fires: a relay
+// that restarts with back-off makes bad canaries in short outages
+// before its first stall (10, 20 and 40s down: seven bad canaries in 80s,
+// a 1h/5m burn), and the stall that follows, the same incident's page,
+// is seen within that time and holds the burn back.
+func (g generator) burnAlerts(s slo.SLO, interval, stallThreshold time.Duration) []Rule {
 	var levels []string
 	pairs := map[string][]slo.BurnAlert{}
 	for _, a := range s.Burn {
@@ -220,9 +265,14 @@ func (g generator) burnAlerts(s slo.SLO, interval time.Duration) []Rule {
 		if level == config.SeverityPage && inhibitsEndToEnd(s.Segment) {
 			keep = g.keepFiringForSource()
 		}
+		var forDur string
+		if level == config.SeverityPage {
+			forDur = slo.PromDuration(burnPageFor(stallThreshold))
+		}
 		rules = append(rules, Rule{
 			Alert:         AlertErrorBudgetBurn,
 			Expr:          strings.Join(exprs, "\nor\n") + "\n",
+			For:           forDur,
 			KeepFiringFor: slo.PromDuration(keep),
 			Labels:        g.labels(l),
 			Annotations: g.annotate(annotations{
@@ -240,6 +290,13 @@ func (g generator) burnAlerts(s slo.SLO, interval time.Duration) []Rule {
 		})
 	}
 	return rules
+}
+
+// burnPageFor is a burn page's for: the longest a stall takes from the
+// last delivery to its alert at 15s scrape and evaluation intervals, the
+// stall threshold plus a scrape and an evaluation.
+func burnPageFor(stallThreshold time.Duration) time.Duration {
+	return stallThreshold + 30*time.Second
 }
 
 // thresholdText is the threshold as the description prints it.

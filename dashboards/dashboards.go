@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
@@ -159,6 +160,7 @@ type dashboardSpec struct {
 // chain is how the job and instance choice reaches the recorded series,
 // which have neither label.
 func newDashboard(m *slo.Model, spec dashboardSpec) *dashboard.DashboardBuilder {
+	q := newQueries(m)
 	job := m.Alerting.ProberJob
 	if job == "" {
 		job = config.DefaultProberJob
@@ -166,8 +168,8 @@ func newDashboard(m *slo.Model, spec dashboardSpec) *dashboard.DashboardBuilder 
 	pipeline := dashboard.NewQueryVariableBuilder(varPipeline).
 		Label("Pipeline").
 		Datasource(datasource()).
-		Query(dashboard.StringOrMap{String: cog.ToPtr(pipelineValues)}).
-		Definition(pipelineValues).
+		Query(dashboard.StringOrMap{String: cog.ToPtr(q.pipelineValues())}).
+		Definition(q.pipelineValues()).
 		Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
 		Sort(dashboard.VariableSortAlphabeticalAsc)
 	if spec.multiPipeline {
@@ -211,8 +213,8 @@ func newDashboard(m *slo.Model, spec dashboardSpec) *dashboard.DashboardBuilder 
 			Label("Job").
 			Description("The Prometheus job the prober is scraped under (alerting.prober_job, " + job + " here). Several jobs or instances chosen add up in the graphs; choose one to see one environment alone.").
 			Datasource(datasource()).
-			Query(dashboard.StringOrMap{String: cog.ToPtr(jobValues)}).
-			Definition(jobValues).
+			Query(dashboard.StringOrMap{String: cog.ToPtr(q.jobValues())}).
+			Definition(q.jobValues()).
 			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
 			Sort(dashboard.VariableSortAlphabeticalAsc).
 			Multi(true).
@@ -222,8 +224,8 @@ func newDashboard(m *slo.Model, spec dashboardSpec) *dashboard.DashboardBuilder 
 			Label("Instance").
 			Description("The prober instances of the chosen jobs (one per environment, as deployed).").
 			Datasource(datasource()).
-			Query(dashboard.StringOrMap{String: cog.ToPtr(instanceValues)}).
-			Definition(instanceValues).
+			Query(dashboard.StringOrMap{String: cog.ToPtr(q.instanceValues())}).
+			Definition(q.instanceValues()).
 			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
 			Sort(dashboard.VariableSortAlphabeticalAsc).
 			Multi(true).
@@ -234,16 +236,25 @@ func newDashboard(m *slo.Model, spec dashboardSpec) *dashboard.DashboardBuilder 
 
 // jobValues lists the jobs a prober is scraped under: every prober
 // exports its build info.
-var jobValues = fmt.Sprintf("label_values(%s, %s)", slo.MetricBuildInfo, labelJob)
+func (q queries) jobValues() string {
+	if len(q.scope) == 0 {
+		return fmt.Sprintf("label_values(%s, %s)", slo.MetricBuildInfo, labelJob)
+	}
+	return fmt.Sprintf("label_values(%s{%s}, %s)", slo.MetricBuildInfo, strings.Join(q.scope.Matchers(), ","), labelJob)
+}
 
 // instanceValues lists the prober instances of the chosen jobs.
-var instanceValues = fmt.Sprintf(`label_values(%s{%s=~"$%s"}, %s)`, slo.MetricBuildInfo, labelJob, varJob, labelInstance)
+func (q queries) instanceValues() string {
+	return fmt.Sprintf(`label_values(%s{%s}, %s)`, slo.MetricBuildInfo, strings.Join(q.scoped([]string{labelJob + `=~"$` + varJob + `"`}), ","), labelInstance)
+}
 
 // pipelineValues lists the pipelines that the chosen jobs and instances
 // have sent at least one canary for: the counter is created at zero per
 // configured pipeline, so a stalled pipeline stays in the list.
-var pipelineValues = fmt.Sprintf(`label_values(%s{%s=~"$%s",%s=~"$%s"}, %s)`,
-	slo.MetricCanariesSent, labelJob, varJob, labelInstance, varInstance, slo.LabelPipeline)
+func (q queries) pipelineValues() string {
+	return fmt.Sprintf(`label_values(%s{%s}, %s)`, slo.MetricCanariesSent,
+		strings.Join(q.scoped([]string{labelJob + `=~"$` + varJob + `"`, labelInstance + `=~"$` + varInstance + `"`}), ","), slo.LabelPipeline)
+}
 
 // reviewRange is the default time range of the dashboards a budget is
 // reviewed on: the SLO window, so the graphs show the same period the

@@ -28,6 +28,7 @@ const (
 // Sections that only CDC relays feed start collapsed when no pipeline of
 // the configuration uses one.
 func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
+	q := newQueries(m)
 	b := newDashboard(m, dashboardSpec{
 		uid:   UIDPipelineHealth,
 		title: "outbox-canary / pipeline health",
@@ -46,39 +47,39 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 			{timeSeries("Unpublished rows",
 				"Outbox rows the relay has not published yet. A quiet pipeline stays near zero; a stalled relay makes it grow.",
 				"short",
-				query(sumBy(sel(slo.MetricBacklogRows)), "rows")).
+				query(q.sumBy(q.sel(slo.MetricBacklogRows)), "rows")).
 				Min(0), 8, 8},
 			{alertLine(timeSeries("Oldest unpublished row",
 				"Age of the oldest unpublished row (a partial index keeps this cheap). The dashed line is where the backlog age alert fires.",
 				"s",
-				query(maxBy(sel(slo.MetricOldestUnpublishedAge)), "age")), time.Duration(a.OldestUnpublishedAge)), 8, 8},
+				query(q.maxBy(q.sel(slo.MetricOldestUnpublishedAge)), "age")), time.Duration(a.OldestUnpublishedAge)), 8, 8},
 			{timeSeries("Backlog growth",
 				"Rows per second the backlog grows by; sustained growth over "+slo.PromDuration(time.Duration(a.BacklogGrowthFor))+" alerts.",
 				"short",
-				query("deriv("+sumBy(sel(slo.MetricBacklogRows))+"[$__rate_interval:])", "rows/s")), 8, 8},
+				query("deriv("+q.sumBy(q.sel(slo.MetricBacklogRows))+"[$__rate_interval:])", "rows/s")), 8, 8},
 		}},
 		{title: "Open transactions", cells: []cell{
 			{alertLine(timeSeries("Oldest open transaction",
 				"Age of the oldest open transaction in the database: the outbox rows it wrote stay invisible to the relay until it commits. The dashed line is where the long transaction alert fires.",
 				"s",
-				query(maxBy(sel(slo.MetricOldestTransactionAge)), "age")), time.Duration(a.LongTransactionAge)), 12, 8},
+				query(q.maxBy(q.sel(slo.MetricOldestTransactionAge)), "age")), time.Duration(a.LongTransactionAge)), 12, 8},
 			{timeSeries("Long transactions",
 				"Open transactions older than watch.long_transaction_threshold.",
 				"short",
-				query(sumBy(sel(slo.MetricLongTransactions)), "transactions")).
+				query(q.sumBy(q.sel(slo.MetricLongTransactions)), "transactions")).
 				Min(0).Decimals(0), 12, 8},
 		}},
 		{title: "Replication slot (CDC relays)", collapsed: !cdc, cells: []cell{
 			{statPanel("Slot active",
 				"Whether a consumer (the connector) is attached to the replication slot. An inactive slot retains WAL until the disk fills.",
 				"short",
-				instant(minBy(sel(slo.MetricSlotActive), labelSlot), "{{slot}}")).
+				instant(q.minBy(q.sel(slo.MetricSlotActive), labelSlot), "{{slot}}")).
 				ColorMode(common.BigValueColorModeBackground).
 				Mappings(stateMapping("inactive", "active", "red", "green")), 4, 8},
 			{statPanel("WAL status",
 				"The slot's wal_status: reserved and extended are fine, unreserved means WAL is about to be removed, lost means the slot is broken and the connector must be re-snapshotted.",
 				"short",
-				instant(maxBy(sel(slo.MetricSlotWALStatus)+" == 1", labelSlot, labelWALStatus), "{{slot}}: {{wal_status}}")).
+				instant(q.maxBy(q.sel(slo.MetricSlotWALStatus)+" == 1", labelSlot, labelWALStatus), "{{slot}}: {{wal_status}}")).
 				TextMode(common.BigValueTextModeName).
 				ColorMode(common.BigValueColorModeBackground).
 				OverrideByRegexp(".*: reserved", []dashboard.DynamicConfigValue{fixedColor("green")}).
@@ -88,54 +89,54 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 			{timeSeries("Slot WAL",
 				"WAL the slot retains (from restart_lsn), WAL its consumer has not confirmed (from confirmed_flush_lsn), and WAL that can still be written before the slot is in danger (absent when max_slot_wal_keep_size is unlimited).",
 				"bytes",
-				query(sumBy(sel(slo.MetricSlotRetainedWAL), labelSlot), "{{slot}} retained"),
-				query(sumBy(sel(slo.MetricSlotUnconfirmedWAL), labelSlot), "{{slot}} unconfirmed"),
-				query(sumBy(sel(slo.MetricSlotSafeWALSize), labelSlot), "{{slot}} safe size")).
+				query(q.sumBy(q.sel(slo.MetricSlotRetainedWAL), labelSlot), "{{slot}} retained"),
+				query(q.sumBy(q.sel(slo.MetricSlotUnconfirmedWAL), labelSlot), "{{slot}} unconfirmed"),
+				query(q.sumBy(q.sel(slo.MetricSlotSafeWALSize), labelSlot), "{{slot}} safe size")).
 				Min(0), 16, 8},
 		}},
 		{title: "Kafka Connect (CDC relays)", collapsed: !cdc, cells: []cell{
 			{statPanel("Connector",
 				"Whether the connector and all its tasks are RUNNING.",
 				"short",
-				instant(minBy(sel(slo.MetricConnectorRunning), labelConnector), "{{connector}}")).
+				instant(q.minBy(q.sel(slo.MetricConnectorRunning), labelConnector), "{{connector}}")).
 				ColorMode(common.BigValueColorModeBackground).
 				Mappings(stateMapping("not running", "running", "red", "green")), 6, 8},
 			{timeSeries("Failed tasks",
 				"Tasks of the connector in state FAILED.",
 				"short",
-				query(sumBy(sel(slo.MetricConnectorTaskFailures), labelConnector), "{{connector}}")).
+				query(q.sumBy(q.sel(slo.MetricConnectorTaskFailures), labelConnector), "{{connector}}")).
 				Min(0).Decimals(0), 9, 8},
 			{timeSeries("Restarts requested",
 				"Restarts of the connector or its tasks that outbox-canary requested.",
 				"short",
-				query(sumBy("increase("+sel(slo.MetricConnectorRestarts)+"[$__rate_interval])", labelConnector), "{{connector}}")).
+				query(q.sumBy("increase("+q.sel(slo.MetricConnectorRestarts)+"[$__rate_interval])", labelConnector), "{{connector}}")).
 				Min(0), 9, 8},
 		}},
 		{title: "Business consumers", cells: []cell{
 			{timeSeries("Consumer lag (messages)",
 				"Messages each watched consumer group (watch.consumer_groups) has yet to consume.",
 				"short",
-				query(sumBy(sel(slo.MetricConsumerLagMessages), labelGroup, labelTopic), "{{group}} on {{topic}}")).
+				query(q.sumBy(q.sel(slo.MetricConsumerLagMessages), labelGroup, labelTopic), "{{group}} on {{topic}}")).
 				Min(0), 12, 8},
 			{timeSeries("Consumer lag (time)",
 				"Age of the oldest message each watched consumer group has yet to consume.",
 				"s",
-				query(maxBy(sel(slo.MetricConsumerLagSeconds), labelGroup, labelTopic), "{{group}} on {{topic}}")).
+				query(q.maxBy(q.sel(slo.MetricConsumerLagSeconds), labelGroup, labelTopic), "{{group}} on {{topic}}")).
 				Min(0), 12, 8},
 		}},
 		{title: "Clocks and watchers", cells: []cell{
 			{timeSeries("Database clock offset",
 				"Database clock minus prober clock, with its error bound (half the round trip of the best sample), per prober instance: each measures its own. Stamps taken by the database are corrected by it.",
 				"s",
-				query(sumBy(sel(slo.MetricDBClockOffset), labelInstance), "{{instance}} offset"),
-				query(sumBy(sel(slo.MetricDBClockOffset), labelInstance)+" - "+sumBy(sel(slo.MetricDBClockOffsetError), labelInstance), "{{instance}} lower bound"),
-				query(sumBy(sel(slo.MetricDBClockOffset), labelInstance)+" + "+sumBy(sel(slo.MetricDBClockOffsetError), labelInstance), "{{instance}} upper bound")).
+				query(q.sumBy(q.sel(slo.MetricDBClockOffset), labelInstance), "{{instance}} offset"),
+				query(q.sumBy(q.sel(slo.MetricDBClockOffset), labelInstance)+" - "+q.sumBy(q.sel(slo.MetricDBClockOffsetError), labelInstance), "{{instance}} lower bound"),
+				query(q.sumBy(q.sel(slo.MetricDBClockOffset), labelInstance)+" + "+q.sumBy(q.sel(slo.MetricDBClockOffsetError), labelInstance), "{{instance}} upper bound")).
 				OverrideByQuery("B", dottedGrey()).
 				OverrideByQuery("C", dottedGrey()), 12, 8},
 			{timeSeries("Watcher errors",
 				"Failed runs of each watcher: its panels above may be stale or empty while it fails.",
 				"cps",
-				query(sumBy(rate(sel(slo.MetricWatchErrors)), labelWatcher), "{{watcher}}")), 12, 8},
+				query(q.sumBy(rate(q.sel(slo.MetricWatchErrors)), labelWatcher), "{{watcher}}")), 12, 8},
 		}},
 	}
 	return finish(b, sections)

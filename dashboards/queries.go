@@ -29,16 +29,30 @@ const (
 // (configuration validation allows [a-zA-Z0-9_-] only).
 var pipelineMatcher = slo.LabelPipeline + `=~"$` + varPipeline + `"`
 
+// queries writes the dashboards' PromQL in the model's scope
+// (alerting.selector): every selector matches the scope's labels and every
+// aggregation keeps them, so a dashboard of one environment never shows
+// another's pipelines of the same name. With no scope the queries are
+// what they were before scopes existed.
+type queries struct{ scope slo.Scope }
+
+func newQueries(m *slo.Model) queries { return queries{scope: m.Scope} }
+
+// scoped appends the scope's matchers to a selector's.
+func (q queries) scoped(matchers []string) []string {
+	return append(matchers, q.scope.Matchers()...)
+}
+
 // sel selects a metric the prober exports: on the job and instance
 // variables (the target labels Prometheus adds when it scrapes the
 // prober), the pipeline variable, and more matchers.
-func sel(name string, matchers ...string) string {
+func (q queries) sel(name string, matchers ...string) string {
 	all := append([]string{
 		labelJob + `=~"$` + varJob + `"`,
 		labelInstance + `=~"$` + varInstance + `"`,
 		pipelineMatcher,
 	}, matchers...)
-	return name + "{" + strings.Join(all, ",") + "}"
+	return name + "{" + strings.Join(q.scoped(all), ",") + "}"
 }
 
 // recorded selects a series the generated rules record. Recording rules
@@ -46,15 +60,15 @@ func sel(name string, matchers ...string) string {
 // so a job or instance matcher would select nothing: the job and instance
 // variables reach these series through the pipeline variable, whose values
 // are the pipelines the chosen job and instances export.
-func recorded(name string, matchers ...string) string {
+func (q queries) recorded(name string, matchers ...string) string {
 	all := append([]string{pipelineMatcher}, matchers...)
-	return name + "{" + strings.Join(all, ",") + "}"
+	return name + "{" + strings.Join(q.scoped(all), ",") + "}"
 }
 
 // segmentSel selects name on the pipeline and the (repeated) segment
 // variable.
-func segmentSel(name string) string {
-	return sel(name, slo.LabelSegment+`="$`+varSegment+`"`)
+func (q queries) segmentSel(name string) string {
+	return q.sel(name, slo.LabelSegment+`="$`+varSegment+`"`)
 }
 
 // rate is the per-second rate of a counter over Grafana's rate interval,
@@ -63,8 +77,9 @@ func rate(selector string) string {
 	return "rate(" + selector + "[$__rate_interval])"
 }
 
-// aggregate applies op by labels (none: over everything).
-func aggregate(op, expr string, labels ...string) string {
+// aggregate applies op by labels and the scope's (none: over everything).
+func (q queries) aggregate(op, expr string, labels ...string) string {
+	labels = q.scope.By(labels...)
 	if len(labels) == 0 {
 		return op + "(" + expr + ")"
 	}
@@ -74,25 +89,31 @@ func aggregate(op, expr string, labels ...string) string {
 // sumBy sums expr by labels (none: a plain sum). Counters and counts add up
 // across the chosen instances; gauges that do not (ages, 0/1 states) use
 // maxBy or minBy.
-func sumBy(expr string, labels ...string) string { return aggregate("sum", expr, labels...) }
+func (q queries) sumBy(expr string, labels ...string) string {
+	return q.aggregate("sum", expr, labels...)
+}
 
 // maxBy keeps the largest value by labels: the oldest age of several
 // instances, not their sum.
-func maxBy(expr string, labels ...string) string { return aggregate("max", expr, labels...) }
+func (q queries) maxBy(expr string, labels ...string) string {
+	return q.aggregate("max", expr, labels...)
+}
 
 // minBy keeps the smallest value by labels: a 0/1 health state is healthy
 // only when every chosen instance says so.
-func minBy(expr string, labels ...string) string { return aggregate("min", expr, labels...) }
+func (q queries) minBy(expr string, labels ...string) string {
+	return q.aggregate("min", expr, labels...)
+}
 
 // inRange is how many events a counter counted over the dashboard's time
 // range.
-func inRange(metric string) string {
-	return sumBy("increase(" + sel(metric) + "[$__range])")
+func (q queries) inRange(metric string) string {
+	return q.sumBy("increase(" + q.sel(metric) + "[$__range])")
 }
 
 // quantile is the q-quantile of the segment latency histogram, per segment.
-func quantile(q string, selector string) string {
-	return fmt.Sprintf("histogram_quantile(%s, %s)", q, sumBy(rate(selector), "le", slo.LabelSegment))
+func (q queries) quantile(quantile string, selector string) string {
+	return fmt.Sprintf("histogram_quantile(%s, %s)", quantile, q.sumBy(rate(selector), "le", slo.LabelSegment))
 }
 
 // sloLabels identify one SLO in a dashboard and name who owns it: every
@@ -105,14 +126,14 @@ const sloLegend = "{{pipeline}}/{{segment}} ({{owner}})"
 
 // perSLO is a recorded series per SLO (summed over the labels that are not
 // the SLO's, such as sloth_window).
-func perSLO(name string, matchers ...string) string {
-	return sumBy(recorded(name, matchers...), sloLabels...)
+func (q queries) perSLO(name string, matchers ...string) string {
+	return q.sumBy(q.recorded(name, matchers...), sloLabels...)
 }
 
 // burnRate is the burn rate of every SLO over one recorded window: the
 // error ratio over the window divided by the error budget.
-func burnRate(window time.Duration, matchers ...string) string {
-	return perSLO(slo.RecordSLIError(window), matchers...) + " / " + perSLO(slo.RecordErrorBudget, matchers...)
+func (q queries) burnRate(window time.Duration, matchers ...string) string {
+	return q.perSLO(slo.RecordSLIError(window), matchers...) + " / " + q.perSLO(slo.RecordErrorBudget, matchers...)
 }
 
 // burnThresholdExpr is, per pipeline, the burn rate at which the alert
@@ -126,14 +147,14 @@ func burnRate(window time.Duration, matchers ...string) string {
 // num / (100 * den * long_seconds) with budget_percent = num/den, so
 // Prometheus rounds once and draws exactly the float of the factor (14/15
 // on a 28d window's 3d ticket, not 0.9333333333333335).
-func burnThresholdExpr(a slo.BurnAlert) string {
+func (q queries) burnThresholdExpr(a slo.BurnAlert) string {
 	pct := a.BudgetPercent
 	den := "100"
 	if pct.Denom().Cmp(big.NewInt(1)) != 0 {
 		den += " * " + pct.Denom().String()
 	}
 	return fmt.Sprintf("%s * 86400 * %s / (%s * %d)",
-		maxBy(recorded(slo.RecordTimePeriodDays), slo.LabelPipeline),
+		q.maxBy(q.recorded(slo.RecordTimePeriodDays), slo.LabelPipeline),
 		pct.Num().String(), den, int64(a.Long/time.Second))
 }
 
@@ -143,17 +164,17 @@ func burnThresholdExpr(a slo.BurnAlert) string {
 // accepts an absent label ("|" matches the empty value): burn-rate alerts
 // come from recorded series and carry no job or instance, the dead man
 // carries its job but no instance.
-func alertSelector(matchers ...string) string {
+func (q queries) alertSelector(matchers ...string) string {
 	all := append([]string{
 		`alertname=~"` + alertNames + `"`,
 		labelJob + `=~"$` + varJob + `|"`,
 		labelInstance + `=~"$` + varInstance + `|"`,
 		slo.LabelPipeline + `=~"$` + varPipeline + `|"`,
 	}, matchers...)
-	return alertsMetric + "{" + strings.Join(all, ",") + "}"
+	return alertsMetric + "{" + strings.Join(q.scoped(all), ",") + "}"
 }
 
 // alertsFiring counts the firing alerts alertSelector sees, 0 when none.
-func alertsFiring() string {
-	return "count(" + alertSelector(`alertstate="firing"`) + ") or vector(0)"
+func (q queries) alertsFiring() string {
+	return q.aggregate("count", q.alertSelector(`alertstate="firing"`)) + " or vector(0)"
 }

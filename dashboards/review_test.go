@@ -798,7 +798,7 @@ func TestBurnThresholdExprIsTheFactor(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := slo.BurnAlert{BudgetPercent: tt.percent, Long: tt.long, Factor: slo.BurnFactor(tt.percent, tt.window, tt.long)}
-			expr := burnThresholdExpr(a)
+			expr := queries{}.burnThresholdExpr(a)
 			if expr != tt.want {
 				t.Errorf("expr\n got %s\nwant %s", expr, tt.want)
 			}

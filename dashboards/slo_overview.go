@@ -38,6 +38,7 @@ const (
 // several values (All by default), so one dashboard serves the monthly
 // review and the zoom on one pipeline.
 func sloOverview(m *slo.Model) (dashboard.Dashboard, error) {
+	q := newQueries(m)
 	b := newDashboard(m, dashboardSpec{
 		uid:   UIDSLOOverview,
 		title: "outbox-canary / SLO overview",
@@ -52,13 +53,13 @@ func sloOverview(m *slo.Model) (dashboard.Dashboard, error) {
 		{statPanel("Alerts firing",
 			"outbox-canary alerts firing now for the chosen pipelines, and the instance-wide ones that have no pipeline (OutboxCanaryProberAbsent, the dead man: with the prober gone no other alert can fire).",
 			"short",
-			instant(alertsFiring(), "")).
+			instant(q.alertsFiring(), "")).
 			ColorMode(common.BigValueColorModeBackground).
 			Thresholds(thresholds(step{nil, "green"}, step{at(1), "red"})), 4, 5},
 		{statPanel("Least error budget left",
 			"The SLO with the least of its error budget left, and its owner. "+budgetAbout(m),
 			"percentunit",
-			instant("bottomk(1, "+perSLO(slo.RecordPeriodErrorBudgetRemaining)+")", sloLegend)).
+			instant("bottomk(1, "+q.perSLO(slo.RecordPeriodErrorBudgetRemaining)+")", sloLegend)).
 			TextMode(common.BigValueTextModeValueAndName).
 			ColorMode(common.BigValueColorModeBackground).
 			Decimals(1).
@@ -86,12 +87,12 @@ func sloOverview(m *slo.Model) (dashboard.Dashboard, error) {
 			{timeSeries("Error budget remaining",
 				"How each SLO's error budget was spent over its window. "+budgetAbout(m),
 				"percentunit",
-				query(perSLO(slo.RecordPeriodErrorBudgetRemaining), sloLegend)).
+				query(q.perSLO(slo.RecordPeriodErrorBudgetRemaining), sloLegend)).
 				NoValue(noDataYet), 12, 8},
 			{timeSeries("Period burn rate",
 				"Burn rate over each SLO's whole window: above 1 the objective is missed for the window, whatever the window's length. "+budgetAbout(m),
 				"short",
-				query(perSLO(slo.RecordPeriodBurnRate), sloLegend)).
+				query(q.perSLO(slo.RecordPeriodBurnRate), sloLegend)).
 				NoValue(noDataYet).
 				Thresholds(thresholds(step{nil, "green"}, step{at(1), "red"})).
 				ThresholdsStyle(common.NewGraphThresholdsStyleConfigBuilder().Mode(common.GraphThresholdsStyleModeDashed)).
@@ -100,18 +101,18 @@ func sloOverview(m *slo.Model) (dashboard.Dashboard, error) {
 		{title: "Alerts", cells: []cell{
 			{tablePanel("Pending and firing alerts",
 				"outbox-canary alerts of the chosen pipelines that are pending or firing now, and the instance-wide ones (the dead man), with their labels: severity and owner route them in Alertmanager.",
-				instantTable(alertSelector())).
+				instantTable(q.alertSelector())).
 				WithTransformation(organize([]string{"Time", "Value", "__name__"}, nil, nil)), 14, 8},
 			{timeSeries("Firing alerts over time",
 				"Which outbox-canary alerts fired when, and for whom.",
 				"short",
-				query(sumBy(alertSelector(`alertstate="firing"`), "alertname", slo.LabelPipeline, slo.LabelSegment, slo.LabelOwner), "{{alertname}} {{pipeline}} {{segment}} {{owner}}")).
+				query(q.sumBy(q.alertSelector(`alertstate="firing"`), "alertname", slo.LabelPipeline, slo.LabelSegment, slo.LabelOwner), "{{alertname}} {{pipeline}} {{segment}} {{owner}}")).
 				DrawStyle(common.GraphDrawStyleBars).
 				Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).
 				Decimals(0), 10, 8},
 			{tablePanel("SLOs",
 				"The SLOs the rules were generated for (sloth_slo_info), with their owners.",
-				instantTable(recorded(slo.RecordSLOInfo))).
+				instantTable(q.recorded(slo.RecordSLOInfo))).
 				WithTransformation(organize([]string{"Time", "Value", "__name__"}, nil, nil)), 24, 6},
 		}},
 	}
@@ -137,15 +138,16 @@ func budgetThresholds() *dashboard.ThresholdsConfigBuilder {
 // budget remaining and the burn rate over every recorded window, each
 // burn column colored at its own thresholds (burnSteps).
 func fleetTable(m *slo.Model, g windowGroup, groups []windowGroup) *table.PanelBuilder {
+	q := newQueries(m)
 	matchers := g.matchers(groups)
 	qs := []*prometheus.DataqueryBuilder{
-		instantTable(perSLO(slo.RecordPeriodErrorBudgetRemaining, matchers...)),
-		instantTable(perSLO(slo.RecordObjective, matchers...)),
-		instantTable(perSLO(slo.RecordTimePeriodDays, matchers...)),
+		instantTable(q.perSLO(slo.RecordPeriodErrorBudgetRemaining, matchers...)),
+		instantTable(q.perSLO(slo.RecordObjective, matchers...)),
+		instantTable(q.perSLO(slo.RecordTimePeriodDays, matchers...)),
 	}
 	columns := []string{colBudget, colObjective, colWindow}
 	for _, w := range g.rateWindows {
-		qs = append(qs, instantTable(burnRate(w, matchers...)))
+		qs = append(qs, instantTable(q.burnRate(w, matchers...)))
 		columns = append(columns, burnColumn+slo.PromDuration(w))
 	}
 	rename := map[string]string{}
@@ -215,13 +217,14 @@ func tableHeight(rows int) uint32 {
 // recorded window (slo:time_period:days), so each pipeline's line is at
 // its own factor.
 func burnAlertPanel(m *slo.Model, a slo.BurnAlert) *timeseries.PanelBuilder {
+	q := newQueries(m)
 	long, short := slo.PromDuration(a.Long), slo.PromDuration(a.Short)
 	description := fmt.Sprintf("Burn rate of each SLO over %s and %s. The %s alert fires while both are above the dashed line of their pipeline: the burn rate that spends %s%% of the SLO window's error budget in %s, %s. The %s window confirms the burn is still going on.",
 		long, short, a.Severity, slo.FormatRat(a.BudgetPercent), long, factorsText(m, a), short)
 	return timeSeries(burnAlertTitle(a), description, "short",
-		query(burnRate(a.Long), sloLegend+" "+long),
-		query(burnRate(a.Short), sloLegend+" "+short),
-		query(burnThresholdExpr(a), "{{pipeline}} threshold")).
+		query(q.burnRate(a.Long), sloLegend+" "+long),
+		query(q.burnRate(a.Short), sloLegend+" "+short),
+		query(q.burnThresholdExpr(a), "{{pipeline}} threshold")).
 		NoValue(noDataYet).
 		Min(0).
 		OverrideByQuery("C", dashedRed())

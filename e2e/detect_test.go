@@ -66,7 +66,6 @@ import (
 	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
 
-	"github.com/outbox-canary/outbox-canary/alerts"
 	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/connect"
@@ -1051,7 +1050,7 @@ func fillReceivers(t *testing.T, generated []byte, webhookURL func(string) strin
 	}
 	for _, rc := range recv {
 		m := rc.(map[string]any)
-		if m["name"] == alerts.InhibitOnlyReceiver {
+		if m["name"] == inhibitOnlyReceiver {
 			continue // it only feeds inhibit rules; a user leaves it empty too
 		}
 		m["webhook_configs"] = []any{map[string]any{"url": webhookURL(m["name"].(string)), "send_resolved": true}}

@@ -333,8 +333,10 @@ type promConfig struct {
 	// dead man watches.
 	job     string
 	targets []string
-	// alertmanager is the address alerts are sent to.
-	alertmanager string
+	// alertmanager is the address alerts are sent to, and
+	// moreAlertmanagers others that get them too.
+	alertmanager      string
+	moreAlertmanagers []string
 }
 
 // startPrometheus starts Prometheus on a free loopback port with a data
@@ -350,6 +352,10 @@ func startPrometheus(t *testing.T, bin string, c promConfig) *server {
 	for _, a := range c.targets {
 		targets = append(targets, strconv.Quote(a))
 	}
+	var ams []string
+	for _, a := range append([]string{c.alertmanager}, c.moreAlertmanagers...) {
+		ams = append(ams, strconv.Quote(a))
+	}
 	cfg := fmt.Sprintf(`global:
   scrape_interval: %s
   scrape_timeout: %s
@@ -358,12 +364,12 @@ rule_files: [%s]
 alerting:
   alertmanagers:
     - static_configs:
-        - targets: [%q]
+        - targets: [%s]
 scrape_configs:
   - job_name: %q
     static_configs:
       - targets: [%s]
-`, c.scrape, min(c.scrape, 10*time.Second), c.eval, strings.Join(rules, ", "), c.alertmanager, c.job, strings.Join(targets, ", "))
+`, c.scrape, min(c.scrape, 10*time.Second), c.eval, strings.Join(rules, ", "), strings.Join(ams, ", "), c.job, strings.Join(targets, ", "))
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

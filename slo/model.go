@@ -13,6 +13,8 @@ import (
 type Model struct {
 	Pipelines []Pipeline
 	Alerting  config.Alerting
+	// Scope is alerting.selector; every Pipeline and SLO carries it too.
+	Scope Scope
 }
 
 // Pipeline is one pipeline's SLOs and the facts about its canaries that
@@ -38,6 +40,8 @@ type Pipeline struct {
 	Owners map[string]string
 	// DefaultOwner owns what cannot be blamed on one segment.
 	DefaultOwner string
+	// Scope is the model's scope (alerting.selector).
+	Scope Scope
 }
 
 // Owner returns the owner of a segment, or the default owner.
@@ -81,12 +85,14 @@ type SLO struct {
 	// Burn lists the multiwindow burn-rate alerts, factors already derived
 	// for Window.
 	Burn []BurnAlert
+	// Scope is the model's scope (alerting.selector).
+	Scope Scope
 }
 
 // FromConfig builds the model of a validated configuration. The burn
 // windows are alerting.burn_windows when set, the SRE Workbook's otherwise.
 func FromConfig(cfg *config.Config) (*Model, error) {
-	m := &Model{Alerting: cfg.Alerting}
+	m := &Model{Alerting: cfg.Alerting, Scope: Scope(cfg.Alerting.Selector)}
 	windows := cfg.Alerting.BurnWindows
 	if len(windows) == 0 {
 		var err error
@@ -110,6 +116,7 @@ func FromConfig(cfg *config.Config) (*Model, error) {
 			Segments:       append([]string{config.SegmentInsertToCommit}, p.Segments()...),
 			Owners:         map[string]string{},
 			DefaultOwner:   p.Owner("default"),
+			Scope:          m.Scope,
 		}
 		for _, seg := range mp.Segments {
 			mp.Owners[seg] = p.Owner(seg)
@@ -132,6 +139,7 @@ func FromConfig(cfg *config.Config) (*Model, error) {
 				Budget:    budget,
 				Owner:     owner,
 				Burn:      burn,
+				Scope:     m.Scope,
 			})
 		}
 		m.Pipelines = append(m.Pipelines, mp)

@@ -25,6 +25,15 @@ type Alerting struct {
 	// e.g. for Alertmanager routing. Not pipeline, segment, owner,
 	// severity, alertname, job, sloth_* or __*.
 	Labels map[string]string `yaml:"labels"`
+	// Scopes the rules and dashboards to one environment of a
+	// Prometheus (or Thanos/Mimir ruler) that holds several: label name to
+	// value, e.g. {env: prod, cluster: eu-1}, matched exactly in every
+	// generated expression and kept on every recorded series and alert, so
+	// two scopes with the same pipeline names never merge, and the dead man
+	// is one per scope. The labels must be on the prober's series (target
+	// labels of the scrape, or external labels in a Thanos/Mimir ruler).
+	// Not a label alerting.labels sets, nor a reserved one.
+	Selector map[string]string `yaml:"selector"`
 	// The backlog alert fires when the oldest unpublished row is older
 	// than this (polling relays).
 	OldestUnpublishedAge Duration `yaml:"oldest_unpublished_age"`
@@ -289,6 +298,22 @@ func (a *Alerting) validate(v *validator) {
 			v.add("alerting.labels."+k, "", "not a Prometheus label name (letters, digits and _, not starting with a digit)")
 		} else if slices.Contains(reserved, k) || strings.HasPrefix(k, "sloth_") || strings.HasPrefix(k, "__") {
 			v.add("alerting.labels."+k, "", "reserved: the generator sets it (reserved: %s, sloth_*, __*)", strings.Join(reserved, ", "))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(a.Selector)) {
+		path := "alerting.selector." + k
+		switch {
+		case !labelNameRE.MatchString(k):
+			v.add(path, "", "not a Prometheus label name (letters, digits and _, not starting with a digit)")
+		case slices.Contains(reserved, k) || strings.HasPrefix(k, "sloth_") || strings.HasPrefix(k, "__") || k == "instance":
+			v.add(path, "", "reserved: the generator or the scrape sets it (reserved: %s, instance, sloth_*, __*)", strings.Join(reserved, ", "))
+		case a.Labels[k] != "":
+			v.add(path, "", "also set by alerting.labels; a scope label comes from the series, so it cannot be set on them too")
+		case a.Selector[k] == "":
+			// PromQL's k="" matches series without the label: not a scope.
+			v.add(path, "", "empty: a scope label needs a value")
+		case strings.ContainsAny(a.Selector[k], "\n"):
+			v.add(path, "", "%q must not contain newlines", a.Selector[k])
 		}
 	}
 	for i, w := range a.BurnWindows {

@@ -26,6 +26,11 @@ func TestAlertingValidation(t *testing.T) {
 		{"a budget share in exponent notation is rejected", "alerting:\n  burn_windows:\n    - {severity: page, budget_percent: 2e0, long_window: 1h, short_window: 5m}\n", `line 11: alerting.burn_windows[0].budget_percent: "2e0" is not a decimal number`},
 		{"a label that would override routing is rejected", "alerting:\n  labels: {owner: x}\n", "line 10: alerting.labels.owner: reserved"},
 		{"a sloth_ label is rejected", "alerting:\n  labels: {sloth_slo: x}\n", "line 10: alerting.labels.sloth_slo: reserved"},
+		{"a scope on a label the generator sets is rejected", "alerting:\n  selector:\n    env: prod\n    pipeline: orders\n", "line 12: alerting.selector.pipeline: reserved"},
+		{"a scope on the instance label is rejected", "alerting:\n  selector: {instance: a}\n", "line 10: alerting.selector.instance: reserved"},
+		{"a scope label that is not a label name is rejected", "alerting:\n  selector: {1env: prod}\n", "line 10: alerting.selector.1env: not a Prometheus label name"},
+		{"a scope label with an empty value is rejected", "alerting:\n  selector:\n    env: \"\"\n", "line 11: alerting.selector.env: empty: a scope label needs a value"},
+		{"a scope label alerting.labels also sets is rejected", "alerting:\n  labels: {env: prod}\n  selector: {env: prod}\n", "line 11: alerting.selector.env: also set by alerting.labels"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := Load([]byte(alertingBase + tc.alerting))
