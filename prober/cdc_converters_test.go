@@ -343,18 +343,25 @@ func TestE2ESchemaRegistryFramedValuesAreSkippedAsUnsupportedEncodingWithOneWarn
 	skipped := func(reason string) float64 {
 		return testutil.ToFloat64(svc.Metrics().MessagesSkipped.WithLabelValues("e2e", reason))
 	}
-	waitFor(t, "both framed values to be skipped", func() bool { return skipped(ReasonUnsupportedEncoding) == 2 })
+	unsupportedWarnings := func() []string {
+		var warnings []string
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "level=WARN") && strings.Contains(line, "reason="+ReasonUnsupportedEncoding) {
+				warnings = append(warnings, line)
+			}
+		}
+		return warnings
+	}
+	// A skip is counted before it is logged: wait for both.
+	waitFor(t, "both framed values to be skipped and the first logged", func() bool {
+		return skipped(ReasonUnsupportedEncoding) == 2 && len(unsupportedWarnings()) > 0
+	})
 	for _, reason := range []string{ReasonMalformed, ReasonBadSignature, ReasonForeignInstance} {
 		if n := skipped(reason); n != 0 {
 			t.Errorf("%v skipped as %s, want 0: a framed value has its own reason", n, reason)
 		}
 	}
-	var warnings []string
-	for _, line := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(line, "level=WARN") && strings.Contains(line, "reason="+ReasonUnsupportedEncoding) {
-			warnings = append(warnings, line)
-		}
-	}
+	warnings := unsupportedWarnings()
 	if len(warnings) != 1 {
 		t.Fatalf("%d warnings about %s, want exactly 1 (the first skip; the second is rate-limited):\n%s",
 			len(warnings), ReasonUnsupportedEncoding, strings.Join(warnings, "\n"))
