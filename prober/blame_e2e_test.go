@@ -459,7 +459,14 @@ func TestDisruptiveBlamePostgresStoppedDuringALookup(t *testing.T) {
 // arrive.
 func TestDisruptiveBlameCDCBrokerStall(t *testing.T) {
 	s := stacktest.Load(t)
-	p := newCDCPipeline(t, s, nil)
+	// A CreateTime canary topic: the record's timestamp is Debezium's
+	// processing time, taken before the broker went away, so the wait lands
+	// after the publish stamp, in the broker's segment. On the recommended
+	// LogAppendTime topic the broker stamps on append, after it is back, so
+	// the wait lands in commit_to_publish and is left unjudged
+	// (brokers_unreachable), the rule
+	// TestDisruptiveBlameKafkaStoppedBehindThePollingRelay proves.
+	p := newCDCPipelineOn(t, s, nil, nil)
 	// commit_to_publish gets room for Debezium capturing a commit late on
 	// a loaded machine, and its deadline still falls while the broker is
 	// down (it stays down past end_to_end's, then takes seconds to
