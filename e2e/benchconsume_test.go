@@ -27,9 +27,7 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -213,26 +211,12 @@ type recentCanaries struct {
 	} `json:"pipelines"`
 }
 
-// readRecentCanaries reads the prober's /api/status: the recent canaries of every
-// pipeline, with their consume stamps.
+// readRecentCanaries reads the prober's /api/status: the recent canaries of
+// every pipeline, with their consume stamps.
 func readRecentCanaries(addr string) (*recentCanaries, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/status", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("status %s", resp.Status)
-	}
 	var st recentCanaries
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return nil, fmt.Errorf("decode: %w", err)
+	if err := getJSON(context.Background(), "http://"+addr+"/api/status", &st); err != nil {
+		return nil, err
 	}
 	return &st, nil
 }
