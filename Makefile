@@ -105,13 +105,13 @@ image-release: ## build the image from deploy/Dockerfile (needs a registry: GOLA
 # CONNECT_PORT_BASE=..., see deploy/local/stack.sh). DETECT_SCENARIOS picks
 # scenarios, separated by spaces or commas (relay-stall, connect-stopped,
 # relay-delay, pause-20s, second-stall, quiet-30m, kafka-down,
-# connector-paused); the others' results in
+# connector-paused, flapping-relay); the others' results in
 # docs/detection.json are kept.
 DETECT_SCENARIOS ?= all
 detect_comma := ,
 detect_space := $(subst ,, )
 DETECT_LIST = $(subst $(detect_space),$(detect_comma),$(strip $(DETECT_SCENARIOS)))
-DETECT_COMMAND = $(strip $(foreach v,STACK_DIR PG_PORT_BASE KAFKA_PORT_BASE CONNECT_PORT_BASE,$(if $($(v)),$(v)=$($(v)))) make detect $(if $(filter-out all,$(DETECT_LIST)),DETECT_SCENARIOS=$(DETECT_LIST)))
+DETECT_COMMAND = $(strip $(foreach v,STACK_DIR PG_PORT_BASE KAFKA_PORT_BASE CONNECT_PORT_BASE MYSQL_PORT_BASE,$(if $($(v)),$(v)=$($(v)))) make detect $(if $(filter-out all,$(DETECT_LIST)),DETECT_SCENARIOS=$(DETECT_LIST)))
 detect: stack-up ## measure detection at production settings (over an hour; stops the stack's Kafka Connect and Kafka) and write docs/detection.md
 	OUTBOX_CANARY_STACK_ENV=$(abspath $(or $(STACK_DIR),.stack))/env OUTBOX_CANARY_DETECT='$(DETECT_LIST)' \
 	OUTBOX_CANARY_DETECT_COMMAND='$(DETECT_COMMAND)' \
