@@ -206,10 +206,10 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	// Pipelines on one database share its watchers' queries. A MySQL
-	// pipeline's watchers (backlog, open transactions, consumer lag) run
-	// on their own through the family seam; the capture-log watcher and
-	// the privileges check read PostgreSQL only so far.
+	// Pipelines on one database share its watchers' queries, whatever its
+	// family: a MySQL pipeline's (backlog, open transactions, binlog) go
+	// through the family seam, one sampler per database (Set.Add); the
+	// privileges check reads PostgreSQL only so far.
 	var watched, others []config.Pipeline
 	for _, p := range cfg.Pipelines {
 		if kind, _ := p.Database.Family(); kind == config.KindPostgres {

@@ -8,12 +8,17 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
+	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/mysql"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
@@ -129,5 +134,170 @@ func TestAMariaDBCDCPipelineHasItsBinlogWatched(t *testing.T) {
 	// Polling-only watchers stay out of a cdc pipeline.
 	if n := testutil.CollectAndCount(mt.BacklogRows); n != 0 {
 		t.Errorf("%d backlog series for a cdc pipeline, want none", n)
+	}
+}
+
+// countingDB counts the questions asked of a database through the family
+// seam, by method, on the way to the real one.
+type countingDB struct {
+	outboxdb.DB
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (c *countingDB) count(what string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts[what]++
+}
+
+func (c *countingDB) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	got := c.counts
+	c.counts = map[string]int{}
+	return got
+}
+
+func (c *countingDB) Backlog(ctx context.Context, t outboxdb.Table) (outboxdb.Backlog, error) {
+	c.count("backlog " + t.Name)
+	return c.DB.Backlog(ctx, t)
+}
+
+func (c *countingDB) OpenTransactions(ctx context.Context, threshold time.Duration) (outboxdb.Transactions, error) {
+	c.count("transactions " + threshold.String())
+	return c.DB.OpenTransactions(ctx, threshold)
+}
+
+func (c *countingDB) CaptureLog(ctx context.Context) (outboxdb.CaptureLog, error) {
+	c.count("binlog")
+	return c.DB.CaptureLog(ctx)
+}
+
+// Pipelines on one MariaDB database share one sampler, as on PostgreSQL:
+// each sample asks each question once (open transactions once per distinct
+// threshold, the backlog once per outbox table, the binlog once), however
+// many pipelines want the answer, and each pipeline exports its own series
+// from it.
+func TestPipelinesOnOneMariaDBDatabaseAskEachQuestionOncePerInterval(t *testing.T) {
+	s := stacktest.Load(t)
+	m := s.MySQL(t)
+	dsn, admin := m.FreshOutbox(t, stacktest.MySQLSeedA)
+	ctx := context.Background()
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := admin.ExecContext(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	// 60 polling pipelines on 3 outbox tables; table i holds i unpublished
+	// rows. Two cdc pipelines on a Debezium outbox beside them.
+	tables := []string{"outbox", "outbox_1", "outbox_2"}
+	for i := 1; i < len(tables); i++ {
+		exec("CREATE TABLE " + tables[i] + " LIKE outbox")
+		for range i {
+			exec("INSERT INTO " + tables[i] + " (aggregate_type, aggregate_id, payload) VALUES ('order', 'o', '{}')")
+		}
+	}
+	exec(strings.Replace(outboxsql.MySQLDebeziumOutbox, "CREATE TABLE outbox", "CREATE TABLE cdc_outbox", 1))
+	cfg := fleetSpec{dsn: dsn, polling: 60, tables: tables, cdc: []string{"", ""}, thresholds: []string{"1s", "1h"}}.load(t)
+
+	real, err := mysql.Open(cfg.Pipelines[0].Database, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { real.Close() })
+	db := &countingDB{DB: real, counts: map[string]int{}}
+	mt, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs stacktest.SyncBuffer
+	set := &Set{log: logs.Logger()}
+	for i := range cfg.Pipelines {
+		w, err := New(Options{Pipeline: &cfg.Pipelines[i], Family: db, Metrics: mt, Logger: logs.Logger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		set.Add(w)
+	}
+	if len(set.own) != 0 || len(set.familyDBs) != 1 {
+		t.Fatalf("Add: %d watchers on their own, %d databases; want none on their own, one database", len(set.own), len(set.familyDBs))
+	}
+	g := newFamilyGroup(db, set.onFamily[db], logs.Logger())
+
+	// A transaction older than 1s and younger than an hour: over the
+	// threshold of half the polling pipelines.
+	conn, err := admin.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "INSERT INTO outbox (aggregate_type, aggregate_id, payload) VALUES ('order', 'k', '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(ctx, "ROLLBACK") //nolint:errcheck // the test's end
+
+	// Three thresholds: the polling pipelines' two and the cdc ones'
+	// default.
+	want := map[string]int{"transactions 1s": 1, "transactions 1h0m0s": 1, "transactions 1m0s": 1, "binlog": 1}
+	for _, table := range tables {
+		want["backlog "+table] = 1
+	}
+	// InnoDB's trx_started has whole seconds: wait for the transaction to
+	// be over 1s, each sample asking each question once.
+	stacktest.Eventually(t, watchWait, "the open transaction to be over the 1s threshold", func() (bool, string) {
+		g.Sample(ctx)
+		if got := db.take(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("one sample of 62 pipelines on one database asked %v, want %v", got, want)
+		}
+		long := testutil.ToFloat64(mt.LongTransactions.WithLabelValues("p000"))
+		return long == 1, fmt.Sprintf("long transactions of p000 (1s) %v", long)
+	})
+	t.Logf("62 pipelines (60 polling on %d tables, 2 cdc) on one MariaDB database: %d questions per interval", len(tables), len(want))
+
+	if n := testutil.CollectAndCount(mt.Errors); n != 0 {
+		t.Fatalf("%d watch error series, want none:\n%s", n, logs.String())
+	}
+	for i := range 60 {
+		p := &cfg.Pipelines[i]
+		if got, want := testutil.ToFloat64(mt.BacklogRows.WithLabelValues(p.Name)), float64(i%len(tables)); got != want {
+			t.Errorf("backlog rows of %s on %s = %v, want %v (its own table's)", p.Name, p.Outbox.Table, got, want)
+		}
+		wantLong := 1.0
+		if p.Watch.LongTransactionThreshold == config.Duration(time.Hour) {
+			wantLong = 0
+		}
+		if got := testutil.ToFloat64(mt.LongTransactions.WithLabelValues(p.Name)); got != wantLong {
+			t.Errorf("long transactions of %s (threshold %s) = %v, want %v", p.Name, p.Watch.LongTransactionThreshold, got, wantLong)
+		}
+	}
+	for _, name := range []string{"c000", "c001"} {
+		if got := testutil.ToFloat64(mt.Up.WithLabelValues(name, WatcherBinlog)); got != 1 {
+			t.Errorf("binlog watcher_up of %s = %v, want 1", name, got)
+		}
+	}
+	if n := testutil.CollectAndCount(mt.BacklogRows); n != 60 {
+		t.Errorf("%d backlog series, want one per polling pipeline (60)", n)
+	}
+
+	// Set.Run samples the database in one loop: cancelled after its first
+	// sample, it has asked each question once.
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { set.Run(runCtx); close(done) }()
+	stacktest.Eventually(t, watchWait, "Run's first sample", func() (bool, string) {
+		db.mu.Lock()
+		n := db.counts["binlog"] + db.counts["backlog outbox_2"]
+		db.mu.Unlock()
+		return n == 2, fmt.Sprintf("%d of the binlog and outbox_2 backlog questions asked", n)
+	})
+	cancel()
+	<-done
+	if got := db.take(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Run's first sample asked %v, want %v", got, want)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
@@ -26,8 +27,15 @@ import (
 // has them.
 type Set struct {
 	groups   []*group
+	families []*familyGroup // the databases reached through the family seam
 	watchers []*Watcher
-	own      []*Watcher // Add's, each sampled whole in a loop of its own
+	own      []*Watcher // Add's without a database, each sampled whole in a loop of its own
+	// onFamily are Add's watchers by their database (the family seam), in
+	// the order the databases came: Run samples each database's in one
+	// familyGroup.
+	onFamily  map[outboxdb.DB][]*Watcher
+	familyDBs []outboxdb.DB
+	log       *slog.Logger
 }
 
 // OpenSet builds the watchers of pipelines on the process's shared
@@ -79,6 +87,7 @@ func openSet(pipelines []config.Pipeline, dbOf databaseOf, clusters *kafkaclient
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	s.log = log
 	for g, ws := range members {
 		s.groups = append(s.groups, newGroup(dbs[g], ws, log))
 	}
@@ -92,8 +101,26 @@ func (s *Set) Run(ctx context.Context) {
 	for _, g := range s.groups {
 		wg.Go(func() { every(ctx, g.tick, g.sampleDue) })
 	}
+	for _, db := range s.familyDBs {
+		log := s.log
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		s.families = append(s.families, newFamilyGroup(db, s.onFamily[db], log))
+	}
+	s.familyDBs = nil
+	for _, g := range s.families {
+		wg.Go(func() { every(ctx, g.tick, g.sampleDue) })
+	}
 	for _, w := range s.own {
 		wg.Go(func() { every(ctx, time.Duration(w.p.Watch.Interval), w.Sample) })
+	}
+	for _, ws := range s.families {
+		for _, w := range ws.members {
+			if w.watchesKafka() {
+				wg.Go(func() { every(ctx, time.Duration(w.p.Watch.Interval), w.sampleKafka) })
+			}
+		}
 	}
 	for _, w := range s.watchers {
 		if w.watchesKafka() {
@@ -121,6 +148,9 @@ type group struct {
 	now     func() time.Time
 	log     *slog.Logger // names no pipeline: lines about several list them
 	members []*Watcher
+	// explain words a failed answer for the operator (login, TLS): the
+	// family's own.
+	explain func(error) error
 
 	// The distinct watch.long_transaction_thresholds of the members: one
 	// query counts the open transactions over each (QueryOpenTransactions).
@@ -164,7 +194,7 @@ type sharedBacklog struct {
 
 // newGroup plans the questions of members, which share db.
 func newGroup(db postgres.Querier, members []*Watcher, log *slog.Logger) *group {
-	g := &group{db: db, now: members[0].now, log: log, members: members}
+	g := &group{db: db, now: members[0].now, log: log, members: members, explain: postgres.Explain}
 	byQuery := map[string]*sharedBacklog{}
 	for _, w := range members {
 		p := w.p
@@ -335,7 +365,9 @@ func (g *group) askSlots(ctx context.Context) func() {
 // service shutting down, not the database failing: nothing is recorded.
 func (g *group) settle(ctx context.Context, watcher string, users []*Watcher, err error, apply, drop func(*Watcher)) {
 	// Login and TLS failures worded for the operator.
-	err = postgres.Explain(err)
+	if err != nil {
+		err = g.explain(err)
+	}
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		g.logAbout(ctx, slog.LevelDebug, users, "watcher stopped by shutdown", "watcher", watcher, "err", err)
 		return

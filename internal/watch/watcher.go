@@ -86,7 +86,8 @@ type Watcher struct {
 
 	// solo asks the database this pipeline's questions alone (Sample,
 	// Run); built on first use, so a Set's watchers never build one.
-	solo *group
+	solo       *group
+	soloFamily *familyGroup
 
 	// failing: watcher -> failed at its last sample. Locked because a Set
 	// samples a pipeline's database and Kafka watchers in two loops.
