@@ -30,7 +30,7 @@ func BenchmarkMetricsHeapPerPipeline(b *testing.B) {
 
 // observedMetrics registers the metrics of n pipelines in reg, every
 // latency histogram given observations from 1 ms to 1 s 5 % apart.
-func observedMetrics(b *testing.B, reg *prometheus.Registry, n int) *Metrics {
+func observedMetrics(b testing.TB, reg prometheus.Registerer, n int) *Metrics {
 	ps := make([]config.Pipeline, n)
 	for i := range ps {
 		ps[i] = testPipeline()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outbox-canary/outbox-canary/internal/compactvec"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 )
 
@@ -80,5 +81,116 @@ func TestMetricsHandlerCompressesForScrapersThatAcceptIt(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("the gzipped scrape unzips to %d bytes that differ from the plain %d", len(got), len(want))
+	}
+}
+
+// tee registers every collector with each of its registerers.
+type tee []prometheus.Registerer
+
+func (t tee) Register(c prometheus.Collector) error {
+	for _, r := range t {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t tee) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := t.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (t tee) Unregister(c prometheus.Collector) bool {
+	ok := true
+	for _, r := range t {
+		ok = r.Unregister(c) && ok
+	}
+	return ok
+}
+
+// The service's registry writes its compact families one at a time
+// (compactvec.Registry, MetricsHandler's stream): a scraper gets the same
+// bytes as from a client_golang registry holding the same metrics, in
+// every format, plain or gzipped, with the same headers, and the name[]
+// filter works alike.
+func TestAStreamedScrapeIsTheRegistrysScrape(t *testing.T) {
+	plain, streamed := prometheus.NewRegistry(), compactvec.NewRegistry()
+	observedMetrics(t, tee{plain, streamed}, 3)
+	// A collector of client_golang's beside the compact ones, its family
+	// between theirs in name order.
+	other := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "outbox_canary_l_other", Help: "Another collector's."}, []string{"x"})
+	other.WithLabelValues("b").Set(2)
+	other.WithLabelValues("a").Set(1)
+	if err := (tee{plain, streamed}).Register(other); err != nil {
+		t.Fatal(err)
+	}
+	want, got := MetricsHandler(plain), MetricsHandler(streamed)
+	for _, accept := range []string{
+		"text/plain;version=0.0.4",
+		"application/openmetrics-text;version=1.0.0",
+		"application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited",
+		"*/*",
+	} {
+		for _, encoding := range []string{"", "gzip"} {
+			for _, url := range []string{"/metrics", "/metrics?name[]=outbox_canary_canaries_sent_total&name[]=outbox_canary_l_other"} {
+				get := func(h http.Handler) (*http.Response, []byte) {
+					req := httptest.NewRequest(http.MethodGet, url, nil)
+					req.Header.Set("Accept", accept)
+					if encoding != "" {
+						req.Header.Set("Accept-Encoding", encoding)
+					}
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, req)
+					res := rec.Result()
+					body := res.Body
+					if res.Header.Get("Content-Encoding") == "gzip" {
+						gz, err := gzip.NewReader(res.Body)
+						if err != nil {
+							t.Fatal(err)
+						}
+						body = gz
+					}
+					b, err := io.ReadAll(body)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return res, b
+				}
+				wantRes, wantBody := get(want)
+				gotRes, gotBody := get(got)
+				if gotRes.StatusCode != wantRes.StatusCode || len(wantBody) < 100 {
+					t.Fatalf("%s %s %s: status %d, want %d (%d bytes)", accept, encoding, url, gotRes.StatusCode, wantRes.StatusCode, len(wantBody))
+				}
+				for _, h := range []string{"Content-Type", "Content-Encoding", "Vary"} {
+					if g, w := gotRes.Header.Values(h), wantRes.Header.Values(h); !slices.Equal(g, w) {
+						t.Errorf("%s %s %s: %s %q, want %q", accept, encoding, url, h, g, w)
+					}
+				}
+				if !bytes.Equal(gotBody, wantBody) {
+					t.Errorf("%s %s %s: the streamed scrape differs from the registry's (%d bytes, want %d)", accept, encoding, url, len(gotBody), len(wantBody))
+				}
+			}
+		}
+	}
+	// Gather, for callers that keep what they gather, gathers the same.
+	wantMF, err := plain.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotMF, err := streamed.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gotMF) != len(wantMF) {
+		t.Fatalf("Gather: %d families, want %d", len(gotMF), len(wantMF))
+	}
+	for i := range wantMF {
+		if g, w := gotMF[i].String(), wantMF[i].String(); g != w {
+			t.Errorf("Gather: family %d differs:\n%.300s\nwant\n%.300s", i, g, w)
+		}
 	}
 }

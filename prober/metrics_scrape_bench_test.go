@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-canary/outbox-canary/internal/compactvec"
 )
 
 // BenchmarkScrapeOf300Pipelines is one scrape of the prober's own metrics
@@ -17,33 +19,40 @@ import (
 // gzipped. Prometheus scrapes every
 // 15 to 60 s, so a scrape's CPU counts beside the pipelines'.
 func BenchmarkScrapeOf300Pipelines(b *testing.B) {
-	reg := prometheus.NewRegistry()
-	observedMetrics(b, reg, 300)
-	handler := MetricsHandler(reg)
-	for _, format := range []struct{ name, accept, encoding string }{
-		{"text", "text/plain;version=0.0.4", ""},
-		{"protobuf", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", ""},
-		// Prometheus asks for gzip unless told not to (enable_compression).
-		{"text-gzip", "text/plain;version=0.0.4", "gzip"},
-		{"protobuf-gzip", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", "gzip"},
-	} {
-		b.Run(format.name, func(b *testing.B) {
-			var size int
-			for b.Loop() {
-				req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
-				req.Header.Set("Accept", format.accept)
-				if format.encoding != "" {
-					req.Header.Set("Accept-Encoding", format.encoding)
+	plain, streamed := prometheus.NewRegistry(), compactvec.NewRegistry()
+	observedMetrics(b, tee{plain, streamed}, 300)
+	// The registry the service runs with (streamed: compactvec.Registry),
+	// and client_golang's, which gathers every series before writing one.
+	for _, reg := range []struct {
+		name string
+		g    prometheus.Gatherer
+	}{{"stream", streamed}, {"registry", plain}} {
+		handler := MetricsHandler(reg.g)
+		for _, format := range []struct{ name, accept, encoding string }{
+			{"text", "text/plain;version=0.0.4", ""},
+			{"protobuf", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", ""},
+			// Prometheus asks for gzip unless told not to (enable_compression).
+			{"text-gzip", "text/plain;version=0.0.4", "gzip"},
+			{"protobuf-gzip", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", "gzip"},
+		} {
+			b.Run(reg.name+"/"+format.name, func(b *testing.B) {
+				var size int
+				for b.Loop() {
+					req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+					req.Header.Set("Accept", format.accept)
+					if format.encoding != "" {
+						req.Header.Set("Accept-Encoding", format.encoding)
+					}
+					rec := httptest.NewRecorder()
+					handler.ServeHTTP(rec, req)
+					body, _ := io.ReadAll(rec.Result().Body)
+					if rec.Code != http.StatusOK || len(body) == 0 {
+						b.Fatalf("scrape: %d, %d bytes", rec.Code, len(body))
+					}
+					size = len(body)
 				}
-				rec := httptest.NewRecorder()
-				handler.ServeHTTP(rec, req)
-				body, _ := io.ReadAll(rec.Result().Body)
-				if rec.Code != http.StatusOK || len(body) == 0 {
-					b.Fatalf("scrape: %d, %d bytes", rec.Code, len(body))
-				}
-				size = len(body)
-			}
-			b.ReportMetric(float64(size), "bytes/scrape")
-		})
+				b.ReportMetric(float64(size), "bytes/scrape")
+			})
+		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
+	"github.com/outbox-canary/outbox-canary/internal/compactvec"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/lint"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
@@ -165,7 +166,10 @@ func runCommand(app *kingpin.Application, c *cli) action {
 
 // serve runs the prober, the watchers and the HTTP server until ctx is done.
 func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config, webFlags *web.FlagConfig, probeAddr, stateDir string, printCanaries, pprof bool) error {
-	reg := prometheus.NewRegistry()
+	// The compact vectors' families are written one at a time at a
+	// scrape (compactvec.Registry): a scrape of 300 pipelines no longer
+	// holds all its series at once.
+	reg := compactvec.NewRegistry()
 	for _, col := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

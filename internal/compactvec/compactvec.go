@@ -39,7 +39,7 @@ const keySeparator = "\xff"
 // joined label values, and in the order a registry sorts them to.
 type vec[S any] struct {
 	desc        *prometheus.Desc
-	name        string
+	name, help  string
 	labels      int
 	now         func() time.Time
 	newSeries   func(lvs []string) *S
@@ -80,6 +80,7 @@ func newVecConst[S any](name, help string, labels []string, constLabels promethe
 	return &vec[S]{
 		desc:   prometheus.NewDesc(name, help, labels, constLabels),
 		name:   name,
+		help:   help,
 		labels: len(labels),
 		now:    time.Now,
 		pairs:  pairs,
