@@ -27,6 +27,8 @@ var (
 // scenario order. A run of some scenarios replaces theirs, keeps the others.
 type benchDoc struct {
 	Scenarios []*benchResult `json:"scenarios"`
+	// Compare is the last TestBenchCompare: two runs side by side.
+	Compare *benchCompare `json:"compare,omitempty"`
 }
 
 func readBenchDoc(path string) (*benchDoc, error) {
@@ -88,6 +90,10 @@ func TestBenchmarksDocIsRenderedFromItsMeasurements(t *testing.T) {
 	}
 }
 
+// steadyCPUTarget is the steady scenario's CPU target, in per cent of one
+// core: issue 14 asked 1 %, issue 27 revised it to 2 %.
+const steadyCPUTarget = 2.0
+
 // insertCommitCeiling is the insert→commit p99 above which the scale
 // scenario's deadline row is marked missed.
 const insertCommitCeiling = 0.1
@@ -115,7 +121,7 @@ func renderBench(d *benchDoc) []byte {
 	p("# Benchmarks\n\n")
 	p("What the whole service costs, measured from outside the process on the local stack (PostgreSQL 15, Kafka 4.4, the reference relay), and the Go micro-benchmarks. ")
 	p("`make bench-service` runs the real `outbox-canary run` with N pipelines in one database, behind reference relays (`outbox-relay`, one per outbox table, the pipelines spread over the tables), and writes this page; `make bench` runs the micro-benchmarks and writes [benchmarks.txt](benchmarks.txt). ")
-	p("How each figure is taken is at the end, and in e2e/benchservice_test.go. The machine is shared and small: every figure is one run, noisy, with the load average noted; a ✗ means the figure missed the target of issue 14 on that run.\n\n")
+	p("How each figure is taken is at the end, and in e2e/benchservice_test.go. The machine is shared and small: every figure is one run, noisy, with the load average noted; a ✗ means the figure missed its target on that run (issue 14's, as issue 27 revised them: at 10 pipelines `@every 1s` ≤ %g %% of one core and anonymous RSS ≤ 25 MiB, the binary's clean file pages being the kernel's to reclaim; at 300 a peak RSS under 100 MiB).\n\n", steadyCPUTarget)
 
 	steady, scale, foreign := d.scenario(benchSteady), d.scenario(benchScale), d.scenario(benchForeign)
 	p("## Against the targets\n\n")
@@ -129,20 +135,20 @@ func renderBench(d *benchDoc) []byte {
 			cpu = append(cpu, fmt.Sprintf("%.2f %% (%s)", w.CPUPercent, span))
 			rss = append(rss, fmt.Sprintf("%.1f MiB (%s)", mib(w.RSSMaxBytes), span))
 			wr = append(wr, fmt.Sprintf("%.1f KB/s (%s)", w.WriteBytesPerSec/1000, span))
-			okCPU = okCPU && w.CPUPercent <= 1
-			okRSS = okRSS && mib(w.RSSMaxBytes) <= 25
+			okCPU = okCPU && w.CPUPercent <= steadyCPUTarget
+			okRSS = okRSS && mib(w.RSSAnonBytes) <= 25
 			okWr = okWr && w.WriteBytesPerSec <= 50_000
 		}
 		last := steady.Windows[len(steady.Windows)-1]
-		p("| CPU, %s | ≤ 1 %% of one core, steady | %s%s |\n", label, mark(okCPU), strings.Join(cpu, "; "))
-		p("| memory (VmRSS, largest sample), same | ≤ 25 MiB, steady | %s%s; VmHWM %.1f MiB at the end%s |\n", mark(okRSS), strings.Join(rss, "; "), mib(last.HWMBytes), rssSplit(last))
+		p("| CPU, %s | ≤ %g %% of one core, steady | %s%s |\n", label, steadyCPUTarget, mark(okCPU), strings.Join(cpu, "; "))
+		p("| memory (VmRSS, largest sample), same | RssAnon ≤ 25 MiB, steady | %s%s; VmHWM %.1f MiB at the end%s |\n", mark(okRSS), strings.Join(rss, "; "), mib(last.HWMBytes), rssSplit(last))
 		p("| disk writes (write_bytes), same | ≤ 50 KB/s | %s%s |\n", mark(okWr), strings.Join(wr, "; "))
 		if steady.Fsync != nil {
 			p("| fsyncs, same | (one per batch) | %.1f /s (%s over %g s, %.0f canaries sent) |\n", steady.Fsync.PerSecond, fmtCalls(steady.Fsync.Calls), steady.Fsync.Seconds, steady.Fsync.CanariesSent)
 		}
 		if sc := steady.Scrapes; sc != nil {
 			p("| a scrape of `/metrics`, same (left out of the CPU above) | (none set) | %s |\n", fmtScrapes(sc))
-			p("| CPU with a scrape every %s, same | ≤ 1 %% of one core, steady | %s |\n", scrapeInterval, scrapedCPU(steady.Windows, sc, 1))
+			p("| CPU with a scrape every %s, same | ≤ %g %% of one core, steady | %s |\n", scrapeInterval, steadyCPUTarget, scrapedCPU(steady.Windows, sc, steadyCPUTarget))
 		}
 		if steady.Statements != nil {
 			p("| SQL statements per canary, same | ≤ 3 | %s%.2f (every statement of the prober's role over %.0f canaries; breakdown below) |\n",
@@ -164,14 +170,14 @@ func renderBench(d *benchDoc) []byte {
 			okPG = okPG && max(w.PGSocketsMax, w.PGSessionsMax) <= 10
 			okK = okK && w.KafkaPerBrokerMax <= 3
 			okCPU = okCPU && w.CPUPercent <= 5
-			okRSS = okRSS && mib(w.RSSMaxBytes) <= 100
+			okRSS = okRSS && mib(w.RSSMaxBytes) <= 100 && mib(w.HWMBytes) < 100
 			okLate = okLate && w.ProberLag == 0 && w.InsertFailures == 0 && w.InsertCommitP99 <= insertCommitCeiling
 		}
 		p("| deadlines, %s | none missed by the prober's doing | %s%s |\n", label, mark(okLate), strings.Join(late, "; "))
 		p("| PostgreSQL connections, same | ≤ 10 | %s%s |\n", mark(okPG), strings.Join(pg, "; "))
 		p("| Kafka connections per broker, same | ≤ 3 | %s%s |\n", mark(okK), strings.Join(kc, "; "))
 		p("| CPU, same | ≤ 5 %% of one core | %s%s |\n", mark(okCPU), strings.Join(cpu, "; "))
-		p("| memory (VmRSS), same | ≤ 100 MiB | %s%s%s |\n", mark(okRSS), strings.Join(rss, "; "), rssSplit(scale.Windows[len(scale.Windows)-1]))
+		p("| memory (VmRSS, and the peak VmHWM), same | ≤ 100 MiB, VmHWM < 100 MiB | %s%s; VmHWM %.1f MiB at the end%s |\n", mark(okRSS), strings.Join(rss, "; "), mib(scale.Windows[len(scale.Windows)-1].HWMBytes), rssSplit(scale.Windows[len(scale.Windows)-1]))
 		if sc := scale.Scrapes; sc != nil {
 			p("| a scrape of `/metrics`, same (left out of the CPU above) | (none set) | %s |\n", fmtScrapes(sc))
 			p("| CPU with a scrape every %s, same | ≤ 5 %% of one core | %s |\n", scrapeInterval, scrapedCPU(scale.Windows, sc, 5))
@@ -195,6 +201,9 @@ func renderBench(d *benchDoc) []byte {
 	}
 	p("\n")
 
+	if d.Compare != nil {
+		renderCompare(p, d.Compare)
+	}
 	for _, r := range d.Scenarios {
 		renderBenchScenario(p, r)
 	}
