@@ -567,7 +567,7 @@ func (b *bench) setUpPipelinesWith(t *testing.T, tag string, n, relays, partitio
 	u.User = url.UserPassword(benchProberRole, password)
 	proberDSN := u.String()
 
-	prefix := "bench-" + tag + "-" + strconv.FormatInt(time.Now().Unix(), 36)
+	prefix := "bench-" + tag + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	st := benchSetup{}
 	for i := 0; i < n; i++ {
 		st.names = append(st.names, fmt.Sprintf("p%03d", i))
