@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"sync"
 
 	"github.com/outbox-canary/outbox-canary/prober/judge"
 )
@@ -131,8 +132,16 @@ type journal struct {
 	// synced is the size when the last fsync returned: what lies beyond
 	// is written, not yet durable.
 	synced int64
-	buf    []byte
 }
+
+// journalBufs are the buffers records and lines are built in, shared by
+// every pipeline's journal: a line lives from its encoding to its
+// write(2), so one process needs a few, not one per pipeline (at 300
+// pipelines a buffer each was 3 MB of heap held between writes).
+var journalBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// newlines pads a batch to the end of its page.
+var newlines = bytes.Repeat([]byte{'\n'}, pageSize)
 
 // openJournal creates or empties the journal at path. It need not be
 // synced: until a line of the new generation is, whatever the file holds
@@ -145,9 +154,9 @@ func openJournal(path string) (*journal, error) {
 	return &journal{f: f}, nil
 }
 
-// line builds the line of one record in jl.buf.
-func (jl *journal) line(gen string, payload []byte) []byte {
-	b := jl.buf[:0]
+// line builds the line of one record in buf.
+func line(buf []byte, gen string, payload []byte) []byte {
+	b := buf[:0]
 	b = append(b, "00000000 "...)
 	b = append(b, gen...)
 	b = append(b, ' ')
@@ -155,14 +164,17 @@ func (jl *journal) line(gen string, payload []byte) []byte {
 	sum := crc32.Checksum(b[9:], crc32c)
 	hex.Encode(b[:8], []byte{byte(sum >> 24), byte(sum >> 16), byte(sum >> 8), byte(sum)})
 	b = append(b, '\n')
-	jl.buf = b
 	return b
 }
 
 // write appends one record without syncing it: it survives the process,
 // not yet the machine. It returns the bytes written.
 func (jl *journal) write(gen string, payload []byte) (n int, err error) {
-	n, err = jl.f.Write(jl.line(gen, payload))
+	buf := journalBufs.Get().(*[]byte)
+	b := line(*buf, gen, payload)
+	n, err = jl.f.Write(b)
+	*buf = b[:0]
+	journalBufs.Put(buf)
 	jl.size += int64(n)
 	if err != nil {
 		return n, fmt.Errorf("write: %w", err)
@@ -174,17 +186,19 @@ func (jl *journal) write(gen string, payload []byte) (n int, err error) {
 // the last fsync. It returns the bytes written and how many 4 KiB pages
 // the fsync wrote: every page a line touched since the previous one.
 func (jl *journal) commit(gen string, payload []byte) (n, pages int, err error) {
-	b := jl.line(gen, payload)
+	buf := journalBufs.Get().(*[]byte)
+	b := line(*buf, gen, payload)
 	// The page this batch ends in is written whole by the fsync anyway:
 	// if a batch like this one would not fit in what is left of it, pad
 	// it out, so that the next batch starts a page rather than dirtying
 	// this one again.
 	batch := jl.size - jl.synced + int64(len(b))
 	if used := (jl.size + int64(len(b))) % pageSize; used > 0 && pageSize-used < batch {
-		b = append(b, bytes.Repeat([]byte{'\n'}, int(pageSize-used))...)
-		jl.buf = b
+		b = append(b, newlines[:pageSize-used]...)
 	}
 	n, err = jl.f.Write(b)
+	*buf = b[:0]
+	journalBufs.Put(buf)
 	jl.size += int64(n)
 	pages = pagesSpanned(jl.synced, int(jl.size-jl.synced))
 	if err != nil {

@@ -135,7 +135,6 @@ type stateStore struct {
 	// snapshot wrote it (JSON): a line that records a committed canary
 	// alone repeats it, so that it changes nothing else on replay.
 	writtenMeta []byte
-	payload     []byte // the record being written, reused
 	// failing is whether the last write failed: the log says when writes
 	// start failing and when they work again, not every failure.
 	failing bool
@@ -315,8 +314,9 @@ func (s *stateStore) save(j *judge.Judge, now time.Time) (err error) {
 	if err != nil {
 		return s.failed(fmt.Errorf("encode state journal record: %w", err))
 	}
-	s.payload, err = appendRecord(s.payload[:0], d.Canaries, d.Forgotten, nil, metaJSON)
-	payload := s.payload
+	buf := journalBufs.Get().(*[]byte)
+	payload, err := appendRecord((*buf)[:0], d.Canaries, d.Forgotten, nil, metaJSON)
+	defer func() { *buf = payload[:0]; journalBufs.Put(buf) }()
 	if err != nil {
 		return s.failed(fmt.Errorf("encode state journal record: %w", err))
 	}
@@ -347,9 +347,9 @@ func (s *stateStore) canWriteCommitted() bool {
 // journal hands the canary back as committed and not judged (see
 // journalRecord.Committed).
 func (s *stateStore) writeCommitted(sent judge.Sent) error {
-	var err error
-	s.payload, err = appendRecord(s.payload[:0], nil, nil, []judge.Sent{sent}, s.writtenMeta)
-	payload := s.payload
+	buf := journalBufs.Get().(*[]byte)
+	payload, err := appendRecord((*buf)[:0], nil, nil, []judge.Sent{sent}, s.writtenMeta)
+	defer func() { *buf = payload[:0]; journalBufs.Put(buf) }()
 	if err != nil {
 		return s.failed(fmt.Errorf("encode state journal record: %w", err))
 	}
