@@ -13,6 +13,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol/fetch"
+	metadataapi "github.com/segmentio/kafka-go/protocol/metadata"
 
 	"github.com/outbox-canary/outbox-canary/internal/tick"
 )
@@ -462,20 +463,37 @@ func (f *Fetcher) resolveLeaders() {
 	if len(topics) == 0 {
 		return
 	}
+	// The transport's own metadata response, read as it is: kafka-go's
+	// Client.Metadata rebuilds it into brokers, replicas and ISRs for
+	// every partition, which at 300 topics every leaderRecheck was a
+	// third of all the prober allocated.
 	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
-	meta, err := f.client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+	addr := f.client.Addr
+	if addr == nil {
+		cancel()
+		return
+	}
+	rt := f.client.Transport
+	if rt == nil {
+		rt = kafka.DefaultTransport
+	}
+	msg, err := rt.RoundTrip(ctx, addr, &metadataapi.Request{TopicNames: topics})
 	cancel()
 	if err != nil {
 		return // the consumers' own checks say why
 	}
-	leaders := map[topicPartition]int{}
+	meta, ok := msg.(*metadataapi.Response)
+	if !ok {
+		return
+	}
+	leaders := make(map[topicPartition]int, len(f.list))
 	for _, t := range meta.Topics {
-		if t.Error != nil {
+		if t.ErrorCode != 0 {
 			continue
 		}
 		for _, p := range t.Partitions {
-			if p.Error == nil && p.Leader.ID >= 0 {
-				leaders[topicPartition{t.Name, p.ID}] = p.Leader.ID
+			if p.ErrorCode == 0 && p.LeaderID >= 0 {
+				leaders[topicPartition{t.Name, int(p.PartitionIndex)}] = int(p.LeaderID)
 			}
 		}
 	}
