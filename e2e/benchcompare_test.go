@@ -151,6 +151,9 @@ func comparedFigures(r *benchResult) [][3]string {
 	row("RssAnon, largest sample of the last window", anonTarget, fmt.Sprintf("%.1f MiB", mib(last.RSSAnonBytes)))
 	row("Go heap in use at the end", "", fmt.Sprintf("%.1f MiB", last.HeapInuseBytes/(1<<20)))
 	row("canaries sent (measured windows)", "", fmt.Sprintf("%.0f over %.1f min", sent, secs/60))
+	if r.ScrapeEvery != "" {
+		row("/metrics scraped through the windows", "", "every "+r.ScrapeEvery+" (in the CPU and memory above)")
+	}
 	row("load average (1 min), largest", "", fmt.Sprintf("%.1f", load))
 	return rows
 }

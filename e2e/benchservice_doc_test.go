@@ -250,6 +250,9 @@ func renderBenchScenario(p func(string, ...any), r *benchResult) {
 	p(".")
 	if r.Scenario != benchForeign && r.Scenario != benchConsume {
 		p(" %d relays (one outbox table each, the pipelines spread over them), %d partitions per canary topic, warm-up %s; %s.", r.Relays, r.Partitions, r.Warmup, r.FirstCanary)
+		if r.ScrapeEvery != "" {
+			p(" `/metrics` was scraped every %s through the windows, as Prometheus would (protobuf, gzip): their CPU and memory include those scrapes.", r.ScrapeEvery)
+		}
 	}
 	p("\n\n")
 	if len(r.Windows) > 0 {

@@ -128,6 +128,12 @@ type benchSettings struct {
 	// the run's log directory (for finding where the cost is; the
 	// profiling itself costs CPU, so not for the figures).
 	ProfileSeconds int
+	// ScrapeEvery > 0 scrapes /metrics through the measured span as
+	// Prometheus would (protobuf, gzip), every ScrapeEvery: the windows'
+	// CPU and memory then include what scrapes cost, as a prober in
+	// service pays it (the harness's own scrapes at the window ends stay
+	// left out).
+	ScrapeEvery time.Duration
 }
 
 // canaryScenario is one N-pipelines-for-M-minutes run.
@@ -216,6 +222,7 @@ func loadBenchSettings(t *testing.T) benchSettings {
 		RelayPollInterval:  envDuration(t, "BENCH_RELAY_POLL_INTERVAL", 100*time.Millisecond),
 		ReceiveFirstWithin: envDuration(t, "BENCH_FIRST_CANARY_WITHIN", 3*time.Minute),
 		ProfileSeconds:     envIntOrZero(t, "BENCH_PROFILE_SECONDS"),
+		ScrapeEvery:        envDuration(t, "BENCH_SCRAPE_EVERY", 0),
 	}
 }
 
@@ -338,6 +345,14 @@ func setUpBench(t *testing.T) *bench {
 	if out, err := exec.Command("git", "describe", "--tags", "--always", "--dirty").Output(); err == nil {
 		b.revision = strings.TrimSpace(string(out))
 	}
+	// Another revision's prober under this harness, for a before and
+	// after measured alike (TestBenchCompare): BENCH_CANARY_BIN, built as
+	// stacktest.BuildCommand builds (CGO_ENABLED=0 go build -trimpath), and
+	// BENCH_CANARY_REVISION, what the doc calls it.
+	if bin := os.Getenv("BENCH_CANARY_BIN"); bin != "" {
+		b.canaryBin = bin
+		b.revision = envString("BENCH_CANARY_REVISION", bin)
+	}
 	b.command = os.Getenv(benchServiceCommandEnv)
 	if b.command == "" {
 		b.command = fmt.Sprintf("OUTBOX_CANARY_STACK_ENV=%s %s=%s go test -count=1 -v -timeout 0 -run '^TestBenchService$' ./e2e/",
@@ -397,6 +412,9 @@ type benchResult struct {
 	ProberLog   map[string]int `json:"prober_log,omitempty"`      // lines by level, over the whole scenario
 	ProberMsgs  []string       `json:"prober_messages,omitempty"` // the most frequent WARN and ERROR messages, with counts
 	Notes       []string       `json:"notes,omitempty"`
+	// ScrapeEvery: the windows include a scrape of /metrics this often
+	// (BENCH_SCRAPE_EVERY); "" when only the harness's own scraped.
+	ScrapeEvery string `json:"scrape_every,omitempty"`
 }
 
 type benchWindow struct {
@@ -755,6 +773,11 @@ func (b *bench) runCanaryScenario(t *testing.T, sc canaryScenario) *benchResult 
 
 	profiled := b.startProfiles(t, sc.Name, addr)
 	defer profiled()
+	if every := b.settings.ScrapeEvery; every > 0 {
+		res.ScrapeEvery = every.String()
+		stop := scrapeEvery(t, addr, every)
+		defer stop()
+	}
 	start := time.Now()
 	first, err := scrapeRetry(t, addr)
 	if err != nil {
@@ -1351,6 +1374,42 @@ func scrapeRetry(t *testing.T, addr string) (benchMetrics, error) {
 		time.Sleep(2 * time.Second)
 	}
 	return nil, err
+}
+
+// scrapeEvery scrapes addr's /metrics every interval as Prometheus does
+// (protobuf, gzip), the body read and dropped, until the returned stop.
+func scrapeEvery(t *testing.T, addr string, every time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tk := time.NewTicker(every)
+		defer tk.Stop()
+		failed := 0
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+			}
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+			if err != nil {
+				return
+			}
+			req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeProtoDelim)))
+			req.Header.Set("Accept-Encoding", "gzip")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				if failed++; failed == 1 && ctx.Err() == nil {
+					t.Logf("a scrape every %s: %v", every, err)
+				}
+				continue
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 func scrapeBench(ctx context.Context, addr string) (benchMetrics, error) {
