@@ -17,7 +17,7 @@ package e2e
 // relay (bin/outbox-relay) each, the pipelines spread over them round-robin,
 // each with its own aggregate type and canary topic; and the prober
 // (bin/outbox-canary run) with every pipeline, connecting as a role of its
-// own (bench_prober) so that its statements and sessions are told from the
+// own (bench_prober_…, one per run) so that its statements and sessions are told from the
 // relays'. After a warm-up (every pipeline has received a canary, then
 // BENCH_WARMUP more) it samples /proc/<pid> every 5 s for the run and cuts
 // the run into windows of BENCH_WINDOW_MINUTES:
@@ -97,8 +97,12 @@ const (
 	benchForeign = "foreign"
 	benchConsume = "consume" // benchconsume_test.go
 
-	// benchProberRole is the role the prober connects as: its statements
-	// and sessions are those of this role, the relays' are the superuser's.
+	// benchProberRole begins the role the prober connects as, one per
+	// run (bench.proberRole): its statements and sessions are those of
+	// this role, the relays' are the superuser's. A role per run, because
+	// a run sets its role's password: two runs on one stack sharing a role
+	// locked each other's prober out of new connections (and mixed their
+	// statements).
 	benchProberRole = "bench_prober"
 	// benchSampleEvery is the /proc sampling period.
 	benchSampleEvery = 5 * time.Second
@@ -287,6 +291,7 @@ type bench struct {
 	s                   stacktest.Stack
 	dir                 string
 	canaryBin, relayBin string
+	proberRole          string // benchProberRole and the run's own suffix
 	settings            benchSettings
 	machine, command    string
 	revision            string
@@ -297,6 +302,22 @@ type bench struct {
 	// before the prober starts: a prober that takes every connection the
 	// server allows must not keep the harness from measuring it.
 	admin *pgx.Conn
+}
+
+// dropProberRole drops the run's role, if it made one; a failure is
+// only logged (a role left over costs nothing).
+func (b *bench) dropProberRole(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, b.s.PGAdminDSN)
+	if err != nil {
+		t.Logf("drop role %s: %v", b.proberRole, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS "+b.proberRole); err != nil {
+		t.Logf("drop role %s: %v", b.proberRole, err)
+	}
 }
 
 // openAdmin opens the scenario's session, closed when the test ends.
@@ -316,7 +337,11 @@ func (b *bench) openAdmin(t *testing.T) {
 
 func setUpBench(t *testing.T) *bench {
 	s := stacktest.Load(t)
-	b := &bench{s: s, settings: loadBenchSettings(t), machine: machine(), brokerPorts: map[uint64]string{}}
+	b := &bench{s: s, settings: loadBenchSettings(t), machine: machine(), brokerPorts: map[uint64]string{},
+		proberRole: benchProberRole + "_" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	// Registered first, so it runs last, after the scenarios' databases
+	// (which hold the role's grants) are dropped.
+	t.Cleanup(func() { b.dropProberRole(t) })
 	var err error
 	if b.proc, err = procfs.NewDefaultFS(); err != nil {
 		t.Fatalf("/proc: %v", err)
@@ -558,22 +583,22 @@ func (b *bench) setUpPipelinesWith(t *testing.T, tag string, n, relays, partitio
 	}
 	defer adminConn.Close(ctx)
 	var exists bool
-	if err := adminConn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)", benchProberRole).Scan(&exists); err != nil {
+	if err := adminConn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)", b.proberRole).Scan(&exists); err != nil {
 		t.Fatal(err)
 	}
 	if !exists {
-		if _, err := adminConn.Exec(ctx, "CREATE ROLE "+benchProberRole+" LOGIN"); err != nil {
+		if _, err := adminConn.Exec(ctx, "CREATE ROLE "+b.proberRole+" LOGIN"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := adminConn.Exec(ctx, fmt.Sprintf("ALTER ROLE %s PASSWORD '%s'; GRANT pg_monitor TO %[1]s", benchProberRole, password)); err != nil {
+	if _, err := adminConn.Exec(ctx, fmt.Sprintf("ALTER ROLE %s PASSWORD '%s'; GRANT pg_monitor TO %[1]s", b.proberRole, password)); err != nil {
 		t.Fatal(err)
 	}
 	for r := 0; r < relays; r++ {
 		schema := fmt.Sprintf("r%d", r)
 		sql := fmt.Sprintf("CREATE SCHEMA %[1]s; SET search_path TO %[1]s; %[2]s; RESET search_path;"+
 			"GRANT USAGE ON SCHEMA %[1]s TO %[3]s; GRANT SELECT, INSERT, DELETE ON ALL TABLES IN SCHEMA %[1]s TO %[3]s;"+
-			"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA %[1]s TO %[3]s", schema, outboxsql.SchemaA, benchProberRole)
+			"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA %[1]s TO %[3]s", schema, outboxsql.SchemaA, b.proberRole)
 		if _, err := pool.Exec(ctx, sql); err != nil {
 			t.Fatalf("outbox table %s: %v", schema, err)
 		}
@@ -582,7 +607,7 @@ func (b *bench) setUpPipelinesWith(t *testing.T, tag string, n, relays, partitio
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.User = url.UserPassword(benchProberRole, password)
+	u.User = url.UserPassword(b.proberRole, password)
 	proberDSN := u.String()
 
 	prefix := "bench-" + tag + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -757,7 +782,7 @@ func (b *bench) runCanaryScenario(t *testing.T, sc canaryScenario) *benchResult 
 	if err := b.admin.QueryRow(context.Background(), "SHOW max_connections").Scan(&maxConns); err != nil {
 		t.Fatal(err)
 	}
-	res.Notes = append(res.Notes, fmt.Sprintf("PostgreSQL's max_connections is %s; the relays connect as the superuser, the prober as %s.", maxConns, benchProberRole))
+	res.Notes = append(res.Notes, fmt.Sprintf("PostgreSQL's max_connections is %s; the relays connect as the superuser, the prober as a role of its own (%s_…, one per run).", maxConns, benchProberRole))
 	pid, addr := b.startProber(t, sc.Name, st.configPath)
 	res.FirstCanary = b.awaitFirstCanaries(t, addr, sc.Pipelines)
 	time.Sleep(b.settings.Warmup)
@@ -931,7 +956,7 @@ func (b *bench) sampleProc(t *testing.T, pid int) procSample {
 	if b.admin != nil {
 		var names []string
 		err := b.admin.QueryRow(ctx, `SELECT count(*), coalesce(array_agg(DISTINCT application_name), '{}')
-			FROM pg_stat_activity WHERE usename = $1`, benchProberRole).Scan(&s.pgSessions, &names)
+			FROM pg_stat_activity WHERE usename = $1`, b.proberRole).Scan(&s.pgSessions, &names)
 		s.pgAppNames = strings.Join(names, ",")
 		s.sessionsSampled = err == nil
 	}
@@ -1047,7 +1072,7 @@ func (b *bench) readStatements(t *testing.T, canaries float64) *benchStmts {
 	// tables differ only by schema (r0, r1, ...).
 	rows, err := b.admin.Query(ctx, `SELECT regexp_replace(regexp_replace(query, '\s+', ' ', 'g'), '"r[0-9]+"\.', '"rN".', 'g'), sum(calls)::float8
 		FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
-		WHERE r.rolname = $1 GROUP BY 1 ORDER BY 2 DESC`, benchProberRole)
+		WHERE r.rolname = $1 GROUP BY 1 ORDER BY 2 DESC`, b.proberRole)
 	if err != nil {
 		t.Fatalf("pg_stat_statements: %v", err)
 	}
