@@ -20,9 +20,11 @@ import (
 // OpenOn builds the watcher of a pipeline whose database is reached
 // through the family seam (outboxdb.DB: MySQL and MariaDB) rather than a
 // PostgreSQL pool: its backlog (polling relays) and open transactions, the
-// same series as on PostgreSQL, asked per pipeline; for a cdc pipeline the
-// capture log (the binlog's position, the files kept and their expiry);
-// and, as Open does, its consumer groups on the cluster's transport.
+// same series as on PostgreSQL; for a cdc pipeline the capture log (the
+// binlog's position, the files kept and their expiry); and, as Open does,
+// its consumer groups on the cluster's transport. Added to a Set, the
+// database questions of the pipelines on one database are asked once for
+// all of them (Set.Add); sampled alone (Sample), for it alone.
 func OpenOn(p *config.Pipeline, db outboxdb.DB, clusters *kafkaclient.Clusters, m *Metrics, log *slog.Logger) (*Watcher, error) {
 	o := Options{Pipeline: p, Family: db, Metrics: m, Logger: log}
 	if len(p.Watch.ConsumerGroups) > 0 {
