@@ -3,6 +3,7 @@ package diagnose
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/connect"
@@ -44,15 +45,21 @@ func debeziumEvidence(ctx context.Context, p *config.Pipeline, pr Probes, o Opti
 	if err != nil {
 		return []string{"Debezium metrics not read: " + err.Error()}, true, ""
 	}
-	evidence = []string{s.String()}
 	seg, budget := relayBudget(p)
+	next = streamVerdict(s, seg, budget)
+	return []string{s.String()}, next == "", next
+}
+
+// streamVerdict is the next step when Debezium's own metrics show trouble
+// that the connector's RUNNING state hides, "" when they do not.
+func streamVerdict(s debezium.Streaming, seg string, budget time.Duration) string {
 	switch {
 	case s.KnownConnected && !s.Connected:
-		return evidence, false, nextStreamDisconnected
+		return nextStreamDisconnected
 	case s.KnownBehind && s.BehindSource > budget:
-		return evidence, false, fmt.Sprintf(nextStreamBehind, roundAge(s.BehindSource), seg, budget)
+		return fmt.Sprintf(nextStreamBehind, roundAge(s.BehindSource), seg, budget)
 	case s.QueueTotal > 0 && s.QueueRemaining == 0:
-		return evidence, false, nextStreamQueueFull
+		return nextStreamQueueFull
 	}
-	return evidence, true, ""
+	return ""
 }
