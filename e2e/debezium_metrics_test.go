@@ -3,8 +3,9 @@ package e2e
 // Debezium's own metrics on the stack's Kafka Connect worker, which runs the
 // Prometheus JMX exporter agent (deploy/local/connect.sh,
 // deploy/local/connect/jmx-exporter.yml): scraped straight from the agent,
-// then through a real Prometheus (Debian's, from the stack's env) by
-// `diagnose --prometheus-url`, for a PostgreSQL and a MariaDB connector.
+// then through a real Prometheus (Debian's, from the stack's env) by the
+// pipeline health dashboard's Debezium panels and `diagnose
+// --prometheus-url`, for a PostgreSQL and a MariaDB connector.
 // Run with `make stack-up` first:
 //
 //	go test ./e2e/ -run TestDebeziumMetrics -v
@@ -13,9 +14,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -89,6 +92,60 @@ func agentSeries(ctx context.Context, metricsURL, server string) (map[string]flo
 	}
 	sort.Strings(lines)
 	return got, lines, nil
+}
+
+// panelQuery is one query of a dashboard panel.
+type panelQuery struct{ title, expr string }
+
+// debeziumPanelQueries reads the queries of Debezium's series from the
+// example pipeline health dashboard's Debezium row (the generator's
+// output, which dashboards' tests keep in step with it).
+func debeziumPanelQueries(t *testing.T) []panelQuery {
+	t.Helper()
+	text, err := os.ReadFile("../examples/dashboards/outbox-canary-pipeline-health.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type panel struct {
+		Type, Title string
+		Panels      []json.RawMessage
+		Targets     []struct{ Expr string }
+	}
+	var d struct{ Panels []panel }
+	if err := json.Unmarshal(text, &d); err != nil {
+		t.Fatal(err)
+	}
+	var out []panelQuery
+	add := func(p panel) {
+		for _, q := range p.Targets {
+			if strings.Contains(q.Expr, "debezium_") {
+				out = append(out, panelQuery{p.Title, q.Expr})
+			}
+		}
+	}
+	row := ""
+	for _, p := range d.Panels {
+		if p.Type == "row" {
+			row = p.Title
+			for _, raw := range p.Panels { // a collapsed row holds its panels
+				var inner panel
+				if err := json.Unmarshal(raw, &inner); err != nil {
+					t.Fatal(err)
+				}
+				if strings.HasPrefix(row, "Debezium") {
+					add(inner)
+				}
+			}
+			continue
+		}
+		if strings.HasPrefix(row, "Debezium") {
+			add(p)
+		}
+	}
+	if len(out) < 5 {
+		t.Fatalf("the pipeline health dashboard has %d queries of Debezium's series: %v", len(out), out)
+	}
+	return out
 }
 
 // family is one database family's running connector, set up by start,
@@ -200,6 +257,16 @@ func TestDebeziumMetricsMoveOnBothFamiliesAndDiagnoseReadsThemThroughPrometheus(
 			})
 			if st.Plugin != f.plugin || !st.Connected {
 				t.Errorf("through Prometheus: %+v, want plugin %s, connected", st, f.plugin)
+			}
+
+			// The pipeline health dashboard's Debezium panels, as generated,
+			// show this connector when its server is picked.
+			for _, q := range debeziumPanelQueries(t) {
+				expr := strings.NewReplacer("$debezium_server", server, "$__rate_interval", "1m").Replace(q.expr)
+				stacktest.Eventually(t, metricsWait, "panel "+q.title+" to show the connector", func() (bool, string) {
+					got, err := promQuery(ctx, prom.addr, expr)
+					return err == nil && len(got) == 1 && got[0].Metric[debezium.LabelServer] == server, fmt.Sprintf("%s: %+v, %v", expr, got, err)
+				})
 			}
 
 			// diagnose on a paused connector: the relay stage is unhealthy
