@@ -66,16 +66,23 @@ func NewPool(ctx context.Context, db config.Database, o PoolOptions) (*pgxpool.P
 }
 
 // argTypes names the PostgreSQL type of each Go type that the prober,
-// check, lint and diagnose pass as a query argument, and a few more of the
-// same kinds.
+// check, lint and diagnose pass as a query argument (diagnose's open
+// transactions query sends a []float64), and a few more of the same kinds.
+// Pointers need no entry: pgx dereferences them first.
 var argTypes = []struct {
 	value any
 	name  string
 }{
 	{"", "text"}, {[]string(nil), "_text"},
-	{int(0), "int8"}, {int32(0), "int4"}, {int64(0), "int8"}, {[]int64(nil), "_int8"},
-	{float64(0), "float8"}, {false, "bool"}, {[]byte(nil), "bytea"},
-	{json.RawMessage(nil), "json"}, {time.Time{}, "timestamptz"}, {time.Duration(0), "interval"},
+	{int(0), "int8"}, {[]int(nil), "_int8"},
+	{int32(0), "int4"}, {[]int32(nil), "_int4"},
+	{int64(0), "int8"}, {[]int64(nil), "_int8"},
+	{float64(0), "float8"}, {[]float64(nil), "_float8"},
+	{false, "bool"}, {[]bool(nil), "_bool"},
+	{time.Time{}, "timestamptz"}, {[]time.Time(nil), "_timestamptz"},
+	{time.Duration(0), "interval"},
+	{[]byte(nil), "bytea"},
+	{json.RawMessage(nil), "json"},
 }
 
 // RegisterArgTypes tells conn the PostgreSQL type of the Go types in

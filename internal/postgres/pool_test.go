@@ -17,6 +17,7 @@ func TestPoolSendsTheArgumentTypesInTheQueryModesThatDoNotAskTheServer(t *testin
 	t.Parallel()
 	st := stacktest.Load(t)
 	at := time.Date(2026, 12, 2, 15, 4, 5, 0, time.UTC)
+	name := "canary's" // sent through a pointer, as a nullable argument is
 	for _, mode := range []string{
 		"exec",            // what PgBouncer's transaction pooling needs,
 		"simple_protocol", // or this,
@@ -41,15 +42,19 @@ func TestPoolSendsTheArgumentTypesInTheQueryModesThatDoNotAskTheServer(t *testin
 				b        []byte
 				doc      string
 				interval time.Duration
+				bounds   []float64
+				nullable *string
 			)
-			err = pool.QueryRow(ctx, `SELECT $1::text, $2::int8 + $3::int8, $4::text[], $5::timestamptz, $6::bool, $7::bytea, $8::json::text, $9::interval`,
+			err = pool.QueryRow(ctx, `SELECT $1::text, $2::int8 + $3::int8, $4::text[], $5::timestamptz, $6::bool, $7::bytea, $8::json::text, $9::interval, $10::float8[], $11::text`,
 				"canary's", 41, int64(1), []string{"a", "b,c"}, at, true, []byte{0, 1, 2}, json.RawMessage(`{"k":1}`), 90*time.Second,
-			).Scan(&s, &n, &ids, &ts, &ok, &b, &doc, &interval)
+				[]float64{0, 60}, &name,
+			).Scan(&s, &n, &ids, &ts, &ok, &b, &doc, &interval, &bounds, &nullable)
 			if err != nil {
 				t.Fatalf("a query with the prober's argument types in mode %s: %v", mode, err)
 			}
-			if s != "canary's" || n != 42 || len(ids) != 2 || ids[1] != "b,c" || !ts.Equal(at) || !ok || len(b) != 3 || b[2] != 2 || doc != `{"k":1}` || interval != 90*time.Second {
-				t.Errorf("mode %s: got %q %d %q %s %t %v %s %s", mode, s, n, ids, ts, ok, b, doc, interval)
+			if s != "canary's" || n != 42 || len(ids) != 2 || ids[1] != "b,c" || !ts.Equal(at) || !ok || len(b) != 3 || b[2] != 2 || doc != `{"k":1}` || interval != 90*time.Second ||
+				len(bounds) != 2 || bounds[1] != 60 || nullable == nil || *nullable != "canary's" {
+				t.Errorf("mode %s: got %q %d %q %s %t %v %s %s %v %v", mode, s, n, ids, ts, ok, b, doc, interval, bounds, nullable)
 			}
 		})
 	}
