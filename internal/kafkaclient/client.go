@@ -17,6 +17,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol/fetch"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/retry"
@@ -78,9 +79,9 @@ func NewDialer(k config.Kafka) (*kafka.Dialer, error) {
 		case "plain":
 			mech = plain.Mechanism{Username: k.SASL.Username, Password: password}
 		case "scram-sha-256":
-			mech, err = newSCRAM("SCRAM-SHA-256", k.SASL.Username, password)
+			mech, err = scram.Mechanism(scram.SHA256, k.SASL.Username, password)
 		case "scram-sha-512":
-			mech, err = newSCRAM("SCRAM-SHA-512", k.SASL.Username, password)
+			mech, err = scram.Mechanism(scram.SHA512, k.SASL.Username, password)
 		default:
 			err = fmt.Errorf("unknown mechanism %q", k.SASL.Mechanism)
 		}
