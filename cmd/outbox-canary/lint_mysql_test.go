@@ -191,3 +191,40 @@ func TestDisruptiveLintFailsOnAStatementBasedMariaDBBinlog(t *testing.T) {
 		t.Errorf("output lacks the fix")
 	}
 }
+
+func TestRunSaysAtStartWhatItsMariaDBUserLacks(t *testing.T) {
+	st := stacktest.Load(t)
+	m := st.MySQL(t)
+	dsn, _ := m.FreshOutbox(t, stacktest.MySQLSeedA)
+	db := stacktest.MySQLDatabaseName(dsn)
+	// What the canaries need, not PROCESS: the transactions watcher is blind.
+	limited := mysqlUserDSN(t, m, dsn, fmt.Sprintf("SELECT, INSERT ON `%s`.outbox", db))
+	path := filepath.Join(t.TempDir(), "outbox-canary.yml")
+	spec := stacktest.PipelineSpec{DSN: limited, Schema: stacktest.MySQLSeedA, Brokers: st.KafkaBrokers}
+	if err := os.WriteFile(path, []byte(spec.YAML()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, cancel, done := startRun(t, path)
+	defer func() { cancel(); <-done }()
+	const want = "no PROCESS on *.*: information_schema.innodb_trx is refused"
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(stderr.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the log within 60s:\n%s", want, stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if strings.Contains(l, want) {
+			t.Logf("the log says: %s", l)
+			for _, w := range []string{"level=WARN", "pipeline=orders", `fix="GRANT PROCESS ON *.* TO <user>`} {
+				if !strings.Contains(l, w) {
+					t.Errorf("the log line lacks %q", w)
+				}
+			}
+		}
+	}
+	if strings.Contains(stderr.String(), "pw_") {
+		t.Errorf("the log shows the password")
+	}
+}

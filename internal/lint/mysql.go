@@ -155,7 +155,10 @@ func MySQLPrivileges(p *config.Pipeline, refused mysql.Refusals) Finding {
 		return f
 	}
 	f.Message = strings.Join(missing, "; ")
-	f.Fix = strings.Join(grants, "; ") + " (MySQL: REPLICATION CLIENT for BINLOG MONITOR)"
+	f.Fix = strings.Join(grants, "; ")
+	if refused[mysql.PrivBinlogMonitor] != nil {
+		f.Fix += " (MySQL: REPLICATION CLIENT for BINLOG MONITOR)"
+	}
 	return f
 }
 
