@@ -121,7 +121,7 @@ func lintPipeline(ctx context.Context, p *config.Pipeline, opts lint.Options, ti
 			Fix: "check database.dsn, the network path and that the database is up; the role needs pg_monitor and SELECT on the table"}}
 	}
 	if kind, _ := p.Database.Family(); kind == config.KindMySQL {
-		return lintMySQL(ctx, p, dbFail)
+		return lintMySQL(ctx, p, timeout, dbFail)
 	}
 	pool, err := postgres.NewPool(ctx, p.Database, postgres.PoolOptions{MaxConns: 1, ConnectTimeout: timeout})
 	if err != nil {
@@ -133,7 +133,7 @@ func lintPipeline(ctx context.Context, p *config.Pipeline, opts lint.Options, ti
 		return dbFail(err)
 	}
 	findings = append(findings, lintTopicTimestamp(ctx, p, timeout)...)
-	return append(findings, lintConnector(ctx, p, pool, timeout)...)
+	return append(findings, lintConnector(ctx, p, lint.ConnectorSources{DB: pool}, timeout)...)
 }
 
 // lintTopicTimestamp checks the canary topic's timestamp type, for a
@@ -153,11 +153,11 @@ func lintTopicTimestamp(ctx context.Context, p *config.Pipeline, timeout time.Du
 // lintConnector checks a cdc pipeline's connector; nothing for the others.
 // Kafka that cannot be reached leaves the topics unchecked (a WARN of the
 // topic checks), not the connector.
-func lintConnector(ctx context.Context, p *config.Pipeline, db postgres.Querier, timeout time.Duration) []lint.Finding {
+func lintConnector(ctx context.Context, p *config.Pipeline, src lint.ConnectorSources, timeout time.Duration) []lint.Finding {
 	if !lint.ConnectorConfigured(p) {
 		return nil
 	}
-	src := lint.ConnectorSources{HTTP: &http.Client{Timeout: timeout}, DB: db}
+	src.HTTP = &http.Client{Timeout: timeout}
 	if client, closeKafka, err := kafkaclient.NewClient(p.Kafka, timeout); err == nil {
 		defer closeKafka()
 		src.Kafka = client
@@ -165,9 +165,10 @@ func lintConnector(ctx context.Context, p *config.Pipeline, db postgres.Querier,
 	return lint.Connector(ctx, p, src)
 }
 
-// lintMySQL is lintPipeline on MySQL or MariaDB: the table and the binlog
-// (lint.MySQLOutbox) so far.
-func lintMySQL(ctx context.Context, p *config.Pipeline, dbFail func(error) []lint.Finding) []lint.Finding {
+// lintMySQL is lintPipeline on MySQL or MariaDB: the table, the index,
+// the user's privileges and the binlog (lint.MySQLOutbox), the canary
+// topic's timestamp type and the connector.
+func lintMySQL(ctx context.Context, p *config.Pipeline, timeout time.Duration, dbFail func(error) []lint.Finding) []lint.Finding {
 	db, err := mysql.Open(p.Database, 1)
 	if err != nil {
 		return dbFail(err)
@@ -180,5 +181,6 @@ func lintMySQL(ctx context.Context, p *config.Pipeline, dbFail func(error) []lin
 	if err != nil {
 		return dbFail(err)
 	}
-	return findings
+	findings = append(findings, lintTopicTimestamp(ctx, p, timeout)...)
+	return append(findings, lintConnector(ctx, p, lint.ConnectorSources{MySQL: db}, timeout)...)
 }

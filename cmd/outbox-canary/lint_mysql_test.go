@@ -228,3 +228,60 @@ func TestRunSaysAtStartWhatItsMariaDBUserLacks(t *testing.T) {
 		t.Errorf("the log shows the password")
 	}
 }
+
+func TestLintOnMariaDBPassesTheRecommendedConnectorAndFailsASecondWithItsServerID(t *testing.T) {
+	st := stacktest.Load(t)
+	m := st.MySQL(t)
+	connectURL := st.ConnectURL(t)
+	names := stacktest.NewConnectorNames(t)
+	dsn, _ := m.FreshOutbox(t, stacktest.MySQLSeedDebezium)
+	agg := "outbox-canary"
+	topic := "outbox.event." + agg + "." + names.TopicPrefix
+	st.NewTopicNamed(t, topic, 1, nil)
+	st.NewTopicNamed(t, names.HeartbeatTopic(), 1, nil)
+	st.NewTopicNamed(t, names.SchemaHistoryTopic(), 1, map[string]string{"retention.ms": "-1", "retention.bytes": "-1"})
+	cfg := m.MariaDBConnector(t, st, dsn, names)
+	cfg["transforms.outbox.route.topic.replacement"] = "outbox.event.${routedByValue}." + names.TopicPrefix
+	st.NewConnector(t, names.Name, cfg).WaitRunning(t)
+
+	spec := stacktest.PipelineSpec{DSN: dsn, Schema: stacktest.MySQLSeedDebezium, Brokers: st.KafkaBrokers, IDGen: "uuid", Topic: topic,
+		Watch: fmt.Sprintf("{connect_url: %q, connector: %q}", connectURL, names.Name)}
+	path := filepath.Join(t.TempDir(), "outbox-canary.yml")
+	if err := os.WriteFile(path, []byte(spec.YAML()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := lintRun(t, path)
+	db := stacktest.MySQLDatabaseName(dsn)
+	for _, want := range []string{
+		"OK    connector         ",
+		"OK    server id         database.server.id " + cfg["database.server.id"] + ", of its own on this server",
+		"OK    schema history    schema history in " + names.SchemaHistoryTopic() + ", of its own",
+		"OK    snapshot.mode     no_data: the connector streams from the binlog",
+		"OK    captured tables   table.include.list \"" + db + ".outbox\" captures " + db + ".outbox",
+		"OK    router scope      predicate isOutboxTable limits the router to " + names.TopicPrefix + "." + db + ".outbox",
+		"OK    canary topic      canaries (aggregatetype \"outbox-canary\") go to " + topic + ", which exists",
+		"OK    heartbeat         heartbeats every 10000 ms",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no line %q", want)
+		}
+	}
+	if code != 0 {
+		t.Errorf("exit %d, want 0", code)
+	}
+
+	// A second connector on the same server with the same server id: the
+	// server drops one binlog connection for the other.
+	second := stacktest.NewConnectorNames(t)
+	cfg2 := m.MariaDBConnector(t, st, dsn, second)
+	cfg2["database.server.id"] = cfg["database.server.id"]
+	st.NewTopicNamed(t, second.SchemaHistoryTopic(), 1, map[string]string{"retention.ms": "-1", "retention.bytes": "-1"})
+	st.NewConnector(t, second.Name, cfg2)
+	code, out = lintRun(t, path)
+	if want := "FAIL  server id         database.server.id " + cfg["database.server.id"] + " is also that of " + second.Name; !strings.Contains(out, want) {
+		t.Errorf("no line %q", want)
+	}
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+}

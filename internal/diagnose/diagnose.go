@@ -396,7 +396,11 @@ func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) S
 // out, and so are the checks that pass.
 func connectorLint(ctx context.Context, p *config.Pipeline, pr Probes) []string {
 	var ev []string
-	for _, f := range lint.Connector(ctx, p, lint.ConnectorSources{HTTP: pr.HTTP, DB: pr.DB, Kafka: pr.Kafka}) {
+	src := lint.ConnectorSources{HTTP: pr.HTTP, DB: pr.DB, Kafka: pr.Kafka}
+	if db, ok := pr.Outbox.(*mysql.DB); ok {
+		src.MySQL = db
+	}
+	for _, f := range lint.Connector(ctx, p, src) {
 		if f.Level == lint.OK || (f.Check == lint.CheckConnector && f.Level == lint.Fail) {
 			continue
 		}
