@@ -55,6 +55,14 @@ timestamp, heartbeats and heartbeat.action.query, tasks.max and tombstones.
 Each finding says why it matters and the property to set; docs/cdc.md
 explains them and gives a recommended connector configuration.
 
+On MySQL or MariaDB (docs/mysql.md): the table, an index that leads with
+published_at (polling), the user's privileges, tried in forms that change
+nothing (INSERT, SELECT, DELETE with canary.delete_after_insert: FAIL;
+PROCESS and, for cdc, BINLOG MONITOR: WARN, each with what it blinds), the
+binlog (log_bin, ROW, FULL, its expiry), and Debezium's MariaDB or MySQL
+connector: database.server.id and the schema history topic of its own,
+the captured database and table, and the checks shared with PostgreSQL's.
+
 It reads the catalogue, statistics and the connector's configuration only
 and writes nothing; run it with the prober's own DSN, so the privileges it
 reports are the prober's.
