@@ -3,11 +3,13 @@ package dashboards
 import (
 	"time"
 
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/debezium"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -32,9 +34,20 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 	b := newDashboard(m, dashboardSpec{
 		uid:   UIDPipelineHealth,
 		title: "outbox-canary / pipeline health",
-		about: "Backlog, transactions, replication slot, Kafka Connect, consumer lag and clocks of a pipeline, in runbook order.",
+		about: "Backlog, transactions, replication slot, Kafka Connect, Debezium's own metrics, consumer lag and clocks of a pipeline, in runbook order.",
 		from:  "now-6h",
-	})
+	}).
+		WithVariable(dashboard.NewQueryVariableBuilder(varDebeziumServer).
+			Label("Debezium server").
+			Description("The Debezium connectors, by topic.prefix, whose own metrics the Kafka Connect worker's JMX exporter reports (deploy/local/connect/jmx-exporter.yml): pick this pipeline's connector (watch.connector's topic.prefix).").
+			Datasource(datasource()).
+			Query(dashboard.StringOrMap{String: cog.ToPtr(q.debeziumServerValues())}).
+			Definition(q.debeziumServerValues()).
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
+			Sort(dashboard.VariableSortAlphabeticalAsc).
+			Multi(true).
+			IncludeAll(true).
+			Current(multiOption("All", allValue)))
 
 	cdc := false
 	for _, p := range m.Pipelines {
@@ -118,6 +131,39 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 				"short",
 				query(q.sumBy("increase("+q.sel(slo.MetricConnectorRestarts)+"[$__rate_interval])", labelConnector), "{{connector}}")).
 				Min(0), 9, 8},
+		}},
+		{title: "Debezium (CDC relays)", collapsed: !cdc, cells: []cell{
+			{timeSeries("Commit to publish beside behind source",
+				"The canary's commit_to_publish p99 (this pipeline) beside Debezium's MilliSecondsBehindSource of the connectors picked in Debezium server (their topic.prefix): "+
+					"how late after its commit the last change event was read from the log. Publish on LogAppendTime topics adds Debezium's queue and the producer to what the canary sees; "+
+					"behind source alone stays where it was while no event comes (docs/cdc.md).",
+				"s",
+				query(q.quantile("0.99", q.sel(slo.MetricSegmentLatency+"_bucket", slo.LabelSegment+`="`+config.SegmentName(config.StampCommit, config.StampPublish)+`"`)), "{{segment}} p99 (canary)"),
+				query(q.maxBy(q.debezium(debezium.MetricBehindSource), debezium.LabelServer)+" / 1000", "{{server}} behind source (Debezium)")).
+				Min(0), 12, 8},
+			{timeSeries("Debezium queue",
+				"Free slots of the queue between Debezium's log reader and its Kafka producer (max.queue.size). Near zero, the producer side is slow: the queue wait the canary sees as commit_to_publish.",
+				"short",
+				query(q.minBy(q.debezium(debezium.MetricQueueRemaining), debezium.LabelServer), "{{server}} remaining"),
+				query(q.maxBy(q.debezium(debezium.MetricQueueTotal), debezium.LabelServer), "{{server}} total")).
+				Min(0), 12, 8},
+			{statPanel("Connected",
+				"Whether Debezium holds its connection to the database's log (slot or binlog). It says the stream is up between canaries, and a task that retries a lost connection inside itself, which Connect still calls RUNNING.",
+				"short",
+				instant(q.minBy(q.debezium(debezium.MetricConnected), debezium.LabelServer), "{{server}}")).
+				ColorMode(common.BigValueColorModeBackground).
+				Mappings(stateMapping("disconnected", "connected", "red", "green")), 6, 8},
+			{statPanel("Snapshot running",
+				"Whether a snapshot runs: the stream waits behind it.",
+				"short",
+				instant(q.maxBy(q.debezium(debezium.MetricSnapshotRunning), debezium.LabelServer), "{{server}}")).
+				ColorMode(common.BigValueColorModeBackground).
+				Mappings(stateMapping("no", "running", "green", "orange")), 6, 8},
+			{timeSeries("Change events read",
+				"Change events Debezium reads from the log per second (TotalNumberOfEventsSeen): every table it captures, canaries included.",
+				"cps",
+				query(q.sumBy(rate(q.debezium(debezium.MetricEventsSeen)), debezium.LabelServer), "{{server}}")).
+				Min(0), 12, 8},
 		}},
 		{title: "Business consumers", cells: []cell{
 			{timeSeries("Consumer lag (messages)",

@@ -30,6 +30,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/outbox-canary/outbox-canary/alerts"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
@@ -50,8 +52,9 @@ const (
 // teamsAlertmanagerConfig is an Alertmanager configured as many teams
 // configure theirs: grouped by alert name and pipeline, pages to the pager
 // and tickets to a queue by severity, everything else to a default
-// receiver, and no inhibit rules of ours.
-func teamsAlertmanagerConfig(hook *webhook) []byte {
+// receiver, and no inhibit rules of ours. groupWait and groupInterval are
+// its timings (production keeps Alertmanager's defaults).
+func teamsAlertmanagerConfig(hook *webhook, groupWait, groupInterval time.Duration) []byte {
 	return fmt.Appendf(nil, `route:
   receiver: default
   group_by: [alertname, pipeline]
@@ -70,7 +73,7 @@ receivers:
     webhook_configs: [{url: %q, send_resolved: true}]
   - name: tickets
     webhook_configs: [{url: %q, send_resolved: true}]
-`, amGroupWait, amGroupIntervalLoop, hook.url("default"), hook.url("pager"), hook.url("tickets"))
+`, model.Duration(groupWait), model.Duration(groupInterval), hook.url("default"), hook.url("pager"), hook.url("tickets"))
 }
 
 func TestCrashLoopPagesOncePerIncident(t *testing.T) {
@@ -109,7 +112,7 @@ func TestCrashLoopPagesOncePerIncident(t *testing.T) {
 		t.Fatal(err)
 	}
 	generatedAM := startAlertmanager(t, s.AlertmanagerPath, amConfig)
-	teamsAM := startAlertmanager(t, s.AlertmanagerPath, teamsAlertmanagerConfig(teamsHook))
+	teamsAM := startAlertmanager(t, s.AlertmanagerPath, teamsAlertmanagerConfig(teamsHook, amGroupWait, amGroupIntervalLoop))
 	prom := startPrometheus(t, s.PrometheusPath, promConfig{
 		scrape: time.Second, eval: time.Second, ruleFiles: []string{rulesPath},
 		job: proberJob, targets: []string{proberAddr},

@@ -414,3 +414,86 @@ func (r *detectRun) promWatched(t *testing.T, promAddr string, promStart, end, f
 	}
 	return step{At: at, What: fmt.Sprintf("Prometheus was watching: %.0f scrapes of the prober, all up; %d rules evaluated without error; alerts sent to %d Alertmanager", scrapes, nRules, len(ams.Active))}
 }
+
+// flappingSpec is issue 26's crash-looping relay at production settings:
+// the orders relay down flapDown and up flapUp, again and again for
+// flapFor, every down a stall past the threshold. It is one incident: one
+// page to the relay's owner on each Alertmanager setup, and every page
+// resolved once the loop has ended, which the observation waits for.
+func (r *detectRun) flappingSpec(t *testing.T) scenarioSpec {
+	const pipeline = "orders"
+	orders, _ := r.cfg.Pipeline(pipeline)
+	const stalled = "commit_to_read" // what a paused polling relay leaves late first
+	owner := orders.Owner(stalled)
+	var loopEnd time.Time
+	down, cycle, cycleStart := true, 1, time.Time{}
+	cycles := int(flapFor / (flapDown + flapUp))
+	drive := func(t *testing.T, o *observation, res *scenarioResult, now time.Time) {
+		if o.over {
+			return
+		}
+		if cycleStart.IsZero() {
+			cycleStart = o.faultAt
+		}
+		addr := r.relayAdmin[pipeline]
+		at := round1(now.Sub(o.faultAt))
+		switch {
+		case down && now.Sub(cycleStart) >= flapDown:
+			relayAdmin(t, addr, "/admin/resume")
+			down, cycleStart = false, now
+			res.Steps = append(res.Steps, step{At: at, What: fmt.Sprintf("relay up (crash %d of %d over)", cycle, cycles)})
+			if cycle == cycles {
+				o.over, loopEnd = true, now
+				res.IncidentEnd = &at
+				res.Steps = append(res.Steps, step{At: at, What: fmt.Sprintf("crash loop over: %d crashes of %s, %s up between them; the relay stays up", cycles, flapDown, flapUp)})
+			}
+		case !down && now.Sub(cycleStart) >= flapUp:
+			relayAdmin(t, addr, "/admin/pause")
+			cycle++
+			down, cycleStart = true, now
+			res.Steps = append(res.Steps, step{At: at, What: fmt.Sprintf("relay down (crash %d of %d)", cycle, cycles)})
+		}
+	}
+	return scenarioSpec{
+		name: scenarioFlapping, title: "Relay crash-looping 10 minutes", pipeline: pipeline,
+		fault: fmt.Sprintf("The orders relay crash-loops: paused through its admin API (`POST /admin/pause`) for %s, resumed (`POST /admin/resume`) for %s, %d times (%s), as a relay that crashes %s after each start and is restarted would; every crash is a stall past orders' threshold. Then it stays up, and the observation goes on until every notification about orders has resolved on both Alertmanagers (at most %s). Owners of orders: %s.",
+			flapDown, flapUp, cycles, time.Duration(cycles)*(flapDown+flapUp), flapDown, flapAftermathCap, ownersOf(orders)),
+		target: fmt.Sprintf("one incident: exactly one page notification, to the relay's owner (%s), on each Alertmanager setup, none to a default receiver; the page resolves once the loop is over", owner),
+		inject: func(t *testing.T) []step {
+			relayAdmin(t, r.relayAdmin[pipeline], "/admin/pause")
+			return []step{{What: fmt.Sprintf("relay down (crash 1 of %d)", cycles)}}
+		},
+		heal:  func(t *testing.T) []step { relayAdmin(t, r.relayAdmin[pipeline], "/admin/resume"); return nil },
+		drive: drive,
+		done: func(o *observation, now time.Time) bool {
+			if !o.over {
+				return false
+			}
+			return now.Sub(loopEnd) >= flapAftermathCap || allResolved(o.hook, pipeline, o.faultAt) && allResolved(o.teamsHook, pipeline, o.faultAt)
+		},
+	}
+}
+
+// allResolved says whether a receiver got notifications about a pipeline
+// since the fault and every group of them ended resolved.
+func allResolved(h *webhook, pipeline string, since time.Time) bool {
+	last := map[string]string{}
+	ds, _ := h.deliveries()
+	for _, d := range ds {
+		if d.Received.Before(since) {
+			continue
+		}
+		for _, a := range d.Alerts {
+			if a.Labels[slo.LabelPipeline] == pipeline && a.Labels["alertname"] != naiveAlertName {
+				last[d.Receiver+" "+d.GroupKey] = d.Status
+				break
+			}
+		}
+	}
+	for _, st := range last {
+		if st != "resolved" {
+			return false
+		}
+	}
+	return len(last) > 0
+}

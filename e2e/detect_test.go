@@ -30,7 +30,10 @@ package e2e
 // `outbox-canary rules --format rules` and the naive alert, a fresh
 // Alertmanager loading `outbox-canary rules --format alertmanager` with
 // its receivers filled in with a webhook that records every notification
-// (Alertmanager's default timings), and the pipelines healthy before the
+// (Alertmanager's default timings), a second fresh Alertmanager configured
+// as many teams configure theirs (teamsAlertmanagerConfig: grouped by
+// alertname and pipeline, routed by severity, none of our inhibit rules)
+// fed by the same Prometheus, and the pipelines healthy before the
 // fault. Every wait is for an event, bounded by a generous deadline; the
 // observation windows are the scenario's definition, not a guess.
 
@@ -87,10 +90,11 @@ const (
 	scenarioQuiet          = "quiet-30m"
 	scenarioKafkaDown      = "kafka-down"
 	scenarioConnectorPause = "connector-paused"
+	scenarioFlapping       = "flapping-relay"
 )
 
 var scenarioOrder = []string{scenarioRelayStall, scenarioConnectStopped, scenarioRelayDelay, scenarioPause, scenarioSecondStall, scenarioQuiet,
-	scenarioKafkaDown, scenarioConnectorPause}
+	scenarioKafkaDown, scenarioConnectorPause, scenarioFlapping}
 
 // Production settings, and Alertmanager's defaults (the generated route
 // sets no timing), for the observation windows and the document.
@@ -140,6 +144,15 @@ const (
 	// ends: the burn pages' short windows still hold its bad canaries,
 	// and a page they set off must be seen.
 	afterOutage = 10 * time.Minute
+	// The flapping relay: issue 26's crash loop, down flapDown and up
+	// flapUp for flapFor at production settings, then watched until every
+	// notification about the pipeline has resolved on both Alertmanagers,
+	// or for flapAftermathCap (the incident's hold, keep_firing_for and
+	// group_interval fit well inside it).
+	flapDown         = 40 * time.Second
+	flapUp           = 5 * time.Second
+	flapFor          = 10 * time.Minute
+	flapAftermathCap = 30 * time.Minute
 )
 
 // Deadlines for events (not durations the harness assumes).
@@ -644,6 +657,7 @@ func (r *detectRun) scenarios(t *testing.T) map[string]scenarioSpec {
 			healAfter: connectorPausedFor,
 			done:      func(o *observation, now time.Time) bool { return now.Sub(o.faultAt) >= connectorPausedFor+afterOutage },
 		},
+		scenarioFlapping: r.flappingSpec(t),
 		scenarioQuiet: {
 			name: scenarioQuiet, title: "30 minutes quiet on a fresh Prometheus",
 			fault: fmt.Sprintf("No incident and no business traffic for %s: only canaries flow through the three pipelines. Prometheus and Alertmanager start with the scenario (empty data directories), so every burn window holds at most the minutes since; the observation starts with them and counts every notification Alertmanager sends. Once Prometheus has scraped the prober %d times, %d canaries of orders are made late on %s, as a loaded machine makes a canary late now and then (two such canaries paged a quiet pipeline of a fresh Prometheus in issue 15): the relay sleeps %s between reading a batch and sending it (%s budget + %s) until the prober has judged %d bad, then not at all.",
@@ -661,6 +675,9 @@ func (r *detectRun) scenarios(t *testing.T) map[string]scenarioSpec {
 type observation struct {
 	faultAt time.Time
 	hook    *webhook
+	// teamsHook receives the second Alertmanager's notifications
+	// (teamsAlertmanagerConfig).
+	teamsHook *webhook
 	// suppressed holds the keys of alerts Alertmanager was seen holding
 	// inhibited.
 	suppressed map[string]bool
@@ -708,19 +725,21 @@ func (r *detectRun) runScenario(t *testing.T, sc scenarioSpec) *scenarioResult {
 	ctx := context.Background()
 	r.waitHealthy(t)
 
-	// Fresh Alertmanager and Prometheus, the generated files loaded.
-	hook := newWebhook(t)
+	// Fresh Alertmanagers and Prometheus, the generated files loaded.
+	hook, teamsHook := newWebhook(t), newWebhook(t)
 	amCfg := fillReceivers(t, r.amGenerated, hook.url)
 	am := startAlertmanager(t, r.s.AlertmanagerPath, amCfg)
+	teamsAM := startAlertmanager(t, r.s.AlertmanagerPath, teamsAlertmanagerConfig(teamsHook, amGroupWaitDefault, amGroupIntDefault))
 	prom := startPrometheus(t, r.s.PrometheusPath, promConfig{
 		scrape: prodScrape, eval: prodEval, ruleFiles: []string{r.rulesPath, r.naivePath},
-		job: proberJobDefault, targets: []string{r.proberAddr}, alertmanager: am.addr,
+		job: proberJobDefault, targets: []string{r.proberAddr}, alertmanager: am.addr, moreAlertmanagers: []string{teamsAM.addr},
 	})
 	am.waitReady(t)
+	teamsAM.waitReady(t)
 	prom.waitReady(t)
 	promStart := time.Now()
-	t.Logf("Prometheus %s and Alertmanager %s started afresh", prom.addr, am.addr)
-	o := &observation{hook: hook, suppressed: map[string]bool{}, promAddr: prom.addr, bad: map[[2]string]float64{}}
+	t.Logf("Prometheus %s and Alertmanagers %s (generated) and %s (grouped by alertname and pipeline) started afresh", prom.addr, am.addr, teamsAM.addr)
+	o := &observation{hook: hook, teamsHook: teamsHook, suppressed: map[string]bool{}, promAddr: prom.addr, bad: map[[2]string]float64{}}
 	res := &scenarioResult{Name: sc.name, Title: sc.title, Fault: sc.fault, Pipeline: sc.pipeline, Target: sc.target}
 	res.Load.CPUs = runtime.NumCPU()
 	res.Load.Start = loadAvg()
@@ -758,6 +777,10 @@ func (r *detectRun) runScenario(t *testing.T, sc scenarioSpec) *scenarioResult {
 		}
 		healed = true
 		at := time.Since(o.faultAt)
+		if res.IncidentEnd == nil { // a drive that undid the fault itself set it
+			end := round1(at)
+			res.IncidentEnd = &end
+		}
 		for _, s := range sc.heal(t) {
 			s.At = round1(at)
 			res.Steps = append(res.Steps, s)
@@ -772,7 +795,7 @@ func (r *detectRun) runScenario(t *testing.T, sc scenarioSpec) *scenarioResult {
 	firstBad := map[[2]string]time.Time{}
 	lastBad := map[[2]string]float64{}
 	seenAlert := map[string]bool{}
-	seenDelivery := 0
+	seenDelivery, seenTeams := 0, 0
 	for {
 		now := time.Now()
 		if sc.healAfter > 0 && !healed && now.Sub(o.faultAt) >= sc.healAfter {
@@ -815,6 +838,12 @@ func (r *detectRun) runScenario(t *testing.T, sc scenarioSpec) *scenarioResult {
 			}
 			seenDelivery = len(ds)
 		}
+		if ds, _ := teamsHook.deliveries(); len(ds) > seenTeams {
+			for _, d := range ds[seenTeams:] {
+				t.Logf("[%s] notification (grouped by alertname, pipeline) to %s (%s): %s", secs(round1(d.Received.Sub(o.faultAt))), d.Receiver, d.Status, strings.Join(deliveryAlerts(d), "; "))
+			}
+			seenTeams = len(ds)
+		}
 		res.Load.Max = max(res.Load.Max, loadAvg())
 		if sc.drive != nil {
 			sc.drive(t, o, res, now)
@@ -844,18 +873,16 @@ func (r *detectRun) runScenario(t *testing.T, sc scenarioSpec) *scenarioResult {
 		r.secondPage(t, prom.addr, o, res, promStart, end)
 	}
 	ds, bad := hook.deliveries()
-	for _, b := range bad {
+	teamsDs, teamsBad := teamsHook.deliveries()
+	for _, b := range append(bad, teamsBad...) {
 		t.Errorf("webhook: undecodable notification: %s", b)
 	}
+	for _, d := range teamsDs {
+		res.TeamsDeliveries = append(res.TeamsDeliveries, recordDelivery(d, o.faultAt))
+	}
+	res.TeamsMeasured = true
 	for _, d := range ds {
-		var pipelines []string
-		for _, n := range d.Alerts {
-			if p := n.Labels[slo.LabelPipeline]; p != "" && !slices.Contains(pipelines, p) {
-				pipelines = append(pipelines, p)
-			}
-		}
-		sort.Strings(pipelines)
-		res.Deliveries = append(res.Deliveries, deliveryRecord{At: round1(d.Received.Sub(o.faultAt)), Receiver: d.Receiver, Group: d.GroupKey, Status: d.Status, Pipelines: pipelines, Alerts: deliveryAlerts(d)})
+		res.Deliveries = append(res.Deliveries, recordDelivery(d, o.faultAt))
 		for _, n := range d.Alerts {
 			if n.Status != "firing" {
 				continue
@@ -870,6 +897,23 @@ func (r *detectRun) runScenario(t *testing.T, sc scenarioSpec) *scenarioResult {
 		}
 	}
 	return res
+}
+
+// recordDelivery is a webhook call as docs/detection.json keeps it: the
+// pipelines and owners its alerts name.
+func recordDelivery(d delivery, faultAt time.Time) deliveryRecord {
+	var pipelines, owners []string
+	for _, n := range d.Alerts {
+		if p := n.Labels[slo.LabelPipeline]; p != "" && !slices.Contains(pipelines, p) {
+			pipelines = append(pipelines, p)
+		}
+		if o := n.Labels[slo.LabelOwner]; o != "" && !slices.Contains(owners, o) {
+			owners = append(owners, o)
+		}
+	}
+	sort.Strings(pipelines)
+	sort.Strings(owners)
+	return deliveryRecord{At: round1(d.Received.Sub(faultAt)), Receiver: d.Receiver, Group: d.GroupKey, Status: d.Status, Pipelines: pipelines, Owners: owners, Alerts: deliveryAlerts(d)}
 }
 
 // timelineKey names an alert instance: name, pipeline, segment,

@@ -97,7 +97,16 @@ type scenarioResult struct {
 	FirstBad   []badEvent       `json:"first_bad"`
 	Alerts     []alertTimeline  `json:"alerts"`
 	Deliveries []deliveryRecord `json:"deliveries"`
-	Load       loadInfo         `json:"load"`
+	// TeamsDeliveries are the notifications of the second Alertmanager,
+	// configured as many teams configure theirs (grouped by alertname and
+	// pipeline, routed by severity, none of our inhibit rules);
+	// TeamsMeasured says it ran (runs before it had none).
+	TeamsDeliveries []deliveryRecord `json:"teams_deliveries,omitempty"`
+	TeamsMeasured   bool             `json:"teams_measured,omitempty"`
+	// IncidentEnd is when the fault was last undone (the relay resumed,
+	// the broker started), so how long pages outlive an incident shows.
+	IncidentEnd *float64 `json:"incident_end,omitempty"`
+	Load        loadInfo `json:"load"`
 	// Second is the second stall of the second-stall scenario.
 	Second *secondStallResult `json:"second_stall,omitempty"`
 }
@@ -186,7 +195,9 @@ type deliveryRecord struct {
 	Group     string   `json:"group"`
 	Status    string   `json:"status"`
 	Pipelines []string `json:"pipelines,omitempty"`
-	Alerts    []string `json:"alerts"`
+	// Owners are the owner labels of its alerts.
+	Owners []string `json:"owners,omitempty"`
+	Alerts []string `json:"alerts"`
 }
 
 // inhibitOnlyReceiver received OutboxCanaryStallAftermath until issue 26
@@ -503,6 +514,18 @@ func renderDetection(d *detection, rulesHash string) []byte {
 	}
 	p("\nSeconds from the fault; observation windows and the load each ran under are in the scenario's section.\n\n")
 
+	p("### Notifications per team and per Alertmanager setup\n\n")
+	p("Every scenario's Prometheus sends to two fresh Alertmanagers: the one `outbox-canary rules --format alertmanager` configures, and one configured as many teams configure theirs (`group_by: [alertname, pipeline]`, pages to a pager and tickets to a queue by `severity`, everything else to a default receiver, none of our inhibit rules), both at Alertmanager's default timings. Counted: notifications about the faulted pipeline (any, where none was faulted) from the fault to the end of the observation, by owner (the `owner` label of the alerts in them) and by what they are (a page, a ticket, anything else); resolves in brackets. The naive comparison alert is left out.\n\n")
+	p("| scenario | generated configuration | grouped by alertname and pipeline, none of our inhibit rules |\n|---|---|---|\n")
+	for _, r := range d.Scenarios {
+		teams := "not measured (run before the second Alertmanager)"
+		if r.TeamsMeasured {
+			teams = perTeam(r, r.TeamsDeliveries)
+		}
+		p("| [%s](#%s) | %s | %s |\n", r.Title, anchor(r.Title), perTeam(r, r.Deliveries), teams)
+	}
+	p("\n")
+
 	p("### Against the targets of issues 10 and 15\n\n")
 	for _, r := range d.Scenarios {
 		p("- **%s**: %s. %s\n", r.Title, r.Target, verdict(r))
@@ -584,6 +607,8 @@ func verdict(r *scenarioResult) string {
 		return secondStallVerdict(r)
 	case scenarioKafkaDown, scenarioConnectorPause:
 		return outageVerdict(r)
+	case scenarioFlapping:
+		return flappingVerdict(r)
 	default:
 		a := r.firstPage()
 		if a == nil {
@@ -657,11 +682,17 @@ func renderScenario(b *bytes.Buffer, r *scenarioResult, rulesHash string) {
 		}
 		rows = append(rows, row{dl.At, what})
 	}
+	for _, dl := range r.TeamsDeliveries {
+		rows = append(rows, row{dl.At, fmt.Sprintf("**notification**, Alertmanager grouped by alertname and pipeline, to `%s` (%s): %s", dl.Receiver, dl.Status, strings.Join(dl.Alerts, "; "))})
+	}
 	if s := r.Second; s != nil && s.Page != nil && s.Page.FiringAt != nil {
 		rows = append(rows, row{*s.Page.FiringAt, fmt.Sprintf("firing again, the second stall's first page: %s, owner %s", alertName(*s.Page), orDash(s.Page.Owner))})
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].at < rows[j].at })
 	renderSecondStall(b, r)
+	if life := pageLifetime(r); life != "" {
+		p("%s\n\n", life)
+	}
 	p("| s from the fault | event |\n|---|---|\n")
 	for _, rw := range rows {
 		p("| %s | %s |\n", secs(rw.at), rw.what)
@@ -836,4 +867,170 @@ func outageVerdict(r *scenarioResult) string {
 		first = fmt.Sprintf(" First page: %s to %s, firing %s s, notified %s s.", alertName(*a), a.Owner, optSecs(a.FiringAt), optSecs(a.Notified))
 	}
 	return fmt.Sprintf("%s: paged %s; %d page notification(s) in %d group(s) in %.0f s.%s", word, who, len(r.pages()), len(groups), r.ObservedSeconds, first)
+}
+
+// notificationKind is what a notification is to its receiver: a page, a
+// ticket, or (any other receiver) the receiver's name.
+func notificationKind(receiver string) string {
+	switch {
+	case receiver == "pager" || strings.HasSuffix(receiver, "-page"):
+		return "page"
+	case receiver == "tickets" || strings.HasSuffix(receiver, "-ticket"):
+		return "ticket"
+	}
+	return "to receiver " + receiver
+}
+
+// perTeam counts a scenario's notifications by owner and kind, firing
+// ones with their resolves in brackets.
+func perTeam(r *scenarioResult, ds []deliveryRecord) string {
+	type key struct{ owner, kind string }
+	firing, resolved := map[key]int{}, map[key]int{}
+	for _, d := range ds {
+		if !r.about(d) || naiveOnlyRecord(d) {
+			continue
+		}
+		k := key{strings.Join(d.Owners, "+"), notificationKind(d.Receiver)}
+		if k.owner == "" {
+			// Runs before owners were kept: the generated receivers
+			// are named after the owner.
+			k.owner = strings.TrimSuffix(strings.TrimSuffix(d.Receiver, "-page"), "-ticket")
+		}
+		if d.Status == "firing" {
+			firing[k]++
+		} else {
+			resolved[k]++
+		}
+	}
+	keys := slices.Collect(maps.Keys(firing))
+	for k := range resolved {
+		if _, ok := firing[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return "none"
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].owner < keys[j].owner || keys[i].owner == keys[j].owner && keys[i].kind < keys[j].kind
+	})
+	var out []string
+	for _, k := range keys {
+		kind := k.kind
+		if firing[k] != 1 && (kind == "page" || kind == "ticket") {
+			kind += "s"
+		}
+		s := fmt.Sprintf("%s: %d %s", k.owner, firing[k], kind)
+		if n := resolved[k]; n > 0 {
+			s += fmt.Sprintf(" (%d resolved)", n)
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, "; ")
+}
+
+func naiveOnlyRecord(d deliveryRecord) bool {
+	for _, a := range d.Alerts {
+		if !strings.HasPrefix(a, naiveAlertName) {
+			return false
+		}
+	}
+	return len(d.Alerts) > 0
+}
+
+// lastPageActive is the last evaluation that held a page alert of ours
+// about the scenario's pipeline pending or firing, if any did.
+func lastPageActive(r *scenarioResult) (float64, bool) {
+	last, ok := 0.0, false
+	for _, a := range r.Alerts {
+		if a.Alert == naiveAlertName || a.Severity != "page" || a.FiringAt == nil || (r.Pipeline != "" && a.Pipeline != r.Pipeline) {
+			continue
+		}
+		last, ok = max(last, a.LastActiveAt), true
+	}
+	return last, ok
+}
+
+// lastResolve is the last resolved notification about the scenario's
+// pipeline that one receiver setup sent.
+func lastResolve(r *scenarioResult, ds []deliveryRecord) (float64, bool) {
+	last, ok := 0.0, false
+	for _, d := range ds {
+		if r.about(d) && d.Status == "resolved" && !naiveOnlyRecord(d) {
+			last, ok = max(last, d.At), true
+		}
+	}
+	return last, ok
+}
+
+// pageLifetime says how long the pages outlived the incident, where the
+// fault was undone within the observation.
+func pageLifetime(r *scenarioResult) string {
+	if r.IncidentEnd == nil || *r.IncidentEnd >= r.ObservedSeconds {
+		return ""
+	}
+	end := *r.IncidentEnd
+	last, ok := lastPageActive(r)
+	if !ok {
+		return fmt.Sprintf("The incident ended at %s (the fault undone); no page alert fired.", secs(end))
+	}
+	s := fmt.Sprintf("The incident ended at %s (the fault undone). The last evaluation holding a page alert of %s firing was at %s, %.0f s after.", secs(end), r.Pipeline, secs(last), last-end)
+	if v, ok := lastResolve(r, r.Deliveries); ok {
+		s += fmt.Sprintf(" Resolved notifications: generated configuration %s", secs(v))
+		if w, ok := lastResolve(r, r.TeamsDeliveries); ok {
+			s += fmt.Sprintf(", grouped by alertname and pipeline %s", secs(w))
+		}
+		s += "."
+	}
+	return s
+}
+
+// flappingVerdict says whether a crash loop was one incident on both
+// Alertmanager setups, and whether its page resolved.
+func flappingVerdict(r *scenarioResult) string {
+	count := func(ds []deliveryRecord, pageReceiver string) (pages, other int, to []string) {
+		for _, d := range ds {
+			if !r.about(d) || d.Status != "firing" || naiveOnlyRecord(d) {
+				continue
+			}
+			if notificationKind(d.Receiver) == "page" {
+				pages++
+				if !slices.Contains(to, d.Receiver) {
+					to = append(to, d.Receiver)
+				}
+			} else {
+				other++
+			}
+		}
+		return pages, other, to
+	}
+	want := r.Target
+	if i := strings.Index(want, "("); i >= 0 {
+		want = want[i+1:]
+	}
+	if i := strings.Index(want, ")"); i >= 0 {
+		want = want[:i]
+	}
+	genPages, genOther, genTo := count(r.Deliveries, alerts.ReceiverName(want, "page"))
+	teamPages, teamOther, _ := count(r.TeamsDeliveries, "pager")
+	var defaults int
+	for _, d := range r.TeamsDeliveries {
+		if r.about(d) && d.Receiver == "default" && !naiveOnlyRecord(d) {
+			defaults++
+		}
+	}
+	_, genResolved := lastResolve(r, r.Deliveries)
+	_, teamResolved := lastResolve(r, r.TeamsDeliveries)
+	ok := genPages == 1 && slices.Equal(genTo, []string{alerts.ReceiverName(want, "page")}) && teamPages == 1 && defaults == 0 &&
+		r.TeamsMeasured && genResolved && teamResolved
+	word := "Met"
+	if !ok {
+		word = "**Missed**"
+	}
+	life := "no page alert fired"
+	if last, fired := lastPageActive(r); fired && r.IncidentEnd != nil {
+		life = fmt.Sprintf("the page was last firing %.0f s after the loop ended", last-*r.IncidentEnd)
+	}
+	return fmt.Sprintf("%s: generated configuration %d page notification(s) (to %s) and %d other; grouped by alertname and pipeline %d page notification(s), %d other, %d to its default receiver; resolved: generated %t, grouped %t; %s; watched %.0f s.",
+		word, genPages, strings.Join(genTo, ", "), genOther, teamPages, teamOther, defaults, genResolved, teamResolved, life, r.ObservedSeconds)
 }

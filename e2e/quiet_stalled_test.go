@@ -138,7 +138,7 @@ func TestQuietVersusStalledThroughPrometheusAndAlertmanager(t *testing.T) {
 	// alert name and pipeline, no inhibit rules of ours): the rules alone
 	// must keep the stall to one page there too.
 	teamsHook := newWebhook(t)
-	teamsAM := startAlertmanager(t, s.AlertmanagerPath, teamsAlertmanagerConfig(teamsHook))
+	teamsAM := startAlertmanager(t, s.AlertmanagerPath, teamsAlertmanagerConfig(teamsHook, amGroupWait, amGroupIntervalLoop))
 	prom := startPrometheus(t, s.PrometheusPath, promConfig{
 		scrape: time.Second, eval: time.Second, ruleFiles: []string{rulesPath},
 		job: proberJob, targets: []string{proberAddr}, alertmanager: am.addr, moreAlertmanagers: []string{teamsAM.addr},

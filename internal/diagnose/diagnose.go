@@ -82,8 +82,13 @@ type Options struct {
 	// MaxRetainedWAL is the WAL a replication slot may hold back before
 	// the slot stage is unhealthy (default 1 GiB).
 	MaxRetainedWAL int64
-	// HTTP is the Kafka Connect client (default: a 5s timeout client).
+	// HTTP is the Kafka Connect client (default: a 5s timeout client),
+	// and Prometheus'.
 	HTTP *http.Client
+	// PrometheusURL is a Prometheus that scrapes the Kafka Connect worker's
+	// JMX exporter: a CDC pipeline's relay stage then reads Debezium's own
+	// streaming metrics from it (internal/debezium). Empty: not read.
+	PrometheusURL string
 }
 
 // Probes are the connections Diagnose uses. A nil Outbox or Kafka makes
@@ -350,7 +355,7 @@ func relayBudget(p *config.Pipeline) (string, time.Duration) {
 // checkRelay: for a polling relay, the age of the oldest unpublished row
 // (it climbs while the relay stalls, traffic or not); for log capture, the
 // connector's and its tasks' state.
-func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) StageResult {
+func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, o Options) StageResult {
 	if p.Relay.Kind == config.RelayCDC {
 		w := p.Watch
 		if w.ConnectURL == "" || w.Connector == "" {
@@ -362,7 +367,17 @@ func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) S
 			return unreachable("Kafka Connect", err, nextConnect)
 		}
 		r := StageResult{Healthy: st.Running(), Evidence: append([]string{st.Summary(), fmt.Sprintf("%d failed tasks", st.FailedTasks())}, st.TraceLines()...)}
-		if !r.Healthy {
+		var streamNext string
+		if o.PrometheusURL != "" {
+			ev, healthy, next := debeziumEvidence(ctx, p, pr, o)
+			r.Evidence = append(r.Evidence, ev...)
+			if r.Healthy && !healthy {
+				r.Healthy, streamNext = false, next
+			}
+		}
+		if streamNext != "" {
+			r.NextStep = streamNext
+		} else if !r.Healthy {
 			r.NextStep = fmt.Sprintf(nextRelayCDC, w.ConnectURL, w.Connector)
 			if lintEvidence := connectorLint(ctx, p, pr); len(lintEvidence) > 0 {
 				r.Evidence = append(r.Evidence, lintEvidence...)

@@ -20,6 +20,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl/scram"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/retry"
 )
 
 // NewClient returns a client for the watchers and diagnose, with the
@@ -123,12 +124,9 @@ func QueryConsumerLag(ctx context.Context, client *kafka.Client, g config.Consum
 		partitions = append(partitions, p.ID)
 		offsetReqs = append(offsetReqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
 	}
-	committed, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: g.Group, Topics: map[string][]int{g.Topic: partitions}})
+	committed, err := fetchCommitted(ctx, client, &kafka.OffsetFetchRequest{GroupID: g.Group, Topics: map[string][]int{g.Topic: partitions}})
 	if err != nil {
 		return ConsumerLag{}, fmt.Errorf("consumer lag %s/%s: committed offsets: %w", g.Group, g.Topic, err)
-	}
-	if committed.Error != nil {
-		return ConsumerLag{}, fmt.Errorf("consumer lag %s/%s: committed offsets: %w", g.Group, g.Topic, committed.Error)
 	}
 	ends, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{g.Topic: offsetReqs}})
 	if err != nil {
@@ -244,4 +242,34 @@ func HighWatermarks(ctx context.Context, client *kafka.Client, topic string) (ma
 		out[po.Partition] = po.LastOffset
 	}
 	return out, nil
+}
+
+// committedAttempts bounds fetchCommitted's tries within one sample.
+const committedAttempts = 4
+
+// fetchCommitted asks the group's coordinator for its committed offsets,
+// trying again on the errors Kafka calls retriable: while a coordinator
+// moves (a broker restart) or loads __consumer_offsets (a fresh cluster),
+// brokers answer NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for a
+// moment, and a sample that gave up on the first would withdraw the lag
+// series for a whole watch interval.
+func fetchCommitted(ctx context.Context, client *kafka.Client, req *kafka.OffsetFetchRequest) (*kafka.OffsetFetchResponse, error) {
+	b := retry.Backoff(100*time.Millisecond, time.Second)
+	for attempt := 1; ; attempt++ {
+		res, err := client.OffsetFetch(ctx, req)
+		if err == nil && res.Error != nil {
+			err = res.Error
+		}
+		var kerr kafka.Error
+		if err == nil || attempt == committedAttempts || !errors.As(err, &kerr) || !kerr.Temporary() {
+			return res, err
+		}
+		t := time.NewTimer(b.NextBackOff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+	}
 }

@@ -231,19 +231,24 @@ func (d *DB) Backlog(ctx context.Context, t outboxdb.Table) (outboxdb.Backlog, e
 }
 
 // OpenTransactions reads information_schema.innodb_trx (the PROCESS
-// privilege shows every session's), leaving out our own session. InnoDB
-// lists a transaction once it has read or written a table; trx_started has
-// whole seconds, so an age is up to a second long.
+// privilege shows every session's), leaving out our own session and those
+// of other databases: the server is often shared, and as on PostgreSQL
+// (datname = current_database()) only sessions using the outbox's database
+// count (docs/mysql.md: a session writing the outbox from another default
+// database is not seen). InnoDB lists a
+// transaction once it has read or written a table; trx_started has whole
+// seconds, so an age is up to a second long.
 func (d *DB) OpenTransactions(ctx context.Context, threshold time.Duration) (outboxdb.Transactions, error) {
 	var t outboxdb.Transactions
 	var micros int64
 	err := d.db.QueryRowContext(ctx, `
 		SELECT COUNT(*),
-		       COALESCE(SUM(TIMESTAMPDIFF(MICROSECOND, trx_started, NOW(6)) > ?), 0),
-		       COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, trx_started, NOW(6))), 0),
-		       COALESCE(SUBSTRING_INDEX(GROUP_CONCAT(trx_mysql_thread_id ORDER BY trx_started), ',', 1), 0)
-		FROM information_schema.innodb_trx
-		WHERE trx_mysql_thread_id <> CONNECTION_ID()`, threshold.Microseconds()).Scan(&t.Open, &t.OverThreshold, &micros, &t.OldestSession)
+		       COALESCE(SUM(TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) > ?), 0),
+		       COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6))), 0),
+		       COALESCE(SUBSTRING_INDEX(GROUP_CONCAT(x.trx_mysql_thread_id ORDER BY x.trx_started), ',', 1), 0)
+		FROM information_schema.innodb_trx x
+		JOIN information_schema.processlist p ON p.id = x.trx_mysql_thread_id
+		WHERE x.trx_mysql_thread_id <> CONNECTION_ID() AND p.db = DATABASE()`, threshold.Microseconds()).Scan(&t.Open, &t.OverThreshold, &micros, &t.OldestSession)
 	if err != nil {
 		return outboxdb.Transactions{}, fmt.Errorf("open transactions: %w", err)
 	}

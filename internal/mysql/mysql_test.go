@@ -207,6 +207,16 @@ func TestAnOpenTransactionIsSeenWithItsSession(t *testing.T) {
 	if tx.Open < 1 || tx.OverThreshold != 0 || tx.OldestSession != session || tx.OldestAge > time.Since(opened)+time.Second {
 		t.Fatalf("open transactions %+v, want session %d's, at most %v old", tx, session, time.Since(opened))
 	}
+	// Another database's outbox on the same server is not watched through
+	// this one: its transaction is not counted here.
+	otherDSN, _ := m.FreshOutbox(t, stacktest.MySQLSeedA)
+	other, err := open(t, otherDSN).OpenTransactions(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Open != 0 || other.OldestSession != 0 {
+		t.Fatalf("open transactions seen from another database %+v, want none: session %d's is in %s", other, session, stacktest.MySQLDatabaseName(dsn))
+	}
 	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
