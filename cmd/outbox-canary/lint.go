@@ -129,7 +129,10 @@ func lintPipeline(ctx context.Context, p *config.Pipeline, opts lint.Options, ti
 			Fix: "check database.dsn, the network path and that the database is up; the role needs pg_monitor and SELECT on the table"}}
 	}
 	if kind, _ := p.Database.Family(); kind == config.KindMySQL {
-		return lintMySQL(ctx, p, timeout, dbFail)
+		return lintMySQL(ctx, p, timeout, func(err error) []lint.Finding {
+			return []lint.Finding{{Check: "database", Level: lint.Fail, Message: err.Error(),
+				Fix: "check database.dsn, the network path and that the server is up; the user needs SELECT on the table"}}
+		})
 	}
 	pool, err := postgres.NewPool(ctx, p.Database, postgres.PoolOptions{MaxConns: 1, ConnectTimeout: timeout})
 	if err != nil {
