@@ -64,7 +64,22 @@ const (
 	// and PostgreSQL keeps min_wal_size (80 MB by default) of WAL in any
 	// case, so less than a segment retained costs no disk.
 	walGrowthFloor = 16 << 20
+	// binlogBehindFloor is how far behind the server's binlog a connector
+	// must stay before its growth is worth a ticket, for the slot's
+	// reason: less costs no disk worth a ticket, and Debezium commits its
+	// offset only every offset.flush.interval.ms (a minute by default),
+	// so a healthy connector's committed position trails by that much of
+	// binlog.
+	binlogBehindFloor = walGrowthFloor
+	// binlogPurgeHeadroomFor rides out the minute after a binlog rotation
+	// in which a healthy connector's committed file is the previous one
+	// (its offset is committed once a minute by default).
+	binlogPurgeHeadroomFor = 5 * time.Minute
 )
+
+// labelBinlogFile tells OutboxBinlogUnreadFileAtRisk's two cases apart:
+// the connector's file is purged, or expiry may purge it soon.
+const labelBinlogFile = "binlog_file"
 
 // labelSlot is the prober's replication slot label (pg_replication_slots'
 // slot_name).
@@ -211,6 +226,21 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		})
 	}
 	if p.RelayKind == config.RelayCDC {
+		grp.Rules = append(grp.Rules, Rule{
+			Alert:         AlertConnectorTaskFailed,
+			Expr:          lines(pl(slo.MetricConnectorTaskFailures)+" > 0", unlessStall, unlessKafkaOutage),
+			For:           slo.PromDuration(connectorTaskFailedFor),
+			KeepFiringFor: keep,
+			Labels:        labels(config.SeverityPage, relay),
+			Annotations: annotate(AlertConnectorTaskFailed, slo.DashboardPipelineHealth,
+				fmt.Sprintf("Pipeline %s: {{ $value }} task(s) of connector {{ $labels.connector }} FAILED.", p.Name),
+				fmt.Sprintf("Kafka Connect reports {{ $value }} task(s) of connector {{ $labels.connector }} of pipeline %s in state FAILED for %s. A failed task does not restart by itself: nothing is published until it is restarted, and the replication slot retains WAL meanwhile. Its trace is in GET /connectors/{{ $labels.connector }}/status.",
+					p.Name, slo.PromDuration(connectorTaskFailedFor))),
+		})
+	}
+	if p.CapturesBinlog() {
+		grp.Rules = append(grp.Rules, g.binlogRules(p, pl, keep, labels(config.SeverityTicket, relay), labels(config.SeverityPage, relay), unlessStall, unlessKafkaOutage)...)
+	} else if p.RelayKind == config.RelayCDC {
 		// With watch.slot the alerts select that slot: another pipeline's
 		// slot or a leftover one in the same database is not this
 		// pipeline's to page for. Without it, every slot reported counts.
@@ -223,16 +253,6 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 			walStatus = fmt.Sprintf(`%s{%s=%q, %s=%q, %s=~"unreserved|lost"%s}`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelSlot, p.Slot, labelWALStatus, scopeMatchers(p.Scope))
 		}
 		grp.Rules = append(grp.Rules, Rule{
-			Alert:         AlertConnectorTaskFailed,
-			Expr:          lines(pl(slo.MetricConnectorTaskFailures)+" > 0", unlessStall, unlessKafkaOutage),
-			For:           slo.PromDuration(connectorTaskFailedFor),
-			KeepFiringFor: keep,
-			Labels:        labels(config.SeverityPage, relay),
-			Annotations: annotate(AlertConnectorTaskFailed, slo.DashboardPipelineHealth,
-				fmt.Sprintf("Pipeline %s: {{ $value }} task(s) of connector {{ $labels.connector }} FAILED.", p.Name),
-				fmt.Sprintf("Kafka Connect reports {{ $value }} task(s) of connector {{ $labels.connector }} of pipeline %s in state FAILED for %s. A failed task does not restart by itself: nothing is published until it is restarted, and the replication slot retains WAL meanwhile. Its trace is in GET /connectors/{{ $labels.connector }}/status.",
-					p.Name, slo.PromDuration(connectorTaskFailedFor))),
-		}, Rule{
 			Alert:         AlertSlotInactive,
 			Expr:          lines(slot(slo.MetricSlotActive)+" == 0", unlessStall, unlessKafkaOutage),
 			For:           slo.PromDuration(slotInactiveFor),
@@ -309,6 +329,60 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	})
 	grp.Rules = append(grp.Rules, g.clockSkewRules(p, keep)...)
 	return grp
+}
+
+// binlogRules are the MySQL analogues of the replication slot alerts,
+// read from the binlog_connector watcher's series: a connector whose
+// committed position falls ever further behind the server's binlog (the
+// retained WAL's growth), and an unread binlog file that expiry has
+// purged or may purge soon (wal_status unreserved or lost). There is no
+// analogue of an inactive slot: the server keeps no position for a
+// connector, which OutboxConnectorTaskFailed and the stall cover.
+func (g generator) binlogRules(p slo.Pipeline, pl func(string) string, keep string, ticket, page map[string]string, unlessStall, unlessKafkaOutage string) []Rule {
+	a := g.m.Alerting
+	growth := time.Duration(a.WALGrowthFor)
+	behind := pl(slo.MetricBinlogConnectorBehindBytes)
+	on := "on (" + joinLabels(p.Scope, slo.LabelPipeline, labelConnector) + ")"
+	return []Rule{{
+		Alert: AlertBinlogConnectorBehind,
+		// As the slot's growth, with one condition more: the connector
+		// never caught up within the range. Its committed position jumps
+		// forward at each offset flush, so a healthy one's distance is a
+		// sawtooth whose troughs are near zero.
+		Expr: lines(
+			"deriv("+behind+"["+slo.PromDuration(growth)+"]) > 0",
+			"and",
+			"min_over_time("+behind+"["+slo.PromDuration(growth)+"]) > "+strconv.Itoa(binlogBehindFloor),
+			"and",
+			behind+" offset "+slo.PromDuration(growth),
+			unlessStall,
+			unlessKafkaOutage,
+		),
+		For:           slo.PromDuration(growth),
+		KeepFiringFor: keep,
+		Labels:        ticket,
+		Annotations: g.annotate(annotations{alert: AlertBinlogConnectorBehind, pipelineScoped: true, dashboard: slo.DashboardPipelineHealth,
+			summary: fmt.Sprintf("Pipeline %s: connector {{ $labels.connector }} falls further and further behind the binlog.", p.Name),
+			description: fmt.Sprintf("The committed binlog position of connector {{ $labels.connector }} of pipeline %s has stayed over %s behind the server's for %s and the distance has grown by {{ $value | humanize1024 }}B per second: the connector reads or commits slower than the server writes, or not at all. Its unread files are kept only until binlog expiry purges them.",
+				p.Name, humanBytes(binlogBehindFloor), slo.PromDuration(growth)),
+		}),
+	}, {
+		Alert: AlertBinlogFileAtRisk,
+		Expr: lines(
+			`label_replace(`+pl(slo.MetricBinlogConnectorFilePurged)+` == 1, "`+labelBinlogFile+`", "purged", "", "")`,
+			"or",
+			`label_replace(`+pl(slo.MetricBinlogConnectorPurgeHeadroom)+` < `+seconds(slo.BinlogPurgeHeadroom)+`, "`+labelBinlogFile+`", "expiring", "", "")`,
+			"  unless "+on+" ("+pl(slo.MetricBinlogConnectorFilePurged)+" == 1)",
+		),
+		For:           slo.PromDuration(binlogPurgeHeadroomFor),
+		KeepFiringFor: keep,
+		Labels:        page,
+		Annotations: g.annotate(annotations{alert: AlertBinlogFileAtRisk, pipelineScoped: true, dashboard: slo.DashboardPipelineHealth,
+			summary: fmt.Sprintf("Pipeline %s: the binlog file connector {{ $labels.connector }} must read next is {{ $labels.%s }}.", p.Name, labelBinlogFile),
+			description: fmt.Sprintf("The binlog file holding the committed position of connector {{ $labels.connector }} of pipeline %s is {{ $labels.%s }}: purged, the server no longer has it and the connector cannot resume from its offset (it must be re-created with a new snapshot, and events may be missing); expiring, binlog expiry (binlog_expire_logs_seconds) may purge it within %s while the connector has not read past it. Raising binlog_expire_logs_seconds stops the purge at once.",
+				p.Name, labelBinlogFile, slo.PromDuration(slo.BinlogPurgeHeadroom)),
+		}),
+	}}
 }
 
 // clockSkewRules are the skew tickets of a pipeline, one per owner of the

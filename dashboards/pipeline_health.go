@@ -107,6 +107,13 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 				query(q.sumBy(q.sel(slo.MetricSlotSafeWALSize), labelSlot), "{{slot}} safe size")).
 				Min(0), 16, 8},
 		}},
+	}
+	if m.CapturesBinlog() {
+		// Only with a pipeline on a MySQL binlog, so the dashboards of a
+		// configuration without one stay as they were.
+		sections = append(sections, binlogSection(q))
+	}
+	sections = append(sections, []section{
 		{title: "Kafka Connect (CDC relays)", collapsed: !cdc, cells: []cell{
 			{statPanel("Connector",
 				"Whether the connector and all its tasks are RUNNING.",
@@ -184,8 +191,43 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 				"cps",
 				query(q.sumBy(rate(q.sel(slo.MetricWatchErrors)), labelWatcher), "{{watcher}}")), 12, 8},
 		}},
-	}
+	}...)
 	return finish(b, sections)
+}
+
+// binlogSection is the replication slot's section for a connector reading
+// a MySQL binlog: whether the file it must read next is still kept and for
+// how long, how far behind the server it is, and what the server keeps.
+// The file page's headroom threshold is drawn where the alert fires.
+func binlogSection(q queries) section {
+	return section{title: "Binlog (MySQL CDC relays)", cells: []cell{
+		{statPanel("Connector's binlog file",
+			"Whether the binlog file holding the connector's committed position is still on the server. Purged, the connector cannot resume from its offset: it must be re-created with a new snapshot (the analogue of a lost slot).",
+			"short",
+			instant(q.maxBy(q.sel(slo.MetricBinlogConnectorFilePurged), labelConnector), "{{connector}}")).
+			ColorMode(common.BigValueColorModeBackground).
+			Mappings(stateMapping("kept", "purged", "green", "red")), 4, 8},
+		{statPanel("Purge headroom",
+			"At least how long until binlog expiry may purge the connector's unread file (binlog_expire_logs_seconds minus the age of the last event it read there). Empty while the connector reads the current file or expiry is off: nothing to purge.",
+			"s",
+			instant(q.minBy(q.sel(slo.MetricBinlogConnectorPurgeHeadroom), labelConnector), "{{connector}}")).
+			ColorMode(common.BigValueColorModeBackground).
+			Thresholds(thresholds(step{nil, "red"}, step{at(slo.BinlogPurgeHeadroom.Seconds()), "green"})), 4, 8},
+		{timeSeries("Connector behind the binlog",
+			"Binlog the server has written past the connector's committed position. Debezium commits its offset every offset.flush.interval.ms, so a healthy connector's line is a sawtooth back near zero at each commit; a line that never comes down is a connector falling behind.",
+			"bytes",
+			query(q.maxBy(q.sel(slo.MetricBinlogConnectorBehindBytes), labelConnector), "{{connector}} behind")).
+			Min(0), 8, 8},
+		{timeSeries("Binlog kept",
+			"Binlog files the server keeps, their total size, and the files between the connector's and the current one.",
+			"bytes",
+			query(q.maxBy(q.sel(slo.MetricBinlogRetainedBytes)), "retained"),
+			query(q.maxBy(q.sel(slo.MetricBinlogRetainedFiles)), "files retained"),
+			query(q.maxBy(q.sel(slo.MetricBinlogConnectorBehindFiles), labelConnector), "{{connector}} files behind")).
+			OverrideByQuery("B", []dashboard.DynamicConfigValue{{Id: "unit", Value: "short"}, {Id: "custom.axisPlacement", Value: "right"}}).
+			OverrideByQuery("C", []dashboard.DynamicConfigValue{{Id: "unit", Value: "short"}, {Id: "custom.axisPlacement", Value: "right"}}).
+			Min(0), 8, 8},
+	}}
 }
 
 // alertLine draws a dashed red line where an alert fires on the panel's

@@ -73,7 +73,7 @@ Caused by: org.apache.kafka.common.errors.TimeoutException: Topic x not present 
 		}, CheckConnector, Fail, "task 0 trace: ConnectException: Unrecoverable exception from producer send callback; caused by: TimeoutException: Topic x", "restart?includeTasks=true&onlyFailed=true"},
 		{"A connector other than Debezium's PostgreSQL connector is named, not checked.", func(_ *config.Pipeline, i *ConnectorInfo) {
 			i.Config["connector.class"] = "io.confluent.connect.jdbc.JdbcSourceConnector"
-		}, CheckConnector, Warn, "not Debezium's PostgreSQL connector", "watch.connector"},
+		}, CheckConnector, Warn, "not one of Debezium's PostgreSQL, MariaDB or MySQL connectors", "watch.connector"},
 		{"A converter left to the worker warns: the REST API does not show the worker's.", func(_ *config.Pipeline, i *ConnectorInfo) {
 			delete(i.Config, "value.converter")
 		}, CheckConverter, Warn, "not set on the connector", "value.converter=org.apache.kafka.connect.json.JsonConverter"},
