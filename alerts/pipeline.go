@@ -475,12 +475,12 @@ func (g generator) proberSideOwner(p slo.Pipeline) string {
 // canaries it could not judge while down are no one's bad events, so it
 // does not page.
 //
-// A stall is one incident until the pipeline has gone stallIncidentHealthy
+// A stall is one incident until the pipeline has gone StallIncidentHealthy
 // without one (RecordStallIncidentStart): a relay that crash-loops,
 // restarts with back-off or delivers once a minute stalls again and again,
 // and each time the last delivery is new. The alert's value, and so its
 // stalled_since label, is the incident's start, the same through every
-// stall of it; keep_firing_for (longer than stallIncidentHealthy) holds
+// stall of it; keep_firing_for (longer than StallIncidentHealthy) holds
 // it between them, so the incident is one alert, one page.
 func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 	n := g.m.Alerting.StallIntervals
@@ -515,7 +515,7 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 		Labels: recLabels,
 	}, {
 		// The incident's start: kept while a stall was seen within
-		// stallIncidentHealthy (this evaluation's included), else the
+		// StallIncidentHealthy (this evaluation's included), else the
 		// last delivery before this stall. Rules of a group run in order:
 		// it reads this evaluation's stall and its own previous value.
 		Record: RecordStallIncidentStart,
@@ -523,7 +523,7 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 			"(",
 			"  "+incident,
 			"  and",
-			"  max_over_time("+stallRec+"["+slo.PromDuration(stallIncidentHealthy)+"])",
+			"  max_over_time("+stallRec+"["+slo.PromDuration(StallIncidentHealthy)+"])",
 			")",
 			"or",
 			stallRec,
@@ -553,7 +553,7 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 				// templated ones: they render the value themselves.
 				summary: fmt.Sprintf("Pipeline %s is stalled, since %s.", p.Name, stalledSinceTemplate),
 				description: fmt.Sprintf("No canary of pipeline %s has arrived for longer than the %s end-to-end budget plus %d canary intervals of %s (%s), while canaries kept being sent. The incident began after the last delivery at %s; until the pipeline has gone %s without a stall, a new stall is the same incident. %s Walk the pipeline in order from there: oldest unpublished row, relay or connector, replication slot, broker, consumer.",
-					p.Name, slo.PromDuration(p.EndToEndBudget), n, slo.PromDuration(p.CanaryInterval), slo.PromDuration(thr), stalledSinceTemplate, slo.PromDuration(stallIncidentHealthy), why),
+					p.Name, slo.PromDuration(p.EndToEndBudget), n, slo.PromDuration(p.CanaryInterval), slo.PromDuration(thr), stalledSinceTemplate, slo.PromDuration(StallIncidentHealthy), why),
 				pipelineScoped: true,
 				dashboard:      slo.DashboardPipelineHealth,
 			}),
@@ -591,19 +591,23 @@ const (
 	// last delivery's time.
 	RecordStall = "outbox_canary:stall:last_delivery_timestamp_seconds"
 	// RecordStallIncidentStart is present while a stall incident is open:
-	// from its first stall until stallIncidentHealthy after its last. Its
+	// from its first stall until StallIncidentHealthy after its last. Its
 	// value is the last delivery before the first stall.
 	RecordStallIncidentStart = "outbox_canary:stall_incident:start_timestamp_seconds"
 )
 
-// stallIncidentHealthy is how long a pipeline must go without a stall for
+// StallIncidentHealthy is how long a pipeline must go without a stall for
 // the next stall to be a new incident, a new page: longer than the
 // healthy stretches of a relay that crash-loops (Kubernetes restarts a
 // crashing container within seconds, and backs off at most 5 minutes,
-// which is a stall, not a healthy stretch) or that delivers once a minute;
-// shorter than the time the next stall takes to begin once the first's
-// short burn windows are clear (5m), so a second stall is a second page.
-const stallIncidentHealthy = 5 * time.Minute
+// which is a stall, not a healthy stretch) or that delivers once a minute.
+// The stall recording ends a scrape and an evaluation after the first
+// delivery, so an incident closes about this long plus 30 s (at 15 s
+// intervals) after the relay resumes; a stall before that is the same
+// incident, its page still firing (make detect's second-stall scenario
+// measured the first's 5m short windows clear 290 s after the resume,
+// inside it).
+const StallIncidentHealthy = 5 * time.Minute
 
 // kafkaOutageHealthy is how long after the prober last saw Kafka out of
 // reach the alerts a Kafka outage sets off still wait: as long as a
@@ -611,7 +615,7 @@ const stallIncidentHealthy = 5 * time.Minute
 // for the relay or connector to reconnect and publish what piled up. One
 // that has not by then (a connector task that failed on the outage and
 // does not restart) pages its owner.
-const kafkaOutageHealthy = stallIncidentHealthy
+const kafkaOutageHealthy = StallIncidentHealthy
 
 // UnlessKafkaOutage drops a pipeline alert while the prober's own Kafka
 // connection has been down within the span: the brokers' owner is paged
@@ -623,16 +627,16 @@ func UnlessKafkaOutage(scope slo.Scope, pipeline string, span time.Duration) str
 }
 
 // stallKeepFiringFor is the stall alert's keep_firing_for: that of the
-// alerts that inhibit another team's, and more than stallIncidentHealthy,
+// alerts that inhibit another team's, and more than StallIncidentHealthy,
 // so the alert of an open incident keeps firing between its stalls.
 func (g generator) stallKeepFiringFor() time.Duration {
-	return max(g.keepFiringForSource(), stallIncidentHealthy+keepFiringMargin)
+	return max(g.keepFiringForSource(), StallIncidentHealthy+keepFiringMargin)
 }
 
 // LabelStalledSince names a stall incident on OutboxCanaryStalled: the
 // time of the pipeline's last delivery before its first stall, RFC 3339
 // in UTC. It is constant through an incident, however often the pipeline
-// recovers and stalls again within stallIncidentHealthy, and new for the
+// recovers and stalls again within StallIncidentHealthy, and new for the
 // next incident, so that one is a new alert (even while the first one's
 // keep_firing_for still holds it) and, grouped by it in Alertmanager, a
 // new notification group.
