@@ -652,13 +652,34 @@ func capturedTables(p *config.Pipeline, info ConnectorInfo) Finding {
 		f.Fix = "database.dbname=" + db.Database + ", or point database.dsn at the connector's database"
 		return f
 	}
-	for _, l := range []struct {
-		key, name string
-		include   bool
-	}{
+	if failed, ok := captureLists(info, table, []captureList{
 		{"schema.include.list", schema, true}, {"schema.exclude.list", schema, false},
 		{"table.include.list", table, true}, {"table.exclude.list", table, false},
-	} {
+	}); !ok {
+		return failed
+	}
+	f.Level = OK
+	if info.Config["table.include.list"] == "" {
+		f.Message = fmt.Sprintf("no table.include.list: every table of %s is captured, %s among them", info.Config["database.dbname"], table)
+	} else {
+		f.Message = fmt.Sprintf("table.include.list %q captures %s", info.Config["table.include.list"], table)
+	}
+	return f
+}
+
+// captureList is one of a connector's include or exclude lists and the
+// name (schema, database or schema.table) it must or must not match.
+type captureList struct {
+	key, name string
+	include   bool
+}
+
+// captureLists checks the outbox table against a connector's include and
+// exclude lists: the first that leaves it out is a finding, and ok is
+// false; a list the checks cannot read is a warning.
+func captureLists(info ConnectorInfo, table string, lists []captureList) (Finding, bool) {
+	f := Finding{Check: CheckCapture}
+	for _, l := range lists {
 		list := info.Config[l.key]
 		if strings.TrimSpace(list) == "" {
 			continue
@@ -668,24 +689,18 @@ func capturedTables(p *config.Pipeline, info ConnectorInfo) Finding {
 		case !ok:
 			f.Level, f.Message = Warn, fmt.Sprintf("%s %q is not a pattern the checks can read: whether it captures %s is not checked", l.key, list, table)
 			f.Fix = fmt.Sprintf("check by hand that %s captures %s", l.key, table)
-			return f
+			return f, false
 		case l.include && !match:
 			f.Level, f.Message = Fail, fmt.Sprintf("%s %q does not capture %s: no canary row is captured", l.key, list, table)
-			f.Fix = fmt.Sprintf("%s=%s", l.key, l.name)
-			return f
+			f.Fix = fmt.Sprintf("%s=%s", l.key, regexp.QuoteMeta(l.name))
+			return f, false
 		case !l.include && match:
 			f.Level, f.Message = Fail, fmt.Sprintf("%s %q excludes %s: no canary row is captured", l.key, list, table)
 			f.Fix = fmt.Sprintf("remove %s from %s", l.name, l.key)
-			return f
+			return f, false
 		}
 	}
-	f.Level = OK
-	if info.Config["table.include.list"] == "" {
-		f.Message = fmt.Sprintf("no table.include.list: every table of %s is captured, %s among them", info.Config["database.dbname"], table)
-	} else {
-		f.Message = fmt.Sprintf("table.include.list %q captures %s", info.Config["table.include.list"], table)
-	}
-	return f
+	return f, true
 }
 
 const routerFix = "transforms=outbox, transforms.outbox.type=" + eventRouter

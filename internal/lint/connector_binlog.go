@@ -2,7 +2,6 @@ package lint
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,32 +125,11 @@ func capturedBinlogTables(p *config.Pipeline, info ConnectorInfo) Finding {
 	f := Finding{Check: CheckCapture}
 	table := info.qualifiedTable(p)
 	database, _, _ := strings.Cut(table, ".")
-	for _, l := range []struct {
-		key, name string
-		include   bool
-	}{
+	if failed, ok := captureLists(info, table, []captureList{
 		{"database.include.list", database, true}, {"database.exclude.list", database, false},
 		{"table.include.list", table, true}, {"table.exclude.list", table, false},
-	} {
-		list := info.Config[l.key]
-		if strings.TrimSpace(list) == "" {
-			continue
-		}
-		match, ok := javaListMatches(list, l.name)
-		switch {
-		case !ok:
-			f.Level, f.Message = Warn, fmt.Sprintf("%s %q is not a pattern the checks can read: whether it captures %s is not checked", l.key, list, table)
-			f.Fix = fmt.Sprintf("check by hand that %s captures %s", l.key, table)
-			return f
-		case l.include && !match:
-			f.Level, f.Message = Fail, fmt.Sprintf("%s %q does not capture %s: no canary row is captured", l.key, list, table)
-			f.Fix = fmt.Sprintf("%s=%s", l.key, regexp.QuoteMeta(l.name))
-			return f
-		case !l.include && match:
-			f.Level, f.Message = Fail, fmt.Sprintf("%s %q excludes %s: no canary row is captured", l.key, list, table)
-			f.Fix = fmt.Sprintf("remove %s from %s", l.name, l.key)
-			return f
-		}
+	}); !ok {
+		return failed
 	}
 	f.Level = OK
 	if info.Config["table.include.list"] == "" {
