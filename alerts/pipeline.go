@@ -226,6 +226,12 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		})
 	}
 	if p.RelayKind == config.RelayCDC {
+		// What the source keeps for a stopped task: WAL for its slot on
+		// PostgreSQL; on MySQL nothing, and expiry may purge its file.
+		retained := "the replication slot retains WAL meanwhile"
+		if p.CapturesBinlog() {
+			retained = "binlog expiry goes on meanwhile and may purge the file the connector must resume from (" + AlertBinlogFileAtRisk + ")"
+		}
 		grp.Rules = append(grp.Rules, Rule{
 			Alert:         AlertConnectorTaskFailed,
 			Expr:          lines(pl(slo.MetricConnectorTaskFailures)+" > 0", unlessStall, unlessKafkaOutage),
@@ -234,8 +240,8 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 			Labels:        labels(config.SeverityPage, relay),
 			Annotations: annotate(AlertConnectorTaskFailed, slo.DashboardPipelineHealth,
 				fmt.Sprintf("Pipeline %s: {{ $value }} task(s) of connector {{ $labels.connector }} FAILED.", p.Name),
-				fmt.Sprintf("Kafka Connect reports {{ $value }} task(s) of connector {{ $labels.connector }} of pipeline %s in state FAILED for %s. A failed task does not restart by itself: nothing is published until it is restarted, and the replication slot retains WAL meanwhile. Its trace is in GET /connectors/{{ $labels.connector }}/status.",
-					p.Name, slo.PromDuration(connectorTaskFailedFor))),
+				fmt.Sprintf("Kafka Connect reports {{ $value }} task(s) of connector {{ $labels.connector }} of pipeline %s in state FAILED for %s. A failed task does not restart by itself: nothing is published until it is restarted, and %s. Its trace is in GET /connectors/{{ $labels.connector }}/status.",
+					p.Name, slo.PromDuration(connectorTaskFailedFor), retained)),
 		})
 	}
 	if p.CapturesBinlog() {
