@@ -190,11 +190,14 @@ func (c amBuilder) receivers(opts AlertmanagerOptions) []amReceiver {
 	return out
 }
 
-// watcherAlerts are the alerts that read each watcher's gauges.
-var watcherAlerts = []struct {
+// watcherAlertSet is a watcher and the alerts that read its gauges.
+type watcherAlertSet struct {
 	watcher string
 	alerts  []string
-}{
+}
+
+// watcherAlerts are the alerts that read each watcher's gauges.
+var watcherAlerts = []watcherAlertSet{
 	{slo.WatcherBacklog, []string{AlertOldestUnpublished, AlertBacklogGrowing}},
 	{slo.WatcherTransactions, []string{AlertLongTransaction}},
 	{slo.WatcherReplicationSlots, []string{AlertSlotInactive, AlertSlotRetainedWALGrowth, AlertSlotWALAtRisk}},
@@ -229,7 +232,14 @@ func (c amBuilder) inhibitRules() []amInhibitRule {
 		TargetMatchers: []string{ours, matchNot(labelAlertname, AlertDependencyDown)},
 		Equal:          withPipeline,
 	}}
-	for _, w := range watcherAlerts {
+	watchers := watcherAlerts
+	if c.m.CapturesBinlog() {
+		// Only with a binlog pipeline, so a configuration without one
+		// keeps its Alertmanager configuration as it was.
+		watchers = append(append([]watcherAlertSet{}, watcherAlerts...),
+			watcherAlertSet{slo.WatcherBinlogConnector, []string{AlertBinlogConnectorBehind, AlertBinlogFileAtRisk}})
+	}
+	for _, w := range watchers {
 		rules = append(rules, amInhibitRule{
 			why:            fmt.Sprintf("The %s watcher is failing and has withdrawn its gauges: the alerts that read them are blind, not resolved.", w.watcher),
 			SourceMatchers: []string{match(labelAlertname, AlertWatcherFailing), match(slo.LabelWatcher, w.watcher)},
@@ -238,6 +248,10 @@ func (c amBuilder) inhibitRules() []amInhibitRule {
 		})
 	}
 	for _, p := range c.m.Pipelines {
+		consequences := stallConsequences
+		if p.CapturesBinlog() {
+			consequences = append(append([]string{}, stallConsequences...), AlertBinlogConnectorBehind)
+		}
 		seen := map[string]bool{}
 		for _, seg := range p.StallBlameSegments() {
 			o := p.Owner(seg)
@@ -251,7 +265,7 @@ func (c amBuilder) inhibitRules() []amInhibitRule {
 					match(labelAlertname, AlertStalled), match(slo.LabelPipeline, p.Name),
 					match(slo.LabelOwner, o), matchNot(slo.LabelSegment, config.SegmentEndToEnd),
 				},
-				TargetMatchers: []string{matchAny(labelAlertname, stallConsequences), match(slo.LabelPipeline, p.Name), matchNot(slo.LabelOwner, o)},
+				TargetMatchers: []string{matchAny(labelAlertname, consequences), match(slo.LabelPipeline, p.Name), matchNot(slo.LabelOwner, o)},
 				Equal:          keys,
 			}, amInhibitRule{
 				why: fmt.Sprintf("A stall of pipeline %s blamed on a stage of %s replaces the unblamed one.", p.Name, o),

@@ -64,7 +64,22 @@ const (
 	// and PostgreSQL keeps min_wal_size (80 MB by default) of WAL in any
 	// case, so less than a segment retained costs no disk.
 	walGrowthFloor = 16 << 20
+	// binlogBehindFloor is how far behind the server's binlog a connector
+	// must stay before its growth is worth a ticket, for the slot's
+	// reason: less costs no disk worth a ticket, and Debezium commits its
+	// offset only every offset.flush.interval.ms (a minute by default),
+	// so a healthy connector's committed position trails by that much of
+	// binlog.
+	binlogBehindFloor = walGrowthFloor
+	// binlogPurgeHeadroomFor rides out the minute after a binlog rotation
+	// in which a healthy connector's committed file is the previous one
+	// (its offset is committed once a minute by default).
+	binlogPurgeHeadroomFor = 5 * time.Minute
 )
+
+// labelBinlogFile tells OutboxBinlogUnreadFileAtRisk's two cases apart:
+// the connector's file is purged, or expiry may purge it soon.
+const labelBinlogFile = "binlog_file"
 
 // labelSlot is the prober's replication slot label (pg_replication_slots'
 // slot_name).
@@ -211,6 +226,27 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		})
 	}
 	if p.RelayKind == config.RelayCDC {
+		// What the source keeps for a stopped task: WAL for its slot on
+		// PostgreSQL; on MySQL nothing, and expiry may purge its file.
+		retained := "the replication slot retains WAL meanwhile"
+		if p.CapturesBinlog() {
+			retained = "binlog expiry goes on meanwhile and may purge the file the connector must resume from (" + AlertBinlogFileAtRisk + ")"
+		}
+		grp.Rules = append(grp.Rules, Rule{
+			Alert:         AlertConnectorTaskFailed,
+			Expr:          lines(pl(slo.MetricConnectorTaskFailures)+" > 0", unlessStall, unlessKafkaOutage),
+			For:           slo.PromDuration(connectorTaskFailedFor),
+			KeepFiringFor: keep,
+			Labels:        labels(config.SeverityPage, relay),
+			Annotations: annotate(AlertConnectorTaskFailed, slo.DashboardPipelineHealth,
+				fmt.Sprintf("Pipeline %s: {{ $value }} task(s) of connector {{ $labels.connector }} FAILED.", p.Name),
+				fmt.Sprintf("Kafka Connect reports {{ $value }} task(s) of connector {{ $labels.connector }} of pipeline %s in state FAILED for %s. A failed task does not restart by itself: nothing is published until it is restarted, and %s. Its trace is in GET /connectors/{{ $labels.connector }}/status.",
+					p.Name, slo.PromDuration(connectorTaskFailedFor), retained)),
+		})
+	}
+	if p.CapturesBinlog() {
+		grp.Rules = append(grp.Rules, g.binlogRules(p, pl, keep, labels(config.SeverityTicket, relay), labels(config.SeverityPage, relay), unlessStall, unlessKafkaOutage)...)
+	} else if p.RelayKind == config.RelayCDC {
 		// With watch.slot the alerts select that slot: another pipeline's
 		// slot or a leftover one in the same database is not this
 		// pipeline's to page for. Without it, every slot reported counts.
@@ -223,16 +259,6 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 			walStatus = fmt.Sprintf(`%s{%s=%q, %s=%q, %s=~"unreserved|lost"%s}`, slo.MetricSlotWALStatus, slo.LabelPipeline, p.Name, labelSlot, p.Slot, labelWALStatus, scopeMatchers(p.Scope))
 		}
 		grp.Rules = append(grp.Rules, Rule{
-			Alert:         AlertConnectorTaskFailed,
-			Expr:          lines(pl(slo.MetricConnectorTaskFailures)+" > 0", unlessStall, unlessKafkaOutage),
-			For:           slo.PromDuration(connectorTaskFailedFor),
-			KeepFiringFor: keep,
-			Labels:        labels(config.SeverityPage, relay),
-			Annotations: annotate(AlertConnectorTaskFailed, slo.DashboardPipelineHealth,
-				fmt.Sprintf("Pipeline %s: {{ $value }} task(s) of connector {{ $labels.connector }} FAILED.", p.Name),
-				fmt.Sprintf("Kafka Connect reports {{ $value }} task(s) of connector {{ $labels.connector }} of pipeline %s in state FAILED for %s. A failed task does not restart by itself: nothing is published until it is restarted, and the replication slot retains WAL meanwhile. Its trace is in GET /connectors/{{ $labels.connector }}/status.",
-					p.Name, slo.PromDuration(connectorTaskFailedFor))),
-		}, Rule{
 			Alert:         AlertSlotInactive,
 			Expr:          lines(slot(slo.MetricSlotActive)+" == 0", unlessStall, unlessKafkaOutage),
 			For:           slo.PromDuration(slotInactiveFor),
@@ -309,6 +335,60 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	})
 	grp.Rules = append(grp.Rules, g.clockSkewRules(p, keep)...)
 	return grp
+}
+
+// binlogRules are the MySQL analogues of the replication slot alerts,
+// read from the binlog_connector watcher's series: a connector whose
+// committed position falls ever further behind the server's binlog (the
+// retained WAL's growth), and an unread binlog file that expiry has
+// purged or may purge soon (wal_status unreserved or lost). There is no
+// analogue of an inactive slot: the server keeps no position for a
+// connector, which OutboxConnectorTaskFailed and the stall cover.
+func (g generator) binlogRules(p slo.Pipeline, pl func(string) string, keep string, ticket, page map[string]string, unlessStall, unlessKafkaOutage string) []Rule {
+	a := g.m.Alerting
+	growth := time.Duration(a.WALGrowthFor)
+	behind := pl(slo.MetricBinlogConnectorBehindBytes)
+	on := "on (" + joinLabels(p.Scope, slo.LabelPipeline, labelConnector) + ")"
+	return []Rule{{
+		Alert: AlertBinlogConnectorBehind,
+		// As the slot's growth, with one condition more: the connector
+		// never caught up within the range. Its committed position jumps
+		// forward at each offset flush, so a healthy one's distance is a
+		// sawtooth whose troughs are near zero.
+		Expr: lines(
+			"deriv("+behind+"["+slo.PromDuration(growth)+"]) > 0",
+			"and",
+			"min_over_time("+behind+"["+slo.PromDuration(growth)+"]) > "+strconv.Itoa(binlogBehindFloor),
+			"and",
+			behind+" offset "+slo.PromDuration(growth),
+			unlessStall,
+			unlessKafkaOutage,
+		),
+		For:           slo.PromDuration(growth),
+		KeepFiringFor: keep,
+		Labels:        ticket,
+		Annotations: g.annotate(annotations{alert: AlertBinlogConnectorBehind, pipelineScoped: true, dashboard: slo.DashboardPipelineHealth,
+			summary: fmt.Sprintf("Pipeline %s: connector {{ $labels.connector }} falls further and further behind the binlog.", p.Name),
+			description: fmt.Sprintf("The committed binlog position of connector {{ $labels.connector }} of pipeline %s has stayed over %s behind the server's for %s and the distance has grown by {{ $value | humanize1024 }}B per second: the connector reads or commits slower than the server writes, or not at all. Its unread files are kept only until binlog expiry purges them.",
+				p.Name, humanBytes(binlogBehindFloor), slo.PromDuration(growth)),
+		}),
+	}, {
+		Alert: AlertBinlogFileAtRisk,
+		Expr: lines(
+			`label_replace(`+pl(slo.MetricBinlogConnectorFilePurged)+` == 1, "`+labelBinlogFile+`", "purged", "", "")`,
+			"or",
+			`label_replace(`+pl(slo.MetricBinlogConnectorPurgeHeadroom)+` < `+seconds(slo.BinlogPurgeHeadroom)+`, "`+labelBinlogFile+`", "expiring", "", "")`,
+			"  unless "+on+" ("+pl(slo.MetricBinlogConnectorFilePurged)+" == 1)",
+		),
+		For:           slo.PromDuration(binlogPurgeHeadroomFor),
+		KeepFiringFor: keep,
+		Labels:        page,
+		Annotations: g.annotate(annotations{alert: AlertBinlogFileAtRisk, pipelineScoped: true, dashboard: slo.DashboardPipelineHealth,
+			summary: fmt.Sprintf("Pipeline %s: the binlog file connector {{ $labels.connector }} must read next is {{ $labels.%s }}.", p.Name, labelBinlogFile),
+			description: fmt.Sprintf("The binlog file holding the committed position of connector {{ $labels.connector }} of pipeline %s is {{ $labels.%s }}: purged, the server no longer has it and the connector cannot resume from its offset (it must be re-created with a new snapshot, and events may be missing); expiring, binlog expiry (binlog_expire_logs_seconds) may purge it within %s while the connector has not read past it. Raising binlog_expire_logs_seconds stops the purge at once.",
+				p.Name, labelBinlogFile, slo.PromDuration(slo.BinlogPurgeHeadroom)),
+		}),
+	}}
 }
 
 // clockSkewRules are the skew tickets of a pipeline, one per owner of the
@@ -401,12 +481,12 @@ func (g generator) proberSideOwner(p slo.Pipeline) string {
 // canaries it could not judge while down are no one's bad events, so it
 // does not page.
 //
-// A stall is one incident until the pipeline has gone stallIncidentHealthy
+// A stall is one incident until the pipeline has gone StallIncidentHealthy
 // without one (RecordStallIncidentStart): a relay that crash-loops,
 // restarts with back-off or delivers once a minute stalls again and again,
 // and each time the last delivery is new. The alert's value, and so its
 // stalled_since label, is the incident's start, the same through every
-// stall of it; keep_firing_for (longer than stallIncidentHealthy) holds
+// stall of it; keep_firing_for (longer than StallIncidentHealthy) holds
 // it between them, so the incident is one alert, one page.
 func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 	n := g.m.Alerting.StallIntervals
@@ -441,7 +521,7 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 		Labels: recLabels,
 	}, {
 		// The incident's start: kept while a stall was seen within
-		// stallIncidentHealthy (this evaluation's included), else the
+		// StallIncidentHealthy (this evaluation's included), else the
 		// last delivery before this stall. Rules of a group run in order:
 		// it reads this evaluation's stall and its own previous value.
 		Record: RecordStallIncidentStart,
@@ -449,7 +529,7 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 			"(",
 			"  "+incident,
 			"  and",
-			"  max_over_time("+stallRec+"["+slo.PromDuration(stallIncidentHealthy)+"])",
+			"  max_over_time("+stallRec+"["+slo.PromDuration(StallIncidentHealthy)+"])",
 			")",
 			"or",
 			stallRec,
@@ -479,7 +559,7 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 				// templated ones: they render the value themselves.
 				summary: fmt.Sprintf("Pipeline %s is stalled, since %s.", p.Name, stalledSinceTemplate),
 				description: fmt.Sprintf("No canary of pipeline %s has arrived for longer than the %s end-to-end budget plus %d canary intervals of %s (%s), while canaries kept being sent. The incident began after the last delivery at %s; until the pipeline has gone %s without a stall, a new stall is the same incident. %s Walk the pipeline in order from there: oldest unpublished row, relay or connector, replication slot, broker, consumer.",
-					p.Name, slo.PromDuration(p.EndToEndBudget), n, slo.PromDuration(p.CanaryInterval), slo.PromDuration(thr), stalledSinceTemplate, slo.PromDuration(stallIncidentHealthy), why),
+					p.Name, slo.PromDuration(p.EndToEndBudget), n, slo.PromDuration(p.CanaryInterval), slo.PromDuration(thr), stalledSinceTemplate, slo.PromDuration(StallIncidentHealthy), why),
 				pipelineScoped: true,
 				dashboard:      slo.DashboardPipelineHealth,
 			}),
@@ -517,19 +597,23 @@ const (
 	// last delivery's time.
 	RecordStall = "outbox_canary:stall:last_delivery_timestamp_seconds"
 	// RecordStallIncidentStart is present while a stall incident is open:
-	// from its first stall until stallIncidentHealthy after its last. Its
+	// from its first stall until StallIncidentHealthy after its last. Its
 	// value is the last delivery before the first stall.
 	RecordStallIncidentStart = "outbox_canary:stall_incident:start_timestamp_seconds"
 )
 
-// stallIncidentHealthy is how long a pipeline must go without a stall for
+// StallIncidentHealthy is how long a pipeline must go without a stall for
 // the next stall to be a new incident, a new page: longer than the
 // healthy stretches of a relay that crash-loops (Kubernetes restarts a
 // crashing container within seconds, and backs off at most 5 minutes,
-// which is a stall, not a healthy stretch) or that delivers once a minute;
-// shorter than the time the next stall takes to begin once the first's
-// short burn windows are clear (5m), so a second stall is a second page.
-const stallIncidentHealthy = 5 * time.Minute
+// which is a stall, not a healthy stretch) or that delivers once a minute.
+// The stall recording ends a scrape and an evaluation after the first
+// delivery, so an incident closes about this long plus 30 s (at 15 s
+// intervals) after the relay resumes; a stall before that is the same
+// incident, its page still firing (make detect's second-stall scenario
+// measured the first's 5m short windows clear 290 s after the resume,
+// inside it).
+const StallIncidentHealthy = 5 * time.Minute
 
 // kafkaOutageHealthy is how long after the prober last saw Kafka out of
 // reach the alerts a Kafka outage sets off still wait: as long as a
@@ -537,7 +621,7 @@ const stallIncidentHealthy = 5 * time.Minute
 // for the relay or connector to reconnect and publish what piled up. One
 // that has not by then (a connector task that failed on the outage and
 // does not restart) pages its owner.
-const kafkaOutageHealthy = stallIncidentHealthy
+const kafkaOutageHealthy = StallIncidentHealthy
 
 // UnlessKafkaOutage drops a pipeline alert while the prober's own Kafka
 // connection has been down within the span: the brokers' owner is paged
@@ -549,16 +633,16 @@ func UnlessKafkaOutage(scope slo.Scope, pipeline string, span time.Duration) str
 }
 
 // stallKeepFiringFor is the stall alert's keep_firing_for: that of the
-// alerts that inhibit another team's, and more than stallIncidentHealthy,
+// alerts that inhibit another team's, and more than StallIncidentHealthy,
 // so the alert of an open incident keeps firing between its stalls.
 func (g generator) stallKeepFiringFor() time.Duration {
-	return max(g.keepFiringForSource(), stallIncidentHealthy+keepFiringMargin)
+	return max(g.keepFiringForSource(), StallIncidentHealthy+keepFiringMargin)
 }
 
 // LabelStalledSince names a stall incident on OutboxCanaryStalled: the
 // time of the pipeline's last delivery before its first stall, RFC 3339
 // in UTC. It is constant through an incident, however often the pipeline
-// recovers and stalls again within stallIncidentHealthy, and new for the
+// recovers and stalls again within StallIncidentHealthy, and new for the
 // next incident, so that one is a new alert (even while the first one's
 // keep_firing_for still holds it) and, grouped by it in Alertmanager, a
 // new notification group.

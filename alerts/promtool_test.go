@@ -538,6 +538,36 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 			},
 			mustFail: []string{"b-relay-stalls"},
 		},
+		{
+			name: "The binlog file page without its for: pages at every rotation of a healthy binlog.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert == alerts.AlertBinlogFileAtRisk {
+					r.For = ""
+				}
+				return true
+			}),
+			mustFail: []string{"z1-healthy-binlog-is-quiet", "z3-binlog-file-at-risk"},
+		},
+		{
+			name: "The binlog file page at twice the headroom pages early.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert == alerts.AlertBinlogFileAtRisk {
+					r.Expr = strings.Replace(r.Expr, "< 3600", "< 7200", 1)
+				}
+				return true
+			}),
+			mustFail: []string{"z3-binlog-file-at-risk"},
+		},
+		{
+			name: "The binlog behind ticket without its floor tickets a connector before it is far behind.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert == alerts.AlertBinlogConnectorBehind {
+					r.Expr = strings.Replace(r.Expr, "> 16777216", "> 0", 1)
+				}
+				return true
+			}),
+			mustFail: []string{"z2-binlog-connector-behind"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -58,6 +58,8 @@ const (
 	AlertSlotInactive          = "OutboxReplicationSlotInactive"
 	AlertSlotRetainedWALGrowth = "OutboxReplicationSlotRetainedWALGrowing"
 	AlertSlotWALAtRisk         = "OutboxReplicationSlotWALAtRisk"
+	AlertBinlogConnectorBehind = "OutboxBinlogConnectorFallingBehind"
+	AlertBinlogFileAtRisk      = "OutboxBinlogUnreadFileAtRisk"
 	AlertLongTransaction       = "OutboxLongTransaction"
 	AlertWatcherFailing        = "OutboxCanaryWatcherFailing"
 	AlertDependencyDown        = "OutboxCanaryDependencyDown"
@@ -74,6 +76,7 @@ func AlertNames() []string {
 		AlertDependencyDown, AlertWatcherFailing,
 		AlertOldestUnpublished, AlertBacklogGrowing,
 		AlertConnectorTaskFailed, AlertSlotInactive, AlertSlotRetainedWALGrowth, AlertSlotWALAtRisk,
+		AlertBinlogConnectorBehind, AlertBinlogFileAtRisk,
 		AlertConsumerLag, AlertLongTransaction, AlertClockSkewSuspected, AlertBadSignatures,
 	}
 }
@@ -96,6 +99,7 @@ const (
 	labelSlothSeverity = "sloth_severity"
 	labelJob           = "job"
 	labelWALStatus     = "wal_status"
+	labelConnector     = "connector"
 )
 
 // Generate builds the rules of a model: per SLO the Sloth-compatible

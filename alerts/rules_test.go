@@ -67,25 +67,33 @@ func TestGeneratedRules(t *testing.T) {
 			t.Error("no burn alert for payments publish_to_consume")
 		}
 	})
-	t.Run("polling pipelines get backlog alerts and CDC pipelines slot alerts, never the other way", func(t *testing.T) {
-		kinds := map[string]string{"orders": "polling", "payments": "polling", "shipments": "cdc"}
+	t.Run("polling pipelines get backlog alerts, CDC pipelines on PostgreSQL slot alerts and on MySQL binlog alerts, never the other way", func(t *testing.T) {
+		kinds := map[string]string{"orders": "polling", "payments": "polling", "shipments": "cdc", "invoices": "binlog cdc"}
 		seen := map[string]bool{}
 		for _, g := range rf.Groups {
 			for _, r := range g.Rules {
 				kind := kinds[r.Labels["pipeline"]]
 				switch r.Alert {
-				case alerts.AlertSlotInactive:
+				case alerts.AlertSlotInactive, alerts.AlertSlotRetainedWALGrowth, alerts.AlertSlotWALAtRisk:
 					seen["slot "+kind] = true
+				case alerts.AlertBinlogConnectorBehind, alerts.AlertBinlogFileAtRisk:
+					seen["binlog "+kind] = true
 				case alerts.AlertBacklogGrowing:
 					seen["backlog "+kind] = true
+				case alerts.AlertConnectorTaskFailed:
+					seen["connector "+kind] = true
 				}
 			}
 		}
-		if !seen["slot cdc"] || !seen["backlog polling"] {
-			t.Errorf("missing alerts: %v, want slot alerts on shipments and backlog alerts on orders and payments", seen)
+		for _, want := range []string{"slot cdc", "backlog polling", "binlog binlog cdc", "connector cdc", "connector binlog cdc"} {
+			if !seen[want] {
+				t.Errorf("missing %s alerts: %v, want slot alerts on shipments, binlog alerts on invoices (MariaDB), connector alerts on both, backlog alerts on orders and payments", want, seen)
+			}
 		}
-		if seen["slot polling"] || seen["backlog cdc"] {
-			t.Errorf("alerts on the wrong relay kind: %v", seen)
+		for _, wrong := range []string{"slot polling", "backlog cdc", "slot binlog cdc", "binlog cdc", "binlog polling", "backlog binlog cdc"} {
+			if seen[wrong] {
+				t.Errorf("%s alerts: on the wrong relay kind or database family: %v", wrong, seen)
+			}
 		}
 	})
 }

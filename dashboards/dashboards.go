@@ -137,6 +137,11 @@ const (
 	varInstance   = "instance"
 	varPipeline   = "pipeline"
 	varSegment    = "segment"
+	// varDebeziumServer picks Debezium connectors by their topic.prefix,
+	// the server label of the series the Kafka Connect worker's JMX
+	// exporter writes (deploy/local/connect/jmx-exporter.yml): those
+	// series come from the worker, not the prober, and carry no pipeline.
+	varDebeziumServer = "debezium_server"
 )
 
 // allValue is what Grafana stores for "All" of a variable that includes it.

@@ -318,7 +318,7 @@ func TestCDCSectionsAreCollapsedOnlyWithoutCDCPipelines(t *testing.T) {
 				}
 			}
 			sort.Strings(seen)
-			if strings.Join(seen, ",") != "Kafka Connect (CDC relays),Replication slot (CDC relays)" {
+			if strings.Join(seen, ",") != "Debezium (CDC relays),Kafka Connect (CDC relays),Replication slot (CDC relays)" {
 				t.Errorf("CDC rows: %v", seen)
 			}
 		})

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-canary/outbox-canary/internal/debezium"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -63,6 +64,23 @@ func (q queries) sel(name string, matchers ...string) string {
 func (q queries) recorded(name string, matchers ...string) string {
 	all := append([]string{pipelineMatcher}, matchers...)
 	return name + "{" + strings.Join(q.scoped(all), ",") + "}"
+}
+
+// debezium selects one of Debezium's series (internal/debezium) on the
+// debezium_server variable and the scope. Not on job, instance or
+// pipeline: the Kafka Connect worker's exporter, not the prober, exports
+// them, and Debezium knows no pipeline.
+func (q queries) debezium(name string) string {
+	all := []string{debezium.LabelServer + `=~"$` + varDebeziumServer + `"`}
+	return name + "{" + strings.Join(q.scoped(all), ",") + "}"
+}
+
+// debeziumServerValues lists the connectors the worker's exporter reports.
+func (q queries) debeziumServerValues() string {
+	if len(q.scope) == 0 {
+		return fmt.Sprintf("label_values(%s, %s)", debezium.MetricConnected, debezium.LabelServer)
+	}
+	return fmt.Sprintf("label_values(%s{%s}, %s)", debezium.MetricConnected, strings.Join(q.scope.Matchers(), ","), debezium.LabelServer)
 }
 
 // segmentSel selects name on the pipeline and the (repeated) segment

@@ -14,6 +14,7 @@ import (
 	promql "github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/debezium"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -639,6 +640,21 @@ func scopingErrors(t *testing.T, expr, variable string, proberSeries map[string]
 		switch {
 		case vs.Name == alertsMetric:
 			want = map[string]string{"job=~": "VAR_job|", "instance=~": "VAR_instance|", "pipeline=~": "VAR_pipeline|"}
+		case slices.Contains(debezium.Metrics, vs.Name):
+			// The Connect worker's exporter writes them, under its own job:
+			// the connector is picked by its server, never by the prober's
+			// job, instance or pipeline, which would select nothing.
+			want = map[string]string{"server=~": "VAR_" + varDebeziumServer}
+			if variable == varDebeziumServer {
+				want = nil
+			}
+			for _, l := range []string{labelJob, labelInstance, slo.LabelPipeline} {
+				for k := range has {
+					if strings.HasPrefix(k, l) {
+						errs = append(errs, fmt.Errorf("Debezium's %s is matched on %s, which the worker's exporter does not write", vs.Name, l))
+					}
+				}
+			}
 		case proberSeries[vs.Name]:
 			want = map[string]string{"job=~": "VAR_job", "instance=~": "VAR_instance", "pipeline=~": "VAR_pipeline"}
 			switch variable {

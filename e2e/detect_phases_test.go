@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/common/model"
 
+	"github.com/outbox-canary/outbox-canary/alerts"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
@@ -33,10 +34,10 @@ const (
 
 // secondStallTarget is the reading of issue 15's "a second stall paging
 // within 60 s of the first's recovery" that the scenario measures.
-const secondStallTarget = "a second stall, started as soon as the first's short windows have cleared while its longer windows (and its stall alert, kept firing) still fire, pages as a first stall does: " +
+const secondStallTarget = "a second stall, started as soon as the first's incident is over (issue 26: no stall for 5 minutes) and its short windows have cleared, while its longer windows (and its stall alert, kept firing) still fire, pages as a first stall does: " +
 	"its page firing in Prometheus within 60 s of its start (issue 10's target for a stall) and notified within group_wait of firing, a new incident, not held for the first incident's group_interval tick. " +
 	"Issue 15 asks for \"a second stall paging within 60 s of the first's recovery\"; taken literally (a notification within 60 s of the relay's resume) no stall can meet it: " +
-	"the second stall can only start once the first's short windows are clear, minutes after the resume, and a stall's page needs the stall threshold (32 s here) plus group_wait (30 s) before it reaches a pager. " +
+	"the second stall can only start once the first's incident is over and its short windows are clear, minutes after the resume, and a stall's page needs the stall threshold (32 s here) plus group_wait (30 s) before it reaches a pager. " +
 	"The issue's own figures (\"+171 s instead of +54.5 s\") are seconds from the second stall's start, so that is the reading taken; the seconds from the first's recovery (the relay's resume) are reported too"
 
 // secondStallSpec is the second-stall scenario: the orders relay stalls
@@ -62,9 +63,9 @@ func (r *detectRun) secondStallSpec(t *testing.T) scenarioSpec {
 	return scenarioSpec{
 		name: scenarioSecondStall, title: "A second stall after the first recovered", pipeline: pipeline,
 		fault: fmt.Sprintf("The orders relay is paused (`POST /admin/pause`) until its first page has been notified and watched for %s more, as in the relay stall; then resumed. "+
-			"Once the first stall's short windows are clear (no bad SLI event of orders in the last %s, the shortest short window of a page), it is paused again, with the first's longer windows, and its stall alert in its keep_firing_for, still firing. "+
+			"Once the first stall's incident is over (no stall for %s: a stall before that is the same incident, one page) and its short windows are clear (no bad SLI event of orders in the last %s, the shortest short window of a page), it is paused again, with the first's longer windows, and its stall alert in its keep_firing_for, still firing. "+
 			"Watched until group_wait (%s) after the second stall's first page notification.",
-			model.Duration(afterFirstNotification), slo.PromDuration(short), amGroupWaitDefault),
+			model.Duration(afterFirstNotification), alerts.StallIncidentHealthy, slo.PromDuration(short), amGroupWaitDefault),
 		target: secondStallTarget,
 		inject: func(t *testing.T) []step { pause(t); return []step{{What: "first stall: relay paused"}} },
 		heal:   func(t *testing.T) []step { resume(t); return []step{{What: "relay resumed (end of the observation)"}} },
@@ -126,6 +127,14 @@ func (ss *secondStall) drive(t *testing.T, o *observation, res *scenarioResult, 
 		}
 		ss.lastClearCheck = now
 		clear, why, state, firing := shortWindowsClear(o.promAddr, ss.pipeline, ss.short)
+		// The first stall's incident must be over too: a stall within
+		// alerts.StallIncidentHealthy of the last is the same incident,
+		// one page (issue 26), so a second page needs a second incident.
+		if open, err := stallIncidentOpen(o.promAddr, ss.pipeline); err != nil || open {
+			clear = false
+			why += fmt.Sprintf("; the first stall's incident open (%s present, %v): no stall for %s yet", alerts.RecordStallIncidentStart, err, alerts.StallIncidentHealthy)
+			state += "; incident open"
+		}
 		if state != ss.clearState {
 			t.Logf("[%s] short windows: %s", secs(*at(now)), why)
 			ss.clearState = state
@@ -144,7 +153,7 @@ func (ss *secondStall) drive(t *testing.T, o *observation, res *scenarioResult, 
 		if len(firing) > 0 {
 			still = "still firing: " + strings.Join(firing, "; ")
 		}
-		addStep(now, fmt.Sprintf("the first's short windows are clear (%s); %s", why, still))
+		addStep(now, fmt.Sprintf("the first's incident is over (no stall for %s) and its short windows are clear (%s); %s", alerts.StallIncidentHealthy, why, still))
 		ss.pause(t)
 		ss.started = time.Now()
 		res.Second.StartAt = at(ss.started)
@@ -226,6 +235,13 @@ func shortWindowsClear(promAddr, pipeline string, short time.Duration) (clear bo
 		state += "; " + strings.Join(stalled, "; ")
 	}
 	return bad[0].Value == 0, why, state, firing
+}
+
+// stallIncidentOpen says whether Prometheus holds a stall incident of the
+// pipeline open (alerts.RecordStallIncidentStart present).
+func stallIncidentOpen(promAddr, pipeline string) (bool, error) {
+	v, err := promQuery(context.Background(), promAddr, fmt.Sprintf(`%s{%s=%q}`, alerts.RecordStallIncidentStart, slo.LabelPipeline, pipeline))
+	return len(v) > 0, err
 }
 
 // secondPage finds, after the observation, the second stall's first page

@@ -28,6 +28,10 @@ type Pipeline struct {
 	// EndToEndBudget is the end_to_end budget: commit to consume.
 	EndToEndBudget time.Duration
 	RelayKind      string
+	// Family is the database family (config.KindPostgres or KindMySQL)
+	// as the configuration declares it (database.kind, or an inline
+	// DSN's form); PostgreSQL when only a secret could tell.
+	Family string
 	// Slot is the replication slot of a cdc pipeline (watch.slot); ""
 	// when unset, and the slot alerts then take every slot reported.
 	Slot string
@@ -50,6 +54,30 @@ func (p Pipeline) Owner(segment string) string {
 		return o
 	}
 	return p.DefaultOwner
+}
+
+// BinlogPurgeHeadroom is where the alert on a connector's unread binlog
+// file fires and its dashboard panel turns red: expiry may purge the file
+// within this long. SET GLOBAL binlog_expire_logs_seconds stops it at
+// once, so an hour is time enough to act.
+const BinlogPurgeHeadroom = time.Hour
+
+// CapturesBinlog reports whether a pipeline of the model captures a MySQL
+// binlog.
+func (m *Model) CapturesBinlog() bool {
+	for _, p := range m.Pipelines {
+		if p.CapturesBinlog() {
+			return true
+		}
+	}
+	return false
+}
+
+// CapturesBinlog reports whether the pipeline's relay is log capture from
+// a MySQL binlog: its alerts and panels are the binlog's, not a
+// replication slot's.
+func (p Pipeline) CapturesBinlog() bool {
+	return p.RelayKind == config.RelayCDC && p.Family == config.KindMySQL
 }
 
 // RelaySegments lists the segments between commit and publish (one, or
@@ -106,12 +134,17 @@ func FromConfig(cfg *config.Config) (*Model, error) {
 		if err != nil {
 			return nil, fmt.Errorf("pipeline %q: canary.schedule: %w", p.Name, err)
 		}
+		family, ok := p.Database.DeclaredFamily()
+		if !ok {
+			family = config.KindPostgres
+		}
 		mp := Pipeline{
 			Name:           p.Name,
 			CanaryInterval: interval,
 			LostAfter:      time.Duration(p.Canary.LostAfter),
 			EndToEndBudget: time.Duration(p.Budgets[config.SegmentEndToEnd]),
 			RelayKind:      p.Relay.Kind,
+			Family:         family,
 			Slot:           p.Watch.Slot,
 			Segments:       append([]string{config.SegmentInsertToCommit}, p.Segments()...),
 			Owners:         map[string]string{},

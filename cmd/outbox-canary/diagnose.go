@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 
 	"github.com/alecthomas/kingpin/v2"
 
@@ -22,7 +23,9 @@ usually have upstream causes:
      (the rows they wrote are invisible to the relay)
   2. relay: polling, the age of the oldest unpublished row against the
      commit_to_publish budget (end_to_end if none); cdc, the Kafka Connect
-     connector and its tasks
+     connector and its tasks, and with --prometheus-url Debezium's own
+     streaming metrics (connected, milliseconds behind source, queue
+     remaining of total: docs/cdc.md)
   3. replication slot: cdc, the slot active, its wal_status, retained WAL
   4. broker: the canary topic's brokers reachable, a leader for every
      partition, none under-replicated
@@ -45,9 +48,19 @@ func diagnoseCommand(app *kingpin.Application, c *cli) action {
 	pipeline := cmd.Flag("pipeline", "Diagnose only this pipeline (default: all).").PlaceHolder("NAME").String()
 	asJSON := cmd.Flag("json", "Print the diagnosis as JSON.").Bool()
 	timeout := cmd.Flag("timeout", "How long each stage may wait for its servers.").Default("10s").Duration()
+	promURL := cmd.Flag("prometheus-url", "A Prometheus that scrapes the Kafka Connect worker's JMX exporter "+
+		"(deploy/local/connect/jmx-exporter.yml): a cdc pipeline's relay stage then reads Debezium's streaming metrics "+
+		"of its connector (the series whose server label is the connector's topic.prefix) as evidence, and is unhealthy when "+
+		"Debezium is disconnected from the log, behind source past the commit_to_publish budget, or its queue is full.").
+		PlaceHolder("URL").String()
 	return func(ctx context.Context) error {
 		if *timeout <= 0 {
 			return usagef(c, "--timeout %s: must be positive", *timeout)
+		}
+		if *promURL != "" {
+			if u, err := url.Parse(*promURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return usagef(c, "--prometheus-url %q: want an http or https URL such as http://localhost:9090", *promURL)
+			}
 		}
 		cfg, err := loadConfig(*configPath)
 		if err != nil {
@@ -60,7 +73,7 @@ func diagnoseCommand(app *kingpin.Application, c *cli) action {
 		results := make([]diagnose.Diagnosis, 0, len(pipes))
 		unhealthy := 0
 		for _, p := range pipes {
-			d := diagnose.Pipeline(ctx, p, diagnose.Options{StageTimeout: *timeout})
+			d := diagnose.Pipeline(ctx, p, diagnose.Options{StageTimeout: *timeout, PrometheusURL: *promURL})
 			if !d.Healthy {
 				unhealthy++
 			}

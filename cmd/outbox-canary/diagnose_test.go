@@ -396,6 +396,7 @@ pipelines:
 		{"diagnose without --config is a usage error.", []string{"diagnose"}},
 		{"diagnose of a pipeline not in the file is a usage error.", []string{"diagnose", "--config.file", path, "--pipeline", "payments"}},
 		{"diagnose with an unknown flag is a usage error.", []string{"diagnose", "--config.file", path, "--bogus"}},
+		{"diagnose with a --prometheus-url that is no http URL is a usage error.", []string{"diagnose", "--config.file", path, "--prometheus-url", "localhost:9090"}},
 		{"lint without --config is a usage error.", []string{"lint"}},
 		{"lint of a pipeline not in the file is a usage error.", []string{"lint", "--config.file", path, "--pipeline", "payments"}},
 	}

@@ -55,6 +55,14 @@ timestamp, heartbeats and heartbeat.action.query, tasks.max and tombstones.
 Each finding says why it matters and the property to set; docs/cdc.md
 explains them and gives a recommended connector configuration.
 
+On MySQL or MariaDB (docs/mysql.md): the table, an index that leads with
+published_at (polling), the user's privileges, tried in forms that change
+nothing (INSERT, SELECT, DELETE with canary.delete_after_insert: FAIL;
+PROCESS and, for cdc, BINLOG MONITOR: WARN, each with what it blinds), the
+binlog (log_bin, ROW, FULL, its expiry), and Debezium's MariaDB or MySQL
+connector: database.server.id and the schema history topic of its own,
+the captured database and table, and the checks shared with PostgreSQL's.
+
 It reads the catalogue, statistics and the connector's configuration only
 and writes nothing; run it with the prober's own DSN, so the privileges it
 reports are the prober's.
@@ -121,7 +129,10 @@ func lintPipeline(ctx context.Context, p *config.Pipeline, opts lint.Options, ti
 			Fix: "check database.dsn, the network path and that the database is up; the role needs pg_monitor and SELECT on the table"}}
 	}
 	if kind, _ := p.Database.Family(); kind == config.KindMySQL {
-		return lintMySQL(ctx, p, dbFail)
+		return lintMySQL(ctx, p, timeout, func(err error) []lint.Finding {
+			return []lint.Finding{{Check: "database", Level: lint.Fail, Message: err.Error(),
+				Fix: "check database.dsn, the network path and that the server is up; the user needs SELECT on the table"}}
+		})
 	}
 	pool, err := postgres.NewPool(ctx, p.Database, postgres.PoolOptions{MaxConns: 1, ConnectTimeout: timeout})
 	if err != nil {
@@ -133,7 +144,7 @@ func lintPipeline(ctx context.Context, p *config.Pipeline, opts lint.Options, ti
 		return dbFail(err)
 	}
 	findings = append(findings, lintTopicTimestamp(ctx, p, timeout)...)
-	return append(findings, lintConnector(ctx, p, pool, timeout)...)
+	return append(findings, lintConnector(ctx, p, lint.ConnectorSources{DB: pool}, timeout)...)
 }
 
 // lintTopicTimestamp checks the canary topic's timestamp type, for a
@@ -153,11 +164,11 @@ func lintTopicTimestamp(ctx context.Context, p *config.Pipeline, timeout time.Du
 // lintConnector checks a cdc pipeline's connector; nothing for the others.
 // Kafka that cannot be reached leaves the topics unchecked (a WARN of the
 // topic checks), not the connector.
-func lintConnector(ctx context.Context, p *config.Pipeline, db postgres.Querier, timeout time.Duration) []lint.Finding {
+func lintConnector(ctx context.Context, p *config.Pipeline, src lint.ConnectorSources, timeout time.Duration) []lint.Finding {
 	if !lint.ConnectorConfigured(p) {
 		return nil
 	}
-	src := lint.ConnectorSources{HTTP: &http.Client{Timeout: timeout}, DB: db}
+	src.HTTP = &http.Client{Timeout: timeout}
 	if client, closeKafka, err := kafkaclient.NewClient(p.Kafka, timeout); err == nil {
 		defer closeKafka()
 		src.Kafka = client
@@ -165,9 +176,10 @@ func lintConnector(ctx context.Context, p *config.Pipeline, db postgres.Querier,
 	return lint.Connector(ctx, p, src)
 }
 
-// lintMySQL is lintPipeline on MySQL or MariaDB: the table and the binlog
-// (lint.MySQLOutbox) so far.
-func lintMySQL(ctx context.Context, p *config.Pipeline, dbFail func(error) []lint.Finding) []lint.Finding {
+// lintMySQL is lintPipeline on MySQL or MariaDB: the table, the index,
+// the user's privileges and the binlog (lint.MySQLOutbox), the canary
+// topic's timestamp type and the connector.
+func lintMySQL(ctx context.Context, p *config.Pipeline, timeout time.Duration, dbFail func(error) []lint.Finding) []lint.Finding {
 	db, err := mysql.Open(p.Database, 1)
 	if err != nil {
 		return dbFail(err)
@@ -180,5 +192,6 @@ func lintMySQL(ctx context.Context, p *config.Pipeline, dbFail func(error) []lin
 	if err != nil {
 		return dbFail(err)
 	}
-	return findings
+	findings = append(findings, lintTopicTimestamp(ctx, p, timeout)...)
+	return append(findings, lintConnector(ctx, p, lint.ConnectorSources{MySQL: db}, timeout)...)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/compactvec"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/lint"
+	"github.com/outbox-canary/outbox-canary/internal/mysql"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/statuspage"
 	"github.com/outbox-canary/outbox-canary/internal/watch"
@@ -214,8 +215,8 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 	}
 	// Pipelines on one database share its watchers' queries, whatever its
 	// family: a MySQL pipeline's (backlog, open transactions, binlog) go
-	// through the family seam, one sampler per database (Set.Add); the
-	// privileges check reads PostgreSQL only so far.
+	// through the family seam, one sampler per database (Set.Add); its
+	// consumer lag is its own.
 	var watched, others []config.Pipeline
 	for _, p := range cfg.Pipelines {
 		if kind, _ := p.Database.Family(); kind == config.KindPostgres {
@@ -239,8 +240,6 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 			return fmt.Errorf("run: pipeline %q: watchers: %w", p.Name, err)
 		}
 		watchers.Add(w)
-		logger.Warn("the binlog watcher and the privileges check do not read this database family yet; its canaries, backlog and open transactions are measured",
-			"pipeline", p.Name, "database_kind", db.Family())
 	}
 	// The status page judges a stall as the generated alert does, from the
 	// same SLO model.
@@ -304,6 +303,10 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 		wg.Add(1)
 		go func() { defer wg.Done(); reportPrivileges(ctx, &watched[i], conns.Pools, logger) }()
 	}
+	for i := range others {
+		wg.Add(1)
+		go func() { defer wg.Done(); reportMySQLPrivileges(ctx, &others[i], conns.MySQL, logger) }()
+	}
 	wg.Go(func() { watchers.Run(ctx) })
 	runErr := svc.Run(ctx)
 	wg.Wait()
@@ -345,20 +348,43 @@ func reportPrivileges(ctx context.Context, p *config.Pipeline, pools *postgres.P
 	if err == nil {
 		var f lint.Finding
 		if f, err = lint.ProberPrivileges(ctx, db, p); err == nil {
-			switch {
-			case f.Check != lint.CheckPrivileges: // the table is missing: no role is to blame
-				log.Error(f.Message, "fix", f.Fix)
-			case f.Level == lint.Fail:
-				log.Error("the database role cannot do what the prober needs: "+f.Message, "fix", f.Fix)
-			case f.Level == lint.Warn:
-				log.Warn(f.Message, "fix", f.Fix)
-			default:
-				log.Debug(f.Message)
-			}
+			logPrivileges(log, f)
 			return
 		}
 	}
 	log.Debug("privileges not checked at the start", "err", err)
+}
+
+// reportMySQLPrivileges is reportPrivileges on MySQL or MariaDB: lint's
+// privilege probes (which change nothing) for the pipeline's user, each
+// missing privilege logged with what it blinds.
+func reportMySQLPrivileges(ctx context.Context, p *config.Pipeline, pools *mysql.Pools, logger *slog.Logger) {
+	log := logger.With("pipeline", p.Name)
+	ctx, cancel := context.WithTimeout(ctx, privilegesCheckTimeout)
+	defer cancel()
+	db, err := pools.DB(p.Database)
+	if err == nil {
+		var refused mysql.Refusals
+		if refused, err = db.ProbePrivileges(ctx, p.Outbox.Table, p.Outbox.Columns.ID, p.Canary.DeleteAfterInsert); err == nil {
+			logPrivileges(log, lint.MySQLPrivileges(p, refused))
+			return
+		}
+		err = db.Explain(err)
+	}
+	log.Debug("privileges not checked at the start", "err", err)
+}
+
+func logPrivileges(log *slog.Logger, f lint.Finding) {
+	switch {
+	case f.Check != lint.CheckPrivileges: // the table is missing: no role is to blame
+		log.Error(f.Message, "fix", f.Fix)
+	case f.Level == lint.Fail:
+		log.Error("the database role cannot do what the prober needs: "+f.Message, "fix", f.Fix)
+	case f.Level == lint.Warn:
+		log.Warn(f.Message, "fix", f.Fix)
+	default:
+		log.Debug(f.Message)
+	}
 }
 
 // listen opens the --web.listen-address listeners, or takes systemd's

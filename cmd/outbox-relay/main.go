@@ -20,12 +20,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/mysql"
+	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/relay"
 	"github.com/outbox-canary/outbox-canary/internal/version"
 )
@@ -201,6 +203,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			// pgconn masks the password in its parse errors.
 			return fmt.Errorf("--dsn: %w", err)
+		}
+		// Built without pgx's table of Go types (the Makefile's TAGS): the
+		// exec and simple-protocol query modes need the arguments' types
+		// named.
+		poolCfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+			postgres.RegisterArgTypes(conn)
+			return nil
 		}
 		pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 		if err != nil {

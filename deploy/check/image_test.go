@@ -181,6 +181,47 @@ func TestDockerfileBuildsTrimmedAndVersionedAndRunsAsNonRoot(t *testing.T) {
 	}
 }
 
+// TestBinariesAreBuiltWithTheSameTags: the Makefile's TAGS (which `make
+// build`, so deploy/Dockerfile and `make image`, use), the release
+// binaries' and the ones the tests run (internal/stacktest) leave out the
+// same code; a binary built without them would still work, but it would not
+// be the one tested and measured for the image's size.
+func TestBinariesAreBuiltWithTheSameTags(t *testing.T) {
+	read := func(path string, re *regexp.Regexp) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(repoRoot, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := re.FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("%s: no build tags matching %s", path, re)
+		}
+		return string(m[1])
+	}
+	makefile := read("Makefile", regexp.MustCompile(`(?m)^TAGS := (\S+)$`))
+	if makefile == "" {
+		t.Fatal("the Makefile's TAGS is empty")
+	}
+	for path, re := range map[string]*regexp.Regexp{
+		".goreleaser.yaml":              regexp.MustCompile(`(?m)^\s+- -tags=(\S+)$`),
+		"internal/stacktest/support.go": regexp.MustCompile(`(?m)^const BuildTags = "([^"]*)"$`),
+	} {
+		if got := read(path, re); got != makefile {
+			t.Errorf("%s builds with tags %q, the Makefile with %q", path, got, makefile)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"outbox-canary", "outbox-relay"} {
+		if !regexp.MustCompile(`(?m)^\t\$\(GO\) build .*-tags '\$\(TAGS\)' .*\./cmd/` + cmd + `$`).Match(b) {
+			t.Errorf("make build does not build ./cmd/%s with -tags '$(TAGS)'", cmd)
+		}
+	}
+}
+
 // TestDockerignoreKeepsTheContextToTheSources checks the patterns the way
 // docker and BuildKit apply them: the local stack, .git and binaries stay
 // out; every file of every package the binaries are built from stays in.

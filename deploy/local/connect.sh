@@ -9,12 +9,19 @@
 # worker config live under $STACK_DIR/connect; the log is
 # $STACK_DIR/logs/connect.log.
 #
+# The worker runs the Prometheus JMX exporter's Java agent (1.0.1, from Maven
+# Central, see connect/jmx-exporter/pom.xml) with connect/jmx-exporter.yml:
+# Debezium's streaming metrics (behind source, queue capacity, connected,
+# events seen) on a port of their own, whose scrape URL goes into the env
+# file as OUTBOX_CANARY_CONNECT_METRICS_URL.
+#
 # The worker starts with no connector: tests create one per test database
 # through the REST API (PUT /connectors/<name>/config) and delete it after.
 #
 # Usage: deploy/local/connect.sh COMMAND
 #   up        fetch the jars if missing, start the worker if not running (idempotent),
-#             and add OUTBOX_CANARY_CONNECT_URL to $STACK_DIR/env
+#             and add OUTBOX_CANARY_CONNECT_URL and OUTBOX_CANARY_CONNECT_METRICS_URL
+#             to $STACK_DIR/env
 #   down      stop the worker, delete its offsets and config (keeps the jars)
 #   stop | start | restart    keep offsets and port. A standalone worker forgets
 #             connectors created through REST: PUT them again after start, and
@@ -23,7 +30,7 @@
 #
 # Environment: STACK_DIR, CONNECT_WAIT (s, default 120), STOP_WAIT (s, default
 # 60), CONNECT_HEAP (default -Xms128m -Xmx512m), CONNECT_PORT_BASE (18083):
-# the first REST port tried.
+# the first REST port tried; the first metrics port tried is the one after it.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -40,12 +47,14 @@ ENV_FILE=$STACK_DIR/env
 PIDS=$STACK_DIR/pids
 LOGS=$STACK_DIR/logs
 CONNECT_HOME=$STACK_DIR/connect
-STATE_FILE=$CONNECT_HOME/state # the REST port chosen at first start, reused on restart
+STATE_FILE=$CONNECT_HOME/state # the REST and metrics ports chosen at first start, reused on restart
 CONNECT_LIBS=$CONNECT_HOME/libs
 PLUGIN_PATH=$CONNECT_HOME/plugins
 DEBEZIUM_DIR=$PLUGIN_PATH/debezium-postgres
 DEBEZIUM_MARIADB_DIR=$PLUGIN_PATH/debezium-mariadb
 OFFSETS=$CONNECT_HOME/offsets.dat
+JMX_EXPORTER_DIR=$CONNECT_HOME/jmx-exporter
+JMX_EXPORTER_CONFIG=$HERE/connect/jmx-exporter.yml
 
 log() { printf '[connect] %s\n' "$*" >&2; }
 die() {
@@ -75,7 +84,8 @@ load_stack() {
 	load_state
 }
 
-# load_state: CONNECT_PORT, if a worker was set up before.
+# load_state: CONNECT_PORT (and CONNECT_METRICS_PORT, absent from a state
+# written before the JMX exporter joined), if a worker was set up before.
 load_state() {
 	if [[ -f $STATE_FILE ]]; then
 		# shellcheck disable=SC1090
@@ -84,6 +94,22 @@ load_state() {
 }
 
 url() { echo "http://127.0.0.1:$CONNECT_PORT"; }
+metrics_url() { echo "http://127.0.0.1:$CONNECT_METRICS_PORT/metrics"; }
+
+# jmx_agent_jar: the exporter's agent jar that fetch copied.
+jmx_agent_jar() {
+	local jars=("$JMX_EXPORTER_DIR"/jmx_prometheus_javaagent-*.jar)
+	[[ -f ${jars[0]} ]] || die "no jmx_prometheus_javaagent jar in $JMX_EXPORTER_DIR (run: $0 up)"
+	echo "${jars[0]}"
+}
+
+# has_agent: the running worker was started with the exporter on the port
+# of the state file (a worker started before the exporter joined the stack
+# has neither).
+has_agent() {
+	tr '\0' ' ' <"/proc/$(<"$PIDS/connect.pid")/cmdline" 2>/dev/null |
+		grep -q -- "jmx_prometheus_javaagent-[^ ]*=127.0.0.1:$CONNECT_METRICS_PORT:"
+}
 
 # rest PATH: GET a path of the REST API, quickly; fails when it does not answer 2xx.
 rest() { curl -fsS --max-time 2 "$(url)$1" 2>/dev/null; }
@@ -127,13 +153,21 @@ connect_start() {
 		sed -e "s|@BROKERS@|$BROKERS|g" -e "s|@OFFSETS@|$OFFSETS|g" -e "s|@PORT@|$CONNECT_PORT|g" \
 			-e "s|@PLUGIN_PATH@|$PLUGIN_PATH|g" "$HERE/connect/worker.properties.in" >"$CONNECT_HOME/worker.properties"
 		sed -e "s|@LOG_FILE@|$LOGS/connect.log|g" "$HERE/connect/log4j2.xml.in" >"$CONNECT_HOME/log4j2.xml"
+		if port_busy "$CONNECT_METRICS_PORT"; then
+			die "metrics port $CONNECT_METRICS_PORT is taken by another process (run: $0 down; $0 up)"
+		fi
+		local agent
+		agent=$(jmx_agent_jar)
 		log "starting Kafka Connect standalone on $(url) (Kafka $BROKERS) with $("$JAVA" -version 2>&1 | head -n1) ..."
+		log "with the JMX exporter agent $(basename "$agent") serving Debezium's metrics on $(metrics_url) ($JMX_EXPORTER_CONFIG)"
 		start_java connect "$CONNECT_HEAP" "$CONNECT_HOME/log4j2.xml" "$CONNECT_LIBS/*" \
-			org.apache.kafka.connect.cli.ConnectStandalone "$CONNECT_HOME/worker.properties"
+			org.apache.kafka.connect.cli.ConnectStandalone "$CONNECT_HOME/worker.properties" \
+			"-javaagent:$agent=127.0.0.1:$CONNECT_METRICS_PORT:$JMX_EXPORTER_CONFIG"
 	fi
 	# Wait even when it was already running: it may still be starting.
 	await_ready connect "$CONNECT_WAIT" 0.5 "" connect_ready "$LOGS/connect.log" "$LOGS/connect.stdout.log"
 	log "REST API: $(rest /)"
+	log "metrics: $(metrics_url) answers ($(curl -fsS --max-time 5 "$(metrics_url)" | grep -c '^debezium_') Debezium series now: one set per running connector)"
 }
 
 # connect_ready: the REST API answers GET /. The worker registers its REST
@@ -142,6 +176,7 @@ connect_start() {
 # without the Debezium plugin.
 connect_ready() {
 	rest / >/dev/null || return 1
+	curl -fsS --max-time 2 "$(metrics_url)" >/dev/null 2>&1 || return 1
 	local plugins c
 	plugins=$(rest /connector-plugins)
 	for c in "$DEBEZIUM_CONNECTOR" "$DEBEZIUM_MARIADB_CONNECTOR"; do
@@ -164,19 +199,20 @@ connect_stop() {
 	fi
 }
 
-# write_env adds (or replaces) the worker's URL in the stack's env file,
+# write_env adds (or replaces) the worker's URLs in the stack's env file,
 # atomically, keeping every line that stack.sh wrote.
 write_env() {
 	local tmp=$ENV_FILE.connect.tmp
-	grep -v '^OUTBOX_CANARY_CONNECT_URL=' "$ENV_FILE" >"$tmp" || true
+	grep -v -e '^OUTBOX_CANARY_CONNECT_URL=' -e '^OUTBOX_CANARY_CONNECT_METRICS_URL=' "$ENV_FILE" >"$tmp" || true
 	echo "OUTBOX_CANARY_CONNECT_URL=$(url)" >>"$tmp"
+	echo "OUTBOX_CANARY_CONNECT_METRICS_URL=$(metrics_url)" >>"$tmp"
 	mv "$tmp" "$ENV_FILE"
 }
 
 drop_env() {
 	[[ -f $ENV_FILE ]] || return 0
 	local tmp=$ENV_FILE.connect.tmp
-	grep -v '^OUTBOX_CANARY_CONNECT_URL=' "$ENV_FILE" >"$tmp" || true
+	grep -v -e '^OUTBOX_CANARY_CONNECT_URL=' -e '^OUTBOX_CANARY_CONNECT_METRICS_URL=' "$ENV_FILE" >"$tmp" || true
 	mv "$tmp" "$ENV_FILE"
 }
 
@@ -196,6 +232,7 @@ cmd_up() {
 	fetch "$CONNECT_LIBS" "$HERE/connect/pom.xml"
 	fetch "$DEBEZIUM_DIR" "$HERE/connect/debezium-postgres/pom.xml"
 	fetch "$DEBEZIUM_MARIADB_DIR" "$HERE/connect/debezium-mariadb/pom.xml"
+	fetch "$JMX_EXPORTER_DIR" "$HERE/connect/jmx-exporter/pom.xml"
 	# A worker started before the MariaDB plugin joined the stack scans its
 	# plugin.path only at start: restart it, once, to load it. Connectors
 	# created over REST are forgotten then, as on any restart.
@@ -209,10 +246,23 @@ cmd_up() {
 		: >"$LOGS/connect.log"
 		: >"$LOGS/connect.stdout.log"
 	fi
+	# The exporter joined the stack later: a state that predates it gets
+	# its port now, and a worker running without the agent is restarted,
+	# once, to load it (connectors created over REST are forgotten then).
+	if [[ -z ${CONNECT_METRICS_PORT:-} ]]; then
+		PICKED+="$CONNECT_PORT "
+		free_port $((CONNECT_PORT_BASE + 1)) port_bound && CONNECT_METRICS_PORT=$REPLY
+		printf 'CONNECT_METRICS_PORT=%s\n' "$CONNECT_METRICS_PORT" >>"$STATE_FILE"
+	fi
+	if connect_alive && ! has_agent; then
+		log "the running worker predates the JMX exporter agent: restarting it to load the agent"
+		connect_stop
+	fi
 	connect_start
 	write_env
-	log "up; OUTBOX_CANARY_CONNECT_URL=$(url) added to $ENV_FILE"
+	log "up; OUTBOX_CANARY_CONNECT_URL=$(url) and OUTBOX_CANARY_CONNECT_METRICS_URL=$(metrics_url) added to $ENV_FILE"
 	echo "OUTBOX_CANARY_CONNECT_URL=$(url)"
+	echo "OUTBOX_CANARY_CONNECT_METRICS_URL=$(metrics_url)"
 }
 
 cmd_down() {
@@ -229,6 +279,11 @@ cmd_status() {
 	load_state
 	if connect_alive && [[ -n ${CONNECT_PORT:-} ]] && rest / >/dev/null; then
 		echo "connect:  up   $(url) (pid $(<"$PIDS/connect.pid"))"
+		if [[ -n ${CONNECT_METRICS_PORT:-} ]] && curl -fsS --max-time 2 "$(metrics_url)" >/dev/null 2>&1; then
+			echo "metrics:  up   $(metrics_url) (JMX exporter: Debezium's metrics)"
+		else
+			echo "metrics:  down (the worker runs without the JMX exporter: $0 up restarts it with it)"
+		fi
 		return 0
 	fi
 	echo "connect:  down"
@@ -245,6 +300,7 @@ main() {
 		lock
 		load_stack
 		[[ -n ${CONNECT_PORT:-} && -d $CONNECT_LIBS ]] || die "no worker in $CONNECT_HOME (run: $0 up)"
+		[[ -n ${CONNECT_METRICS_PORT:-} ]] || die "the worker in $CONNECT_HOME predates the JMX exporter agent (run: $0 up)"
 		case $cmd in
 		stop) connect_stop ;;
 		start) connect_start ;;

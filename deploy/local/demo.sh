@@ -146,6 +146,9 @@ for ((i = 0; ; i++)); do
 	sleep 0.5
 done
 log "debezium: connector demo-invoices reads the binlog (status: $OUTBOX_CANARY_CONNECT_URL/connectors/demo-invoices/status)"
+if [[ -n ${OUTBOX_CANARY_CONNECT_METRICS_URL:-} ]]; then
+	log "debezium: both connectors' own metrics (behind source, queue, connected: docs/cdc.md) at $OUTBOX_CANARY_CONNECT_METRICS_URL"
+fi
 
 export OUTBOX_CANARY_SIGNING_KEY=${OUTBOX_CANARY_SIGNING_KEY:-demo-signing-key-not-for-production}
 export OUTBOX_CANARY_PG_DSN_ORDERS; OUTBOX_CANARY_PG_DSN_ORDERS=$(dsn_for demo_orders)

@@ -119,7 +119,10 @@ type Database struct {
 	// The MySQL user needs INSERT and SELECT on the outbox table (DELETE
 	// for canary.delete_after_insert), and PROCESS and BINLOG MONITOR
 	// (MySQL: REPLICATION CLIENT) for the watchers. The prober's sessions
-	// run in UTC whatever the server's time zone.
+	// run in UTC whatever the server's time zone. `rules` and `dashboards`
+	// read no secret: for a cdc pipeline whose DSN comes from env or file,
+	// set kind: mysql so they generate the binlog's alerts and panels, not
+	// a replication slot's.
 	Kind string `yaml:"kind"`
 	// How often the offset between the database clock and the prober's is
 	// re-estimated: published_at is written on the database clock and

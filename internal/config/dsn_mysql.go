@@ -44,6 +44,21 @@ func (d Database) Family() (string, error) {
 	return KindOfDSN(dsn), nil
 }
 
+// DeclaredFamily is the family the configuration itself names, without
+// reading a secret: database.kind, or the form of a DSN written inline.
+// False when only the DSN from env or file can tell, which `rules` and
+// `dashboards` do not read.
+func (d Database) DeclaredFamily() (string, bool) {
+	if d.Kind != "" {
+		return d.Kind, true
+	}
+	if d.DSN.IsInline() {
+		dsn, _ := d.DSN.Resolve()
+		return KindOfDSN(dsn), true
+	}
+	return "", false
+}
+
 // checkDSN parses the DSN as its family's driver will, for validation.
 func (d Database) checkDSN() error {
 	kind, err := d.Family()

@@ -64,6 +64,13 @@ func (c *Config) Warnings() []Warning {
 				}
 			}
 		}
+		if _, declared := p.Database.DeclaredFamily(); !declared && p.Relay.Kind == RelayCDC {
+			// rules and dashboards read no secret: only database.kind
+			// tells them the binlog, not a replication slot, is captured.
+			if kind, err := p.Database.Family(); err == nil && kind == KindMySQL {
+				add("database.dsn", "a MySQL DSN from env or file, and database.kind is not set: `rules` and `dashboards`, which read no secret, take the pipeline for PostgreSQL and generate replication slot alerts and panels instead of the binlog's; set database.kind: mysql")
+			}
+		}
 		if p.Relay.PublishedHeader != "" && p.Relay.PublishedStamp != PublishedFromHeader {
 			add("relay.published_header", "ignored: relay.published_stamp is %s, not header", p.Relay.PublishedStamp)
 		}

@@ -43,3 +43,53 @@ func TestTheExampleAndTheValidTestdataHaveNoWarnings(t *testing.T) {
 		}
 	}
 }
+
+func TestAMySQLCDCPipelineWhoseDSNComesFromTheEnvironmentIsToldToSayDatabaseKind(t *testing.T) {
+	const doc = `instance_id: test-1
+signing_key:
+  value: test-key
+pipelines:
+  - name: invoices
+    database:
+      dsn:
+        env: INVOICES_DSN
+    outbox:
+      id_generation: uuid
+    relay:
+      kind: cdc
+    canary:
+      delete_after_insert: true
+    kafka:
+      brokers: ["127.0.0.1:9092"]
+    budgets:
+      end_to_end: 2s
+`
+	for _, tc := range []struct {
+		name, dsn, kind string
+		want            bool
+	}{
+		{"a mysql:// DSN without database.kind is warned about", "mysql://canary:pw-s3cr3t@127.0.0.1:3306/invoices", "", true},
+		{"a mysql:// DSN with database.kind: mysql is not", "mysql://canary:pw-s3cr3t@127.0.0.1:3306/invoices", "mysql", false},
+		{"a PostgreSQL DSN is not", "postgres://canary@127.0.0.1/invoices", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("INVOICES_DSN", tc.dsn)
+			cfg, err := Load([]byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Pipelines[0].Database.Kind = tc.kind
+			var got []string
+			for _, w := range cfg.Warnings() {
+				got = append(got, w.String())
+			}
+			found := strings.Contains(strings.Join(got, "\n"), "set database.kind: mysql")
+			if found != tc.want {
+				t.Errorf("warned %v, want %v: %q", found, tc.want, got)
+			}
+			if strings.Contains(strings.Join(got, "\n"), "pw-s3cr3t") {
+				t.Errorf("a warning shows the DSN: %q", got)
+			}
+		})
+	}
+}

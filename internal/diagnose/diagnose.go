@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/mysql"
 	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
+	"github.com/outbox-canary/outbox-canary/slo"
 )
 
 // Stages of the runbook that Diagnose walks, source to consumer (the seed
@@ -81,8 +82,13 @@ type Options struct {
 	// MaxRetainedWAL is the WAL a replication slot may hold back before
 	// the slot stage is unhealthy (default 1 GiB).
 	MaxRetainedWAL int64
-	// HTTP is the Kafka Connect client (default: a 5s timeout client).
+	// HTTP is the Kafka Connect client (default: a 5s timeout client),
+	// and Prometheus'.
 	HTTP *http.Client
+	// PrometheusURL is a Prometheus that scrapes the Kafka Connect worker's
+	// JMX exporter: a CDC pipeline's relay stage then reads Debezium's own
+	// streaming metrics from it (internal/debezium). Empty: not read.
+	PrometheusURL string
 }
 
 // Probes are the connections Diagnose uses. A nil Outbox or Kafka makes
@@ -109,6 +115,10 @@ const (
 	nextCommitMySQL = "find the session: SELECT trx_id, trx_state, trx_started, trx_query FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = %d " +
 		"(and SHOW PROCESSLIST for its user and host); have its owner commit or roll back, or end it with KILL %d. Rows it wrote stay invisible " +
 		"to the relay until it commits: no relay change can publish them"
+	nextBinlogPurged = "the connector cannot resume: stop it, reset its offsets (DELETE /connectors/<name>/offsets) and resume it; re-emit the events of the gap " +
+		"from the service's tables (docs/alerts.md#outboxbinlogunreadfileatrisk)"
+	nextBinlogExpiring = "stop the purge now: SET GLOBAL binlog_expire_logs_seconds = 604800 (and in the option file), then get the connector reading " +
+		"(its status and task log; docs/alerts.md#outboxbinlogunreadfileatrisk)"
 	nextBinlog = "log capture needs the binlog on, row-based and with full row images: in the server's option file log_bin, " +
 		"binlog_format = ROW, binlog_row_image = FULL and a unique server_id, then restart the server (outbox-canary lint shows each setting)"
 	nextCommit = "find the session: SELECT pid, usename, application_name, state, xact_start, query FROM pg_stat_activity WHERE pid = %d; " +
@@ -345,7 +355,7 @@ func relayBudget(p *config.Pipeline) (string, time.Duration) {
 // checkRelay: for a polling relay, the age of the oldest unpublished row
 // (it climbs while the relay stalls, traffic or not); for log capture, the
 // connector's and its tasks' state.
-func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) StageResult {
+func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, o Options) StageResult {
 	if p.Relay.Kind == config.RelayCDC {
 		w := p.Watch
 		if w.ConnectURL == "" || w.Connector == "" {
@@ -357,7 +367,17 @@ func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) S
 			return unreachable("Kafka Connect", err, nextConnect)
 		}
 		r := StageResult{Healthy: st.Running(), Evidence: append([]string{st.Summary(), fmt.Sprintf("%d failed tasks", st.FailedTasks())}, st.TraceLines()...)}
-		if !r.Healthy {
+		var streamNext string
+		if o.PrometheusURL != "" {
+			ev, healthy, next := debeziumEvidence(ctx, p, pr, o)
+			r.Evidence = append(r.Evidence, ev...)
+			if r.Healthy && !healthy {
+				r.Healthy, streamNext = false, next
+			}
+		}
+		if streamNext != "" {
+			r.NextStep = streamNext
+		} else if !r.Healthy {
 			r.NextStep = fmt.Sprintf(nextRelayCDC, w.ConnectURL, w.Connector)
 			if lintEvidence := connectorLint(ctx, p, pr); len(lintEvidence) > 0 {
 				r.Evidence = append(r.Evidence, lintEvidence...)
@@ -391,7 +411,11 @@ func checkRelay(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) S
 // out, and so are the checks that pass.
 func connectorLint(ctx context.Context, p *config.Pipeline, pr Probes) []string {
 	var ev []string
-	for _, f := range lint.Connector(ctx, p, lint.ConnectorSources{HTTP: pr.HTTP, DB: pr.DB, Kafka: pr.Kafka}) {
+	src := lint.ConnectorSources{HTTP: pr.HTTP, DB: pr.DB, Kafka: pr.Kafka}
+	if db, ok := pr.Outbox.(*mysql.DB); ok {
+		src.MySQL = db
+	}
+	for _, f := range lint.Connector(ctx, p, src) {
 		if f.Level == lint.OK || (f.Check == lint.CheckConnector && f.Level == lint.Fail) {
 			continue
 		}
@@ -415,7 +439,7 @@ func checkCapture(ctx context.Context, p *config.Pipeline, pr Probes, o Options)
 
 // checkBinlog: log capture on MySQL reads the binlog, which must be on,
 // row-based, with full row images.
-func checkBinlog(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) StageResult {
+func checkBinlog(ctx context.Context, p *config.Pipeline, pr Probes, o Options) StageResult {
 	if p.Relay.Kind != config.RelayCDC {
 		return StageResult{Status: StatusNotApplicable, Healthy: true,
 			Evidence: []string{"a polling relay reads the table, not the binlog"}}
@@ -436,7 +460,53 @@ func checkBinlog(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) 
 	if !r.Healthy {
 		r.Evidence = append(r.Evidence, "log capture needs binlog_format ROW and binlog_row_image FULL")
 		r.NextStep = nextBinlog
+		return r
 	}
+	return connectorBinlog(ctx, p, pr, o, c, r)
+}
+
+// connectorBinlog adds how far the connector's committed position (Kafka
+// Connect's offsets API) is behind the binlog, as the binlog_connector
+// watcher measures it. A connector whose file is purged cannot resume:
+// the stage is unhealthy. One that is behind is evidence, not a verdict:
+// Debezium commits its offset once a minute, and the canaries say whether
+// events are late.
+func connectorBinlog(ctx context.Context, p *config.Pipeline, pr Probes, o Options, c outboxdb.CaptureLog, r StageResult) StageResult {
+	w := p.Watch
+	if w.ConnectURL == "" || w.Connector == "" {
+		r.Evidence = append(r.Evidence, "the connector's position not read: set watch.connect_url and watch.connector")
+		return r
+	}
+	offsets, err := connect.QueryOffsets(ctx, pr.HTTP, w.ConnectURL, w.Connector)
+	if err != nil {
+		r.Evidence = append(r.Evidence, "the connector's position not read: "+explain.OneLine(err.Error()))
+		return r
+	}
+	pos, ok := connect.BinlogOffset(offsets)
+	if !ok {
+		r.Evidence = append(r.Evidence, fmt.Sprintf("connector %s has committed no binlog position yet", w.Connector))
+		return r
+	}
+	lag, err := connect.ConnectorBinlogLag(c, pos, o.withDefaults().Now())
+	if err != nil {
+		r.Evidence = append(r.Evidence, fmt.Sprintf("connector %s at %s:%d: %s", w.Connector, pos.File, pos.Pos, explain.OneLine(err.Error())))
+		return r
+	}
+	if lag.Purged {
+		r.Healthy = false
+		r.Evidence = append(r.Evidence, fmt.Sprintf("connector %s committed %s:%d, a file the server has purged (%d files behind): it cannot resume from its offset", w.Connector, pos.File, pos.Pos, lag.BehindFiles))
+		r.NextStep = nextBinlogPurged
+		return r
+	}
+	line := fmt.Sprintf("connector %s committed %s:%d, %d bytes and %d files behind the server", w.Connector, pos.File, pos.Pos, lag.BehindBytes, lag.BehindFiles)
+	if lag.HasHeadroom {
+		line += fmt.Sprintf("; binlog expiry may purge its file in %s", lag.Headroom.Round(time.Second))
+		if lag.Headroom < slo.BinlogPurgeHeadroom {
+			r.Healthy = false
+			r.NextStep = nextBinlogExpiring
+		}
+	}
+	r.Evidence = append(r.Evidence, line)
 	return r
 }
 

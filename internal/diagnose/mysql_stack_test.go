@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -140,4 +141,76 @@ func TestDiagnoseOnMariaDBNamesAPausedRelayWithTheBacklogAndAnOpenTransactionWit
 		t.Errorf("commit stage %+v, want %q in its evidence and MySQL's next step for it", c, want)
 	}
 	t.Logf("open transaction: %+v", d.Stages)
+}
+
+func TestDiagnoseOnMariaDBGivesTheConnectorsDistanceBehindTheBinlogAsEvidence(t *testing.T) {
+	s := stacktest.Load(t)
+	m := s.MySQL(t)
+	url := s.ConnectURL(t)
+	names := stacktest.NewConnectorNames(t)
+	dsn, admin := m.FreshOutbox(t, stacktest.MySQLSeedDebezium)
+	agg := names.Name + "-canary"
+	topic := "outbox.event." + agg
+	s.NewTopicNamed(t, topic, 1, nil)
+	s.NewTopicNamed(t, names.HeartbeatTopic(), 1, nil)
+	s.NewTopicNamed(t, names.SchemaHistoryTopic(), 1, map[string]string{"retention.ms": "-1", "retention.bytes": "-1"})
+	cfg := m.MariaDBConnector(t, s, dsn, names)
+	user, password := m.NewCDCUser(t)
+	cfg["database.user"], cfg["database.password"] = user, password
+	c := s.NewConnector(t, names.Name, cfg)
+	c.WaitRunning(t)
+	m.StreamingBinlog(t, user)
+
+	p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: dsn, Schema: stacktest.MySQLSeedDebezium, IDGen: "uuid", Brokers: s.KafkaBrokers, Topic: topic,
+		Watch: fmt.Sprintf("{connect_url: %q, connector: %q}", url, names.Name)})
+	insert := func() {
+		t.Helper()
+		if _, err := admin.Exec("INSERT INTO outbox VALUES (UUID(), ?, 'k', 'created', '{}')", agg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evidence := func(d Diagnosis) string { return strings.Join(stage(d, StageBinlog).Evidence, " | ") }
+	committed := func(files string) func() (bool, string) {
+		return func() (bool, string) {
+			d := Pipeline(context.Background(), p, Options{})
+			ev := evidence(d)
+			return strings.Contains(ev, "connector "+names.Name+" committed") && strings.Contains(ev, files), ev
+		}
+	}
+
+	// Running: it commits the position of the row it read, on the current
+	// file.
+	insert()
+	stacktest.Eventually(t, stageWait, "the connector's position on the current file", committed("bytes and 0 files behind the server"))
+	if d := Pipeline(context.Background(), p, Options{}); !stage(d, StageBinlog).Healthy {
+		t.Errorf("binlog stage unhealthy while the connector keeps up: %s", evidence(d))
+	}
+
+	// Paused, after a rotation: a file behind, with expiry's headroom. The
+	// walk stops at the relay (the connector is PAUSED); the binlog stage,
+	// examined by itself, gives the distance.
+	c.Pause(t)
+	insert()
+	if _, err := admin.Exec("FLUSH BINARY LOGS"); err != nil {
+		t.Fatal(err)
+	}
+	insert()
+	db, err := mysql.Open(p.Database, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	var r StageResult
+	stacktest.Eventually(t, stageWait, "the paused connector a file behind", func() (bool, string) {
+		r = checkCapture(context.Background(), p, Probes{Outbox: db, HTTP: http.DefaultClient}, Options{})
+		ev := strings.Join(r.Evidence, " | ")
+		return strings.Contains(ev, "1 files behind the server; binlog expiry may purge its file in"), ev
+	})
+	t.Logf("binlog stage of the paused connector: %s", strings.Join(r.Evidence, " | "))
+	if !r.Healthy {
+		t.Errorf("a day of headroom is evidence, not an unhealthy stage: %v", r.Evidence)
+	}
+	if d := Pipeline(context.Background(), p, Options{}); d.FirstUnhealthy != StageRelay {
+		t.Errorf("first unhealthy stage %q, want the relay's (the paused connector)", d.FirstUnhealthy)
+	}
 }

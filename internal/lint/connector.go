@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/connect"
 	"github.com/outbox-canary/outbox-canary/internal/explain"
+	"github.com/outbox-canary/outbox-canary/internal/mysql"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
@@ -35,11 +36,15 @@ const (
 	CheckHeartbeat       = "heartbeat"
 	CheckTasks           = "tasks.max"
 	CheckTombstones      = "tombstones"
+	CheckServerID        = "server id"
+	CheckSchemaHistory   = "schema history"
 )
 
 // Class names the connector checks recognise.
 const (
 	postgresConnector = "io.debezium.connector.postgresql.PostgresConnector"
+	mariadbConnector  = "io.debezium.connector.mariadb.MariaDbConnector"
+	mysqlConnector    = "io.debezium.connector.mysql.MySqlConnector"
 	eventRouter       = "io.debezium.transforms.outbox.EventRouter"
 	jsonConverter     = "org.apache.kafka.connect.json.JsonConverter"
 	stringConverter   = "org.apache.kafka.connect.storage.StringConverter"
@@ -99,7 +104,10 @@ type ConnectorInfo struct {
 // ConnectorDB is what the pipeline's database says about the connector's
 // slot and publication.
 type ConnectorDB struct {
-	Database string // current_database()
+	Database string // current_database(); MySQL: DATABASE()
+	// ServerID is a MySQL server's @@server_id, which no connector's
+	// database.server.id may repeat; 0 on PostgreSQL.
+	ServerID int64
 	// SlotDatabase, SlotPlugin: the replication slot named by slot.name,
 	// "" when there is none.
 	SlotDatabase string
@@ -114,8 +122,11 @@ type ConnectorDB struct {
 // ConnectorSources are the connections InspectConnector reads through. A
 // nil DB or Kafka leaves those facts unread (and their checks say so).
 type ConnectorSources struct {
-	HTTP  *http.Client
-	DB    postgres.Querier
+	HTTP *http.Client
+	DB   postgres.Querier
+	// MySQL is the database of a pipeline on MySQL or MariaDB, in DB's
+	// place.
+	MySQL *mysql.DB
 	Kafka *kafka.Client
 }
 
@@ -171,6 +182,11 @@ func InspectConnector(ctx context.Context, p *config.Pipeline, src ConnectorSour
 		db, err := inspectConnectorDB(ctx, src.DB, info.setting("slot.name"), info.setting("publication.name"))
 		if err == nil {
 			info.DB = &db
+		}
+	}
+	if src.MySQL != nil {
+		if srv, err := src.MySQL.Server(ctx); err == nil {
+			info.DB = &ConnectorDB{Database: srv.Database, ServerID: srv.ServerID}
 		}
 	}
 	topics := info.writtenTopics(p)
@@ -293,14 +309,18 @@ func routedTopic(info ConnectorInfo, alias, value string) (string, error) {
 	return string(re.ExpandString(nil, info.routerSetting(alias, "route.topic.replacement"), value, m)), nil
 }
 
-// ConnectorChecks runs every connector check on an inspected connector.
-// When the connector is not Debezium's PostgreSQL connector, only that is
-// reported, besides its state.
+// ConnectorChecks runs every connector check on an inspected connector:
+// Debezium's PostgreSQL connector's, or its MariaDB or MySQL connector's
+// (binlogConnectorChecks). Of another connector only that is reported,
+// besides its state.
 func ConnectorChecks(p *config.Pipeline, info ConnectorInfo) []Finding {
 	findings := []Finding{connectorState(p, info)}
+	if info.binlog() {
+		return append(findings, binlogConnectorChecks(p, info)...)
+	}
 	if class := strings.TrimSpace(info.Config["connector.class"]); class != postgresConnector {
 		return append(findings, Finding{Check: CheckConnector, Level: Warn,
-			Message: fmt.Sprintf("connector.class is %q, not Debezium's PostgreSQL connector: the connector checks know that one only", class),
+			Message: fmt.Sprintf("connector.class is %q, not one of Debezium's PostgreSQL, MariaDB or MySQL connectors: the connector checks know those only", class),
 			Fix:     "point watch.connector at the Debezium connector that captures " + p.Outbox.Table})
 	}
 	findings = append(findings,
@@ -526,10 +546,19 @@ func publication(info ConnectorInfo) Finding {
 	return f
 }
 
-// qualifiedTable is the outbox table as Debezium names it: schema.table.
-func qualifiedTable(p *config.Pipeline) string {
+// qualifiedTable is the outbox table as Debezium names it: schema.table
+// on PostgreSQL, database.table on MySQL (the DSN's database, as the
+// server says it, when the table names none).
+func (info ConnectorInfo) qualifiedTable(p *config.Pipeline) string {
 	if strings.Contains(p.Outbox.Table, ".") {
 		return p.Outbox.Table
+	}
+	if info.binlog() {
+		db := "<database>"
+		if info.DB != nil && info.DB.Database != "" {
+			db = info.DB.Database
+		}
+		return db + "." + p.Outbox.Table
 	}
 	return "public." + p.Outbox.Table
 }
@@ -540,7 +569,7 @@ func publicationMode(p *config.Pipeline, info ConnectorInfo) Finding {
 		f.Level, f.Message = OK, "not used: only pgoutput reads a publication"
 		return f
 	}
-	mode, pub, table := info.setting("publication.autocreate.mode"), info.setting("publication.name"), qualifiedTable(p)
+	mode, pub, table := info.setting("publication.autocreate.mode"), info.setting("publication.name"), info.qualifiedTable(p)
 	switch mode {
 	case "filtered":
 		f.Level, f.Message = OK, "filtered: the publication holds the captured tables only"
@@ -571,11 +600,15 @@ func publicationMode(p *config.Pipeline, info ConnectorInfo) Finding {
 }
 
 func snapshotMode(info ConnectorInfo) Finding {
+	from := "its slot"
+	if info.binlog() {
+		from = "the binlog"
+	}
 	f := Finding{Check: CheckSnapshot}
 	const fix = "snapshot.mode=no_data (Debezium 2.6+; \"never\" before): the outbox's existing rows were published already"
 	switch mode := info.setting("snapshot.mode"); mode {
 	case "no_data", "never":
-		f.Level, f.Message = OK, mode+": the connector streams from its slot and publishes no row a second time from a snapshot"
+		f.Level, f.Message = OK, mode+": the connector streams from "+from+" and publishes no row a second time from a snapshot"
 	case "initial", "when_needed":
 		f.Level, f.Fix = Warn, fix
 		f.Message = mode + ": whenever the connector starts without stored offsets (its first start, or after its offsets are lost) it publishes every row still in the outbox table again, so consumers see old events twice"
@@ -611,7 +644,7 @@ func javaListMatches(list, name string) (match, ok bool) {
 
 func capturedTables(p *config.Pipeline, info ConnectorInfo) Finding {
 	f := Finding{Check: CheckCapture}
-	table := qualifiedTable(p)
+	table := info.qualifiedTable(p)
 	schema, _, _ := strings.Cut(table, ".")
 	if db := info.DB; db != nil && info.Config["database.dbname"] != db.Database {
 		f.Level = Fail
@@ -619,32 +652,11 @@ func capturedTables(p *config.Pipeline, info ConnectorInfo) Finding {
 		f.Fix = "database.dbname=" + db.Database + ", or point database.dsn at the connector's database"
 		return f
 	}
-	for _, l := range []struct {
-		key, name string
-		include   bool
-	}{
+	if failed, ok := captureLists(info, table, []captureList{
 		{"schema.include.list", schema, true}, {"schema.exclude.list", schema, false},
 		{"table.include.list", table, true}, {"table.exclude.list", table, false},
-	} {
-		list := info.Config[l.key]
-		if strings.TrimSpace(list) == "" {
-			continue
-		}
-		match, ok := javaListMatches(list, l.name)
-		switch {
-		case !ok:
-			f.Level, f.Message = Warn, fmt.Sprintf("%s %q is not a pattern the checks can read: whether it captures %s is not checked", l.key, list, table)
-			f.Fix = fmt.Sprintf("check by hand that %s captures %s", l.key, table)
-			return f
-		case l.include && !match:
-			f.Level, f.Message = Fail, fmt.Sprintf("%s %q does not capture %s: no canary row is captured", l.key, list, table)
-			f.Fix = fmt.Sprintf("%s=%s", l.key, l.name)
-			return f
-		case !l.include && match:
-			f.Level, f.Message = Fail, fmt.Sprintf("%s %q excludes %s: no canary row is captured", l.key, list, table)
-			f.Fix = fmt.Sprintf("remove %s from %s", l.name, l.key)
-			return f
-		}
+	}); !ok {
+		return failed
 	}
 	f.Level = OK
 	if info.Config["table.include.list"] == "" {
@@ -655,6 +667,42 @@ func capturedTables(p *config.Pipeline, info ConnectorInfo) Finding {
 	return f
 }
 
+// captureList is one of a connector's include or exclude lists and the
+// name (schema, database or schema.table) it must or must not match.
+type captureList struct {
+	key, name string
+	include   bool
+}
+
+// captureLists checks the outbox table against a connector's include and
+// exclude lists: the first that leaves it out is a finding, and ok is
+// false; a list the checks cannot read is a warning.
+func captureLists(info ConnectorInfo, table string, lists []captureList) (Finding, bool) {
+	f := Finding{Check: CheckCapture}
+	for _, l := range lists {
+		list := info.Config[l.key]
+		if strings.TrimSpace(list) == "" {
+			continue
+		}
+		match, ok := javaListMatches(list, l.name)
+		switch {
+		case !ok:
+			f.Level, f.Message = Warn, fmt.Sprintf("%s %q is not a pattern the checks can read: whether it captures %s is not checked", l.key, list, table)
+			f.Fix = fmt.Sprintf("check by hand that %s captures %s", l.key, table)
+			return f, false
+		case l.include && !match:
+			f.Level, f.Message = Fail, fmt.Sprintf("%s %q does not capture %s: no canary row is captured", l.key, list, table)
+			f.Fix = fmt.Sprintf("%s=%s", l.key, regexp.QuoteMeta(l.name))
+			return f, false
+		case !l.include && match:
+			f.Level, f.Message = Fail, fmt.Sprintf("%s %q excludes %s: no canary row is captured", l.key, list, table)
+			f.Fix = fmt.Sprintf("remove %s from %s", l.name, l.key)
+			return f, false
+		}
+	}
+	return f, true
+}
+
 const routerFix = "transforms=outbox, transforms.outbox.type=" + eventRouter
 
 func router(p *config.Pipeline, info ConnectorInfo) Finding {
@@ -663,7 +711,7 @@ func router(p *config.Pipeline, info ConnectorInfo) Finding {
 	if alias == "" {
 		f.Level = Fail
 		f.Message = fmt.Sprintf("no outbox EventRouter in transforms %q: canary rows reach Kafka as Debezium change events on %s.%s, not on the canary topic",
-			info.Config["transforms"], info.setting("topic.prefix"), qualifiedTable(p))
+			info.Config["transforms"], info.setting("topic.prefix"), info.qualifiedTable(p))
 		f.Fix = routerFix
 		return f
 	}
@@ -691,7 +739,7 @@ func routerScope(p *config.Pipeline, info ConnectorInfo) Finding {
 		f.Level, f.Message = OK, "no router (see event router)"
 		return f
 	}
-	outboxTopic := info.setting("topic.prefix") + "." + qualifiedTable(p)
+	outboxTopic := info.setting("topic.prefix") + "." + info.qualifiedTable(p)
 	predicateFix := fmt.Sprintf("transforms.%s.predicate=isOutboxTable, predicates=isOutboxTable, predicates.isOutboxTable.type=%s, predicates.isOutboxTable.pattern=%s",
 		alias, topicNameMatches, regexp.QuoteMeta(outboxTopic))
 	if pred := strings.TrimSpace(info.Config["transforms."+alias+".predicate"]); pred != "" {
@@ -718,18 +766,18 @@ func routerScope(p *config.Pipeline, info ConnectorInfo) Finding {
 		f.Level, f.Message = OK, fmt.Sprintf("predicate %s limits the router to %s", pred, outboxTopic)
 		return f
 	}
-	if include := strings.TrimSpace(info.Config["table.include.list"]); include != "" && literalList(include, qualifiedTable(p)) {
+	if include := strings.TrimSpace(info.Config["table.include.list"]); include != "" && literalList(include, info.qualifiedTable(p)) {
 		f.Level = OK
-		f.Message = fmt.Sprintf("table.include.list captures %s only, so the router sees nothing else (heartbeats pass it unchanged)", qualifiedTable(p))
+		f.Message = fmt.Sprintf("table.include.list captures %s only, so the router sees nothing else (heartbeats pass it unchanged)", info.qualifiedTable(p))
 		return f
 	}
 	scope := "no table.include.list: the connector captures every table of its database"
 	if include := info.Config["table.include.list"]; include != "" {
-		scope = fmt.Sprintf("table.include.list %q captures more than %s", include, qualifiedTable(p))
+		scope = fmt.Sprintf("table.include.list %q captures more than %s", include, info.qualifiedTable(p))
 	}
 	f.Level = Fail
 	f.Message = "the router has no predicate and " + scope + ": an event of another table fails the task (Unable to find payload field), or, with such columns, is routed as if it were an outbox row"
-	f.Fix = predicateFix + "; or table.include.list=" + qualifiedTable(p)
+	f.Fix = predicateFix + "; or table.include.list=" + info.qualifiedTable(p)
 	return f
 }
 

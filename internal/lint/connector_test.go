@@ -73,7 +73,7 @@ Caused by: org.apache.kafka.common.errors.TimeoutException: Topic x not present 
 		}, CheckConnector, Fail, "task 0 trace: ConnectException: Unrecoverable exception from producer send callback; caused by: TimeoutException: Topic x", "restart?includeTasks=true&onlyFailed=true"},
 		{"A connector other than Debezium's PostgreSQL connector is named, not checked.", func(_ *config.Pipeline, i *ConnectorInfo) {
 			i.Config["connector.class"] = "io.confluent.connect.jdbc.JdbcSourceConnector"
-		}, CheckConnector, Warn, "not Debezium's PostgreSQL connector", "watch.connector"},
+		}, CheckConnector, Warn, "not one of Debezium's PostgreSQL, MariaDB or MySQL connectors", "watch.connector"},
 		{"A converter left to the worker warns: the REST API does not show the worker's.", func(_ *config.Pipeline, i *ConnectorInfo) {
 			delete(i.Config, "value.converter")
 		}, CheckConverter, Warn, "not set on the connector", "value.converter=org.apache.kafka.connect.json.JsonConverter"},
@@ -148,7 +148,7 @@ Caused by: org.apache.kafka.common.errors.TimeoutException: Topic x not present 
 		}, CheckSnapshot, Fail, "never streams", "snapshot.mode=no_data"},
 		{"An include list without the outbox table fails.", func(_ *config.Pipeline, i *ConnectorInfo) {
 			i.Config["table.include.list"] = "public.orders,inventory\\..*"
-		}, CheckCapture, Fail, "does not capture public.outbox", "table.include.list=public.outbox"},
+		}, CheckCapture, Fail, "does not capture public.outbox", `table.include.list=public\.outbox`},
 		{"An include pattern that covers the outbox table passes, ignoring case as Debezium does.", func(_ *config.Pipeline, i *ConnectorInfo) {
 			i.Config["table.include.list"] = "PUBLIC\\.out.*"
 		}, CheckCapture, OK, "captures public.outbox", ""},

@@ -2,11 +2,15 @@ package lint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	driver "github.com/go-sql-driver/mysql"
+
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/mysql"
 	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 )
 
@@ -59,14 +63,112 @@ func Binlog(p *config.Pipeline, c outboxdb.CaptureLog) []Finding {
 	return out
 }
 
-// MySQLOutbox is what lint checks of a pipeline on MySQL or MariaDB so
-// far: that its outbox table can be read (the backlog query, for a polling
-// relay) and the binlog (Binlog). The other checks of Outbox read
-// PostgreSQL's catalogue and are not made.
-func MySQLOutbox(ctx context.Context, db outboxdb.DB, p *config.Pipeline) ([]Finding, error) {
+// MySQLIndex is UnpublishedIndex on MySQL, which has no partial index:
+// an index whose first column is published_at keeps the unpublished rows
+// (NULL sorts first) together at its start, so a polling relay's claim and
+// the backlog query read only the backlog's entries.
+func MySQLIndex(p *config.Pipeline, indexes []mysql.Index) Finding {
+	f := Finding{Check: CheckIndex}
+	pub := p.Outbox.Columns.PublishedAt
+	if p.Relay.Kind != config.RelayPolling || pub == "" {
+		f.Level, f.Message = OK, "not needed: log capture reads the binlog, not the table"
+		return f
+	}
+	for _, ix := range indexes {
+		if len(ix.Columns) > 0 && strings.EqualFold(ix.Columns[0], pub) {
+			f.Level = OK
+			f.Message = fmt.Sprintf("index %s (%s) leads with %s", ix.Name, strings.Join(ix.Columns, ", "), pub)
+			return f
+		}
+	}
+	f.Level = Fail
+	f.Message = fmt.Sprintf("no index leads with %s: every relay poll and backlog query scans the whole table history", pub)
+	second := p.Outbox.Columns.ID
+	if c := p.Outbox.Columns.CreatedAt; c != "" {
+		second = c
+	}
+	f.Fix = fmt.Sprintf("ALTER TABLE %s ADD INDEX %s (%s, %s), ALGORITHM=INPLACE, LOCK=NONE",
+		mysql.QuoteTable(p.Outbox.Table), mysql.QuoteIdent("ix_"+pub), mysql.QuoteIdent(pub), mysql.QuoteIdent(second))
+	return f
+}
+
+// mysqlPrivilege is one privilege the prober or a watcher needs, and what
+// its absence does.
+type mysqlPrivilege struct {
+	name string
+	// on is where it is granted: the table, or *.* for a global one.
+	on    string
+	level string
+	// blinds says what the pipeline loses without it.
+	blinds string
+}
+
+// mysqlPrivileges are the privileges of a pipeline's user, in the order
+// lint reports them: what the canaries need, then the watchers.
+func mysqlPrivileges(p *config.Pipeline) []mysqlPrivilege {
+	table := p.Outbox.Table
+	out := []mysqlPrivilege{
+		{mysql.PrivInsert, table, Fail, "no canary can be inserted: the pipeline is not measured (OutboxCanaryInsertsFailing)"},
+		{mysql.PrivSelect, table, Fail, "published_at cannot be read back and the backlog watcher fails: no publish stamp, no backlog alerts"},
+	}
+	if p.Canary.DeleteAfterInsert {
+		out = append(out, mysqlPrivilege{mysql.PrivDelete, table, Fail, "canary.delete_after_insert cannot delete the canary row: every insert fails"})
+	}
+	out = append(out, mysqlPrivilege{mysql.PrivProcess, "*.*", Warn,
+		"information_schema.innodb_trx is refused: the transactions watcher fails (OutboxLongTransaction is blind) and diagnose cannot name a transaction that hides rows"})
+	if p.Relay.Kind == config.RelayCDC {
+		out = append(out, mysqlPrivilege{mysql.PrivBinlogMonitor, "*.*", Warn,
+			"SHOW BINARY LOGS is refused: the binlog and binlog_connector watchers fail (the binlog alerts are blind) and lint and diagnose cannot read the binlog"})
+	}
+	return out
+}
+
+// MySQLPrivileges judges what ProbePrivileges found the user may do: each
+// missing privilege is named with what it blinds; missing what the
+// canaries need is a FAIL, missing what a watcher needs a WARN.
+func MySQLPrivileges(p *config.Pipeline, refused mysql.Refusals) Finding {
+	f := Finding{Check: CheckPrivileges, Level: OK}
+	var missing, grants, held []string
+	for _, pr := range mysqlPrivileges(p) {
+		err, no := refused[pr.name]
+		if !no {
+			held = append(held, pr.name)
+			continue
+		}
+		if pr.level == Fail || f.Level == OK {
+			f.Level = pr.level
+		}
+		why := pr.blinds
+		var me *driver.MySQLError
+		if errors.As(err, &me) && me.Number == 1290 {
+			why = "the server is read-only (" + me.Message + "): " + why
+		}
+		missing = append(missing, fmt.Sprintf("no %s on %s: %s", pr.name, pr.on, why))
+		on := pr.on
+		if on != "*.*" {
+			on = mysql.QuoteTable(on)
+		}
+		grants = append(grants, fmt.Sprintf("GRANT %s ON %s TO <user>", pr.name, on))
+	}
+	if len(missing) == 0 {
+		f.Message = "the user may " + strings.Join(held, ", ") + ": everything the prober and its watchers do"
+		return f
+	}
+	f.Message = strings.Join(missing, "; ")
+	f.Fix = strings.Join(grants, "; ")
+	if refused[mysql.PrivBinlogMonitor] != nil {
+		f.Fix += " (MySQL: REPLICATION CLIENT for BINLOG MONITOR)"
+	}
+	return f
+}
+
+// MySQLOutbox is lint on a pipeline on MySQL or MariaDB: the table (its
+// backlog query, for a polling relay), the unpublished index, the user's
+// privileges and the binlog (Binlog). The connector is ConnectorChecks'.
+func MySQLOutbox(ctx context.Context, db *mysql.DB, p *config.Pipeline) ([]Finding, error) {
 	var out []Finding
+	c := p.Outbox.Columns
 	if p.Relay.Kind == config.RelayPolling {
-		c := p.Outbox.Columns
 		b, err := db.Backlog(ctx, outboxdb.Table{Name: p.Outbox.Table, ID: c.ID, PublishedAt: c.PublishedAt, CreatedAt: c.CreatedAt})
 		if err != nil {
 			out = append(out, Finding{Check: CheckTable, Level: Fail, Message: db.Explain(err).Error(),
@@ -75,13 +177,37 @@ func MySQLOutbox(ctx context.Context, db outboxdb.DB, p *config.Pipeline) ([]Fin
 			out = append(out, Finding{Check: CheckTable, Level: OK,
 				Message: fmt.Sprintf("%s readable: %d unpublished rows, the oldest %s old", p.Outbox.Table, b.Rows, b.OldestAge.Round(time.Millisecond))})
 		}
-	}
-	c, err := db.CaptureLog(ctx)
-	if err != nil {
-		if p.Relay.Kind != config.RelayCDC {
-			return out, nil
+		ix, err := db.Indexes(ctx, p.Outbox.Table)
+		if err != nil {
+			return nil, db.Explain(err)
 		}
-		return nil, fmt.Errorf("binlog: %w", db.Explain(err))
+		out = append(out, MySQLIndex(p, ix))
 	}
-	return append(out, Binlog(p, c)...), nil
+	refused, err := db.ProbePrivileges(ctx, p.Outbox.Table, c.ID, p.Canary.DeleteAfterInsert)
+	if err != nil {
+		var me *driver.MySQLError
+		if !errors.As(err, &me) || me.Number != 1146 {
+			return nil, db.Explain(err)
+		}
+		// No such table: the table check (polling) says so, or here.
+		if p.Relay.Kind != config.RelayPolling {
+			out = append(out, Finding{Check: CheckTable, Level: Fail, Message: err.Error(),
+				Fix: "create the table (deploy/sql/mysql_debezium_outbox.sql) and check outbox.table"})
+		}
+	} else {
+		out = append(out, MySQLPrivileges(p, refused))
+	}
+	log, err := db.CaptureLog(ctx)
+	switch {
+	case err != nil && p.Relay.Kind != config.RelayCDC:
+	case err != nil && refused[mysql.PrivBinlogMonitor] != nil:
+		out = append(out, Finding{Check: CheckBinlog, Level: Fail,
+			Message: "the binlog's files and position cannot be read without BINLOG MONITOR (see privileges): whether log capture can work is not checked",
+			Fix:     "GRANT BINLOG MONITOR ON *.* TO <user> (MySQL: REPLICATION CLIENT)"})
+	case err != nil:
+		return nil, fmt.Errorf("binlog: %w", db.Explain(err))
+	default:
+		out = append(out, Binlog(p, log)...)
+	}
+	return out, nil
 }

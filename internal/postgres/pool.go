@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
@@ -48,9 +50,52 @@ func NewPool(ctx context.Context, db config.Database, o PoolOptions) (*pgxpool.P
 	if _, ok := pcfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName
 	}
+	afterConnect := pcfg.AfterConnect
+	pcfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		RegisterArgTypes(conn)
+		if afterConnect != nil {
+			return afterConnect(ctx, conn)
+		}
+		return nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("database pool: %w", err)
 	}
 	return pool, nil
+}
+
+// argTypes names the PostgreSQL type of each Go type that the prober,
+// check, lint and diagnose pass as a query argument (diagnose's open
+// transactions query sends a []float64), and a few more of the same kinds.
+// Pointers need no entry: pgx dereferences them first.
+var argTypes = []struct {
+	value any
+	name  string
+}{
+	{"", "text"}, {[]string(nil), "_text"},
+	{int(0), "int8"}, {[]int(nil), "_int8"},
+	{int32(0), "int4"}, {[]int32(nil), "_int4"},
+	{int64(0), "int8"}, {[]int64(nil), "_int8"},
+	{float64(0), "float8"}, {[]float64(nil), "_float8"},
+	{false, "bool"}, {[]bool(nil), "_bool"},
+	{time.Time{}, "timestamptz"}, {[]time.Time(nil), "_timestamptz"},
+	{time.Duration(0), "interval"},
+	{[]byte(nil), "bytea"},
+	{json.RawMessage(nil), "json"},
+}
+
+// RegisterArgTypes tells conn the PostgreSQL type of the Go types in
+// argTypes. pgx needs it only where the server has not said a parameter's
+// type: in the exec and simple-protocol query modes, which a DSN asks for
+// with default_query_exec_mode (as behind PgBouncer's transaction
+// pooling). pgx has a table of these for every Go type it knows, but the
+// binaries are built without it (the nopgxregisterdefaulttypes tag, the
+// Makefile's TAGS: 1.4 MB of generic code), so this is the part of it
+// that a query here can reach.
+func RegisterArgTypes(conn *pgx.Conn) {
+	m := conn.TypeMap()
+	for _, t := range argTypes {
+		m.RegisterDefaultPgType(t.value, t.name)
+	}
 }

@@ -55,6 +55,34 @@ func (s Stack) ConnectURL(t testing.TB) string {
 	return ""
 }
 
+// ConnectMetricsURLVar is the env file key of the scrape URL of the
+// worker's JMX exporter agent (Debezium's metrics), which
+// `deploy/local/connect.sh up` writes beside ConnectURLVar.
+const ConnectMetricsURLVar = "OUTBOX_CANARY_CONNECT_METRICS_URL"
+
+// ConnectMetricsURL returns the scrape URL of the worker's JMX exporter.
+// Without one (a stack set up before the exporter joined, or a worker
+// started without it) the test is skipped, or fails with CI=true.
+func (s Stack) ConnectMetricsURL(t testing.TB) string {
+	t.Helper()
+	u := s.Env[ConnectMetricsURLVar]
+	why := ""
+	if u == "" {
+		why = ConnectMetricsURLVar + " is not in the stack's env file"
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if code, _, err := connectDo(ctx, http.MethodGet, u, nil); err != nil || code != http.StatusOK {
+			why = fmt.Sprintf("the JMX exporter at %s does not answer: %d %v", u, code, err)
+		}
+	}
+	if why == "" {
+		return u
+	}
+	Unavailable(t, "stacktest: %s (run deploy/local/connect.sh up to run this test)", why)
+	return ""
+}
+
 // connectAnswers asks the worker for its version, briefly: a test run
 // without a worker skips at once.
 func connectAnswers(u string) error {

@@ -192,6 +192,10 @@ var (
 	builtBin = map[string]string{}
 )
 
+// BuildTags are the Makefile's TAGS, with which the binaries ship
+// (deploy/check keeps the two and .goreleaser.yaml's equal).
+const BuildTags = "nethttpomithttp2,nopgxregisterdefaulttypes"
+
 // BuildCommand builds ./cmd/<name> of this module once per test binary and
 // returns the path of the executable, so tests run what users run.
 func BuildCommand(t testing.TB, name string) string {
@@ -215,9 +219,9 @@ func BuildCommand(t testing.TB, name string) string {
 	}
 	bin := filepath.Join(dir, name)
 	// Built as the image builds it (deploy/Dockerfile): statically, without
-	// cgo, so what tests and benchmarks measure (its memory among it: libc
-	// alone maps 1.6 MB) is what ships.
-	cmd := exec.Command(goBin, "build", "-trimpath", "-o", bin, "./cmd/"+name)
+	// cgo, with the Makefile's build tags, so what tests and benchmarks
+	// measure (its memory among it: libc alone maps 1.6 MB) is what ships.
+	cmd := exec.Command(goBin, "build", "-trimpath", "-tags", BuildTags, "-o", bin, "./cmd/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {

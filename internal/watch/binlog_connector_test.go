@@ -25,27 +25,27 @@ func TestConnectorBinlogLagCountsBytesAndFilesBehindAndThePurgeRisk(t *testing.T
 	cases := []struct {
 		name string
 		pos  connect.BinlogPosition
-		want binlogLag
+		want connect.BinlogLag
 	}{
 		{"A connector on the current file is behind by bytes only, and its file is not at risk.",
 			connect.BinlogPosition{File: "bin.000009", Pos: 15, EventsAt: now.Add(-2 * time.Hour)},
-			binlogLag{Position: 365, BehindBytes: 5}},
+			connect.BinlogLag{Position: 365, BehindBytes: 5}},
 		{"A connector two files back is behind by the rest of its file and the files after, with expiry's headroom from its last event.",
 			connect.BinlogPosition{File: "bin.000007", Pos: 100, EventsAt: now.Add(-20 * time.Minute)},
-			binlogLag{Position: 100, BehindBytes: 270, BehindFiles: 2, Headroom: 40 * time.Minute, HasHeadroom: true}},
+			connect.BinlogLag{Position: 100, BehindBytes: 270, BehindFiles: 2, Headroom: 40 * time.Minute, HasHeadroom: true}},
 		{"A connector whose file the server no longer keeps cannot resume: purged, no byte count.",
 			connect.BinlogPosition{File: "bin.000005", Pos: 4, EventsAt: now.Add(-2 * time.Hour)},
-			binlogLag{Purged: true, BehindFiles: 4, Headroom: -time.Hour, HasHeadroom: true}},
+			connect.BinlogLag{Purged: true, BehindFiles: 4, Headroom: -time.Hour, HasHeadroom: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := connectorBinlogLag(server, tc.pos, now)
+			got, err := connect.ConnectorBinlogLag(server, tc.pos, now)
 			if err != nil || got != tc.want {
-				t.Errorf("connectorBinlogLag = %+v, %v; want %+v", got, err, tc.want)
+				t.Errorf("ConnectorBinlogLag = %+v, %v; want %+v", got, err, tc.want)
 			}
 		})
 	}
-	if _, err := connectorBinlogLag(server, connect.BinlogPosition{File: "bin.000010"}, now); err == nil {
+	if _, err := connect.ConnectorBinlogLag(server, connect.BinlogPosition{File: "bin.000010"}, now); err == nil {
 		t.Error("a connector ahead of the server's current file: no error")
 	}
 }
