@@ -187,7 +187,14 @@ var families = []family{
 	}},
 }
 
-func TestDebeziumMetricsMoveOnBothFamiliesAndDiagnoseReadsThemThroughPrometheus(t *testing.T) {
+// Disruptive: it runs alone, after the other packages. In a CI run beside
+// them, the shared worker stopped answering REST requests right after
+// another package's pause and resume of its connector while this test's
+// Prometheus scraped the worker's JMX agent every second; Kafka Connect
+// 4.3's standalone herder locks against itself on concurrent connector
+// changes (StandaloneHerder and MemoryConfigBackingStore), and every later
+// connector test then failed.
+func TestDisruptiveDebeziumMetricsMoveOnBothFamiliesAndDiagnoseReadsThemThroughPrometheus(t *testing.T) {
 	s := stacktest.Load(t)
 	connectURL := s.ConnectURL(t)
 	metricsURL := s.ConnectMetricsURL(t)
