@@ -338,7 +338,7 @@ func ConnectorChecks(p *config.Pipeline, info ConnectorInfo) []Finding {
 	if p.Relay.PublishedStamp == config.PublishedFromRecordTimestamp {
 		findings = append(findings, recordTimestamp(info))
 	}
-	return append(findings, heartbeat(info), tasksMax(info), tombstones(info))
+	return append(findings, heartbeat(info), tasksMax(info, "PostgreSQL connector", "one slot, one stream", "its slot"), tombstones(info))
 }
 
 func connectorState(p *config.Pipeline, info ConnectorInfo) Finding {
@@ -888,7 +888,10 @@ func heartbeat(info ConnectorInfo) Finding {
 	return f
 }
 
-func tasksMax(info ConnectorInfo) Finding {
+// tasksMax: Debezium's log connectors run one task, whatever tasks.max
+// says. connector names the connector, stream why there is one task, and
+// source what that one task reads.
+func tasksMax(info ConnectorInfo, connector, stream, source string) Finding {
 	f := Finding{Check: CheckTasks}
 	n, err := strconv.Atoi(info.setting("tasks.max"))
 	switch {
@@ -896,10 +899,10 @@ func tasksMax(info ConnectorInfo) Finding {
 		f.Level, f.Message, f.Fix = Warn, fmt.Sprintf("tasks.max %q is not a number", info.setting("tasks.max")), "tasks.max=1"
 	case n > 1:
 		f.Level = Warn
-		f.Message = fmt.Sprintf("tasks.max=%d: the PostgreSQL connector runs one task whatever tasks.max says (one slot, one stream), so the setting promises parallelism that does not exist", n)
+		f.Message = fmt.Sprintf("tasks.max=%d: the %s runs one task whatever tasks.max says (%s), so the setting promises parallelism that does not exist", n, connector, stream)
 		f.Fix = "tasks.max=1"
 	default:
-		f.Level, f.Message = OK, "one task: the PostgreSQL connector reads its slot with one"
+		f.Level, f.Message = OK, fmt.Sprintf("one task: the %s reads %s with one", connector, source)
 	}
 	return f
 }

@@ -39,7 +39,7 @@ func binlogConnectorChecks(p *config.Pipeline, info ConnectorInfo) []Finding {
 	if p.Relay.PublishedStamp == config.PublishedFromRecordTimestamp {
 		findings = append(findings, recordTimestamp(info))
 	}
-	return append(findings, binlogHeartbeat(info), binlogTasksMax(info), tombstones(info))
+	return append(findings, binlogHeartbeat(info), tasksMax(info, "binlog connector", "one binlog stream", "the binlog"), tombstones(info))
 }
 
 // sameBinlogServer reports whether another connector reads the binlog of
@@ -162,21 +162,5 @@ func binlogHeartbeat(info ConnectorInfo) Finding {
 		return f
 	}
 	f.Level, f.Message = OK, fmt.Sprintf("heartbeats every %d ms to %s: the committed position follows the binlog while the outbox is quiet", ms, topic)
-	return f
-}
-
-func binlogTasksMax(info ConnectorInfo) Finding {
-	f := Finding{Check: CheckTasks}
-	n, err := strconv.Atoi(info.setting("tasks.max"))
-	switch {
-	case err != nil:
-		f.Level, f.Message, f.Fix = Warn, fmt.Sprintf("tasks.max %q is not a number", info.setting("tasks.max")), "tasks.max=1"
-	case n > 1:
-		f.Level = Warn
-		f.Message = fmt.Sprintf("tasks.max=%d: the binlog connector runs one task whatever tasks.max says (one binlog stream), so the setting promises parallelism that does not exist", n)
-		f.Fix = "tasks.max=1"
-	default:
-		f.Level, f.Message = OK, "one task: the binlog connector reads the binlog with one"
-	}
 	return f
 }

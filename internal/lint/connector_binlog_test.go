@@ -95,6 +95,9 @@ func TestMariaDBConnectorChecksNameEachMisconfiguration(t *testing.T) {
 		{"A snapshot of every start warns, in the binlog's terms.", func(i *ConnectorInfo) {
 			i.Config["snapshot.mode"] = "when_needed"
 		}, CheckSnapshot, Warn, "publishes every row still in the outbox table again", "snapshot.mode=no_data"},
+		{"More than one task warns, in the binlog's terms.", func(i *ConnectorInfo) {
+			i.Config["tasks.max"] = "3"
+		}, CheckTasks, Warn, "the binlog connector runs one task whatever tasks.max says (one binlog stream)", "tasks.max=1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
