@@ -350,13 +350,7 @@ func (r *scenarioResult) pages() []deliveryRecord {
 		if !r.about(d) || d.Status != "firing" || !strings.HasSuffix(d.Receiver, "-page") && d.Receiver != "outbox-canary" {
 			continue
 		}
-		naiveOnly := true
-		for _, a := range d.Alerts {
-			if !strings.HasPrefix(a, naiveAlertName) {
-				naiveOnly = false
-			}
-		}
-		if !naiveOnly {
+		if len(d.Alerts) > 0 && !naiveOnlyRecord(d) {
 			out = append(out, d)
 		}
 	}
@@ -490,11 +484,7 @@ func renderDetection(d *detection, rulesHash string) []byte {
 			case strings.HasSuffix(dl.Receiver, "-ticket"):
 				tickets++
 			default:
-				naiveOnly := len(dl.Alerts) > 0
-				for _, a := range dl.Alerts {
-					naiveOnly = naiveOnly && strings.HasPrefix(a, naiveAlertName)
-				}
-				if !naiveOnly {
+				if !naiveOnlyRecord(dl) {
 					pages++
 					groups[dl.Receiver+" "+dl.Group] = true
 				}
@@ -929,6 +919,8 @@ func perTeam(r *scenarioResult, ds []deliveryRecord) string {
 	return strings.Join(out, "; ")
 }
 
+// naiveOnlyRecord says whether a notification carries only the naive
+// comparison alert.
 func naiveOnlyRecord(d deliveryRecord) bool {
 	for _, a := range d.Alerts {
 		if !strings.HasPrefix(a, naiveAlertName) {
@@ -988,7 +980,7 @@ func pageLifetime(r *scenarioResult) string {
 // flappingVerdict says whether a crash loop was one incident on both
 // Alertmanager setups, and whether its page resolved.
 func flappingVerdict(r *scenarioResult) string {
-	count := func(ds []deliveryRecord, pageReceiver string) (pages, other int, to []string) {
+	count := func(ds []deliveryRecord) (pages, other int, to []string) {
 		for _, d := range ds {
 			if !r.about(d) || d.Status != "firing" || naiveOnlyRecord(d) {
 				continue
@@ -1011,8 +1003,8 @@ func flappingVerdict(r *scenarioResult) string {
 	if i := strings.Index(want, ")"); i >= 0 {
 		want = want[:i]
 	}
-	genPages, genOther, genTo := count(r.Deliveries, alerts.ReceiverName(want, "page"))
-	teamPages, teamOther, _ := count(r.TeamsDeliveries, "pager")
+	genPages, genOther, genTo := count(r.Deliveries)
+	teamPages, teamOther, _ := count(r.TeamsDeliveries)
 	var defaults int
 	for _, d := range r.TeamsDeliveries {
 		if r.about(d) && d.Receiver == "default" && !naiveOnlyRecord(d) {
