@@ -177,7 +177,7 @@ var families = []family{
 		cfg["database.user"], cfg["database.password"] = user, password
 		c := s.NewConnector(t, names.Name, cfg)
 		c.WaitRunning(t)
-		m.StreamingBinlog(t, user)
+		m.StreamingBinlog(t, c, user)
 		return dsn, stacktest.MySQLSeedDebezium, c, func(t *testing.T) {
 			t.Helper()
 			if _, err := admin.ExecContext(context.Background(), "INSERT INTO outbox VALUES (UUID(), ?, 'k', 'created', '{}')", agg); err != nil {
@@ -284,7 +284,7 @@ func TestDisruptiveDebeziumMetricsMoveOnBothFamiliesAndDiagnoseReadsThemThroughP
 			p.Canary.AggregateType = agg
 			c.Pause(t)
 			var d diagnose.Diagnosis
-			stacktest.Eventually(t, metricsWait, "diagnose to name the paused connector with Debezium's evidence", func() (bool, string) {
+			stacktest.EventuallyEvery(t, metricsWait, stacktest.InnoDBTrxIdle, "diagnose to name the paused connector with Debezium's evidence", func() (bool, string) {
 				d = diagnose.Pipeline(ctx, p, diagnose.Options{PrometheusURL: promURL})
 				return d.FirstUnhealthy == diagnose.StageRelay, fmt.Sprintf("%+v", d)
 			})

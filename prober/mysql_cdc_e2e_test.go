@@ -53,7 +53,7 @@ func newMariaDBCDC(t *testing.T, s stacktest.Stack) *mariaDBCDC {
 	// RUNNING comes before the connector reads the binlog; a canary
 	// committed in between would be before its start position.
 	start := time.Now()
-	m.StreamingBinlog(t, user)
+	m.StreamingBinlog(t, p.connector, user)
 	t.Logf("connector %s reads the binlog %s after RUNNING", names.Name, time.Since(start).Round(time.Millisecond))
 	return p
 }

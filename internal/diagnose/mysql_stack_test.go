@@ -80,7 +80,7 @@ func TestDiagnoseOnMariaDBNamesAPausedRelayWithTheBacklogAndAnOpenTransactionWit
 	// MySQL's evidence and no replication slot.
 	stacktest.InsertMySQLRow(t, admin, stacktest.MySQLSeedA, false, 0)
 	var d Diagnosis
-	stacktest.Eventually(t, stageWait, "a healthy walk while the relay runs", func() (bool, string) {
+	stacktest.EventuallyEvery(t, stageWait, stacktest.InnoDBTrxIdle, "a healthy walk while the relay runs", func() (bool, string) {
 		d = diag()
 		rel := stage(d, StageRelay).Evidence
 		return d.Healthy && len(rel) > 0 && strings.Contains(rel[0], "backlog 0 rows"), fmt.Sprintf("%+v", d)
@@ -96,7 +96,7 @@ func TestDiagnoseOnMariaDBNamesAPausedRelayWithTheBacklogAndAnOpenTransactionWit
 	// Paused: a row waits past the budget, and the relay is named.
 	r.Faults().Pause()
 	stacktest.InsertMySQLRow(t, admin, stacktest.MySQLSeedA, false, 0)
-	stacktest.Eventually(t, stageWait, "diagnose to name the paused relay", func() (bool, string) {
+	stacktest.EventuallyEvery(t, stageWait, stacktest.InnoDBTrxIdle, "diagnose to name the paused relay", func() (bool, string) {
 		d = diag()
 		return d.FirstUnhealthy == StageRelay, fmt.Sprintf("%+v", d)
 	})
@@ -130,7 +130,7 @@ func TestDiagnoseOnMariaDBNamesAPausedRelayWithTheBacklogAndAnOpenTransactionWit
 	if _, err := tx.Exec(`INSERT INTO outbox (aggregate_type, aggregate_id, payload) VALUES ('order', 'held', '{}')`); err != nil {
 		t.Fatal(err)
 	}
-	stacktest.Eventually(t, stageWait, "diagnose to name the open transaction", func() (bool, string) {
+	stacktest.EventuallyEvery(t, stageWait, stacktest.InnoDBTrxIdle, "diagnose to name the open transaction", func() (bool, string) {
 		d = diag()
 		return d.FirstUnhealthy == StageCommit, fmt.Sprintf("%+v", d)
 	})
@@ -159,7 +159,7 @@ func TestDiagnoseOnMariaDBGivesTheConnectorsDistanceBehindTheBinlogAsEvidence(t 
 	cfg["database.user"], cfg["database.password"] = user, password
 	c := s.NewConnector(t, names.Name, cfg)
 	c.WaitRunning(t)
-	m.StreamingBinlog(t, user)
+	m.StreamingBinlog(t, c, user)
 
 	p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: dsn, Schema: stacktest.MySQLSeedDebezium, IDGen: "uuid", Brokers: s.KafkaBrokers, Topic: topic,
 		Watch: fmt.Sprintf("{connect_url: %q, connector: %q}", url, names.Name)})
@@ -181,7 +181,7 @@ func TestDiagnoseOnMariaDBGivesTheConnectorsDistanceBehindTheBinlogAsEvidence(t 
 	// Running: it commits the position of the row it read, on the current
 	// file.
 	insert()
-	stacktest.Eventually(t, stageWait, "the connector's position on the current file", committed("bytes and 0 files behind the server"))
+	stacktest.EventuallyEvery(t, stageWait, stacktest.InnoDBTrxIdle, "the connector's position on the current file", committed("bytes and 0 files behind the server"))
 	if d := Pipeline(context.Background(), p, Options{}); !stage(d, StageBinlog).Healthy {
 		t.Errorf("binlog stage unhealthy while the connector keeps up: %s", evidence(d))
 	}
@@ -201,7 +201,7 @@ func TestDiagnoseOnMariaDBGivesTheConnectorsDistanceBehindTheBinlogAsEvidence(t 
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	var r StageResult
-	stacktest.Eventually(t, stageWait, "the paused connector a file behind", func() (bool, string) {
+	stacktest.EventuallyEvery(t, stageWait, stacktest.InnoDBTrxIdle, "the paused connector a file behind", func() (bool, string) {
 		r = checkCapture(context.Background(), p, Probes{Outbox: db, HTTP: http.DefaultClient}, Options{})
 		ev := strings.Join(r.Evidence, " | ")
 		return strings.Contains(ev, "1 files behind the server; binlog expiry may purge its file in"), ev

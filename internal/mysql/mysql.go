@@ -237,7 +237,9 @@ func (d *DB) Backlog(ctx context.Context, t outboxdb.Table) (outboxdb.Backlog, e
 // count (docs/mysql.md: a session writing the outbox from another default
 // database is not seen). InnoDB lists a
 // transaction once it has read or written a table; trx_started has whole
-// seconds, so an age is up to a second long.
+// seconds, so an age is up to a second long. The server refreshes the
+// table only after 100 ms without a read of it: readers that together
+// read it more often see one frozen snapshot (docs/mysql.md).
 func (d *DB) OpenTransactions(ctx context.Context, threshold time.Duration) (outboxdb.Transactions, error) {
 	var t outboxdb.Transactions
 	var micros int64

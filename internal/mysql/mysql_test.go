@@ -200,7 +200,7 @@ func TestAnOpenTransactionIsSeenWithItsSession(t *testing.T) {
 	}
 	opened := time.Now()
 	var tx outboxdb.Transactions
-	stacktest.Eventually(t, 30*time.Second, "the open transaction to be a second old", func() (bool, string) {
+	stacktest.EventuallyEvery(t, 30*time.Second, stacktest.InnoDBTrxIdle, "the open transaction to be a second old", func() (bool, string) {
 		tx, err = db.OpenTransactions(ctx, time.Hour)
 		return err == nil && tx.OldestAge >= time.Second, fmt.Sprintf("%+v, %v", tx, err)
 	})

@@ -223,11 +223,7 @@ func (c *Connector) WaitRunning(t testing.TB) time.Duration {
 		if err != nil {
 			return false, err.Error()
 		}
-		for _, task := range st.Tasks {
-			if task.State == "FAILED" {
-				t.Fatalf("stacktest: connector %s: task %d FAILED:\n%s", c.Name, task.ID, task.Trace)
-			}
-		}
+		c.fatalIfTaskFailed(t, st)
 		return st.Running(), st.Summary()
 	})
 	if c.Slot != "" {
@@ -239,6 +235,17 @@ func (c *Connector) WaitRunning(t testing.TB) time.Duration {
 	took := time.Since(start)
 	t.Logf("connector %s running, slot %s active, after %s", c.Name, c.Slot, took.Round(time.Millisecond))
 	return took
+}
+
+// fatalIfTaskFailed fails the test with a failed task's trace: a task
+// that failed does not recover, so waiting on it only spends the deadline.
+func (c *Connector) fatalIfTaskFailed(t testing.TB, st connect.Status) {
+	t.Helper()
+	for _, task := range st.Tasks {
+		if task.State == "FAILED" {
+			t.Fatalf("stacktest: connector %s: task %d FAILED:\n%s", c.Name, task.ID, task.Trace)
+		}
+	}
 }
 
 // WaitTaskFailed waits until a task of the connector has FAILED and

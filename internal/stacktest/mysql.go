@@ -244,13 +244,18 @@ func (m MySQL) NewCDCUser(t testing.TB) (user, password string) {
 // thread of its own on the server): the connector streams, the MariaDB
 // analogue of an active replication slot. A connector's RUNNING state
 // comes before that: rows committed in between are before the position
-// it starts from.
-func (m MySQL) StreamingBinlog(t testing.TB, user string) {
+// it starts from. A task of c that fails meanwhile fails the test with
+// its trace.
+func (m MySQL) StreamingBinlog(t testing.TB, c *Connector, user string) {
 	t.Helper()
 	admin := OpenMySQL(t, m.AdminDSN)
 	Eventually(t, connectorWait, user+" to read the binlog", func() (bool, string) {
+		ctx := context.Background()
+		if st, err := c.Status(ctx); err == nil {
+			c.fatalIfTaskFailed(t, st)
+		}
 		var n int
-		err := admin.QueryRowContext(context.Background(),
+		err := admin.QueryRowContext(ctx,
 			"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = ? AND COMMAND LIKE 'Binlog Dump%'", user).Scan(&n)
 		return err == nil && n > 0, fmt.Sprintf("%d binlog dump threads, %v", n, err)
 	})

@@ -149,6 +149,19 @@ func ClosedAddr(t testing.TB) string {
 // cond returns whether it holds and, if not, what it saw instead.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
+	EventuallyEvery(t, within, 50*time.Millisecond, what, cond)
+}
+
+// InnoDBTrxIdle is how long MariaDB and MySQL must see no read of
+// information_schema.innodb_trx before they refresh it: a cache read more
+// often than every 100 ms keeps the snapshot of its first fill (a committed
+// transaction stays listed, a new one is never seen). Tests that poll it
+// wait this long between reads.
+const InnoDBTrxIdle = 250 * time.Millisecond
+
+// EventuallyEvery is Eventually with its own interval between tries.
+func EventuallyEvery(t testing.TB, within, every time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		ok, last := cond()
@@ -158,7 +171,7 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() (bo
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not reached within %s; last: %s", what, within, last)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 

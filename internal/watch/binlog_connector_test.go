@@ -65,7 +65,7 @@ func TestAMariaDBConnectorsBinlogPositionIsWatchedFallingBehindAndCatchingUp(t *
 	cfg["database.user"], cfg["database.password"] = user, password
 	c := s.NewConnector(t, names.Name, cfg)
 	c.WaitRunning(t)
-	m.StreamingBinlog(t, user)
+	m.StreamingBinlog(t, c, user)
 
 	p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: dsn, Schema: stacktest.MySQLSeedDebezium, IDGen: "uuid"})
 	p.Watch.ConnectURL, p.Watch.Connector = url, names.Name
@@ -98,7 +98,7 @@ func TestAMariaDBConnectorsBinlogPositionIsWatchedFallingBehindAndCatchingUp(t *
 	// Running: the connector commits the position of the row it read
 	// (Connect flushes offsets every second on the stack's worker).
 	insert()
-	stacktest.Eventually(t, time.Minute, "the connector's committed position on the current file", func() (bool, string) {
+	stacktest.EventuallyEvery(t, time.Minute, stacktest.InnoDBTrxIdle, "the connector's committed position on the current file", func() (bool, string) {
 		w.Sample(ctx)
 		up, pos, _, files, purged, headroom := series()
 		return up == 1 && pos > 0 && files == 0 && purged == 0 && headroom == 0, describe()
@@ -118,7 +118,7 @@ func TestAMariaDBConnectorsBinlogPositionIsWatchedFallingBehindAndCatchingUp(t *
 		t.Fatal(err)
 	}
 	insert()
-	stacktest.Eventually(t, time.Minute, "the paused connector behind by a file", func() (bool, string) {
+	stacktest.EventuallyEvery(t, time.Minute, stacktest.InnoDBTrxIdle, "the paused connector behind by a file", func() (bool, string) {
 		w.Sample(ctx)
 		up, _, bytes, files, purged, headroom := series()
 		return up == 1 && bytes > 0 && files >= 1 && purged == 0 && headroom == 1, describe()
@@ -135,7 +135,7 @@ func TestAMariaDBConnectorsBinlogPositionIsWatchedFallingBehindAndCatchingUp(t *
 	// Resumed: it reads the new file and commits there.
 	c.Resume(t)
 	insert()
-	stacktest.Eventually(t, time.Minute, "the resumed connector back on the current file", func() (bool, string) {
+	stacktest.EventuallyEvery(t, time.Minute, stacktest.InnoDBTrxIdle, "the resumed connector back on the current file", func() (bool, string) {
 		w.Sample(ctx)
 		up, _, _, files, _, headroom := series()
 		return up == 1 && files == 0 && headroom == 0, describe()

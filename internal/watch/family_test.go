@@ -51,7 +51,7 @@ func TestAMariaDBPipelineHasItsBacklogAndOpenTransactionsWatched(t *testing.T) {
 	}
 	defer conn.ExecContext(ctx, "ROLLBACK") //nolint:errcheck // the test's end
 
-	stacktest.Eventually(t, watchWait, "the open transaction to be over the 1s threshold", func() (bool, string) {
+	stacktest.EventuallyEvery(t, watchWait, stacktest.InnoDBTrxIdle, "the open transaction to be over the 1s threshold", func() (bool, string) {
 		w.Sample(ctx)
 		long := testutil.ToFloat64(mt.LongTransactions.WithLabelValues("orders"))
 		return long == 1, fmt.Sprintf("long transactions %v, oldest %vs", long, testutil.ToFloat64(mt.OldestTransactionAge.WithLabelValues("orders")))
@@ -273,7 +273,7 @@ func TestPipelinesOnOneMariaDBDatabaseAskEachQuestionOncePerInterval(t *testing.
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { set.Run(runCtx); close(done) }()
-	stacktest.Eventually(t, watchWait, "Run's first sample", func() (bool, string) {
+	stacktest.EventuallyEvery(t, watchWait, stacktest.InnoDBTrxIdle, "Run's first sample", func() (bool, string) {
 		db.mu.Lock()
 		n := db.counts["binlog"] + db.counts["backlog outbox_2"]
 		db.mu.Unlock()
