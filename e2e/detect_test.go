@@ -1152,50 +1152,6 @@ func scrapeProber(ctx context.Context, addr string) (proberSample, error) {
 	return s, nil
 }
 
-// promSeries is one series of a range vector.
-type promSeries struct {
-	Metric map[string]string
-	Values []struct {
-		T time.Time
-		V float64
-	}
-}
-
-// promMatrix evaluates an instant query that returns a range vector.
-func promMatrix(ctx context.Context, addr, query string) ([]promSeries, error) {
-	var out struct {
-		ResultType string `json:"resultType"`
-		Result     []struct {
-			Metric map[string]string `json:"metric"`
-			Values [][2]any          `json:"values"`
-		} `json:"result"`
-	}
-	if err := promAPI(ctx, addr, "/api/v1/query?query="+url.QueryEscape(query), &out); err != nil {
-		return nil, err
-	}
-	if out.ResultType != "matrix" {
-		return nil, fmt.Errorf("query %s: result type %q, want matrix", query, out.ResultType)
-	}
-	var series []promSeries
-	for _, r := range out.Result {
-		s := promSeries{Metric: r.Metric}
-		for _, v := range r.Values {
-			ts, _ := v[0].(float64)
-			str, _ := v[1].(string)
-			f, err := strconv.ParseFloat(str, 64)
-			if err != nil {
-				return nil, fmt.Errorf("query %s: value %v: %w", query, v[1], err)
-			}
-			s.Values = append(s.Values, struct {
-				T time.Time
-				V float64
-			}{time.UnixMilli(int64(math.Round(ts * 1000))), f})
-		}
-		series = append(series, s)
-	}
-	return series, nil
-}
-
 // relayAdmin posts to a reference relay's admin API.
 func relayAdmin(t *testing.T, addr, path string) {
 	t.Helper()

@@ -425,12 +425,29 @@ type generated struct {
 	stall, burnPage map[string]map[string]string
 	stallExpr       map[string]string
 	keepFiringFor   string
+	// deadManFor is the for of the dead man (the prober absent alert).
+	deadManFor string
 }
 
 // startPipeline creates a schema A database and a canary topic, runs the
 // reference relay on them, and returns its fault switches and the prober's
 // configuration for the pipeline.
 func startPipeline(t *testing.T, s stacktest.Stack) (*relay.Faults, *config.Config, string) {
+	t.Helper()
+	return startPipelineWith(t, s, pipelineOptions{})
+}
+
+// pipelineOptions vary startPipeline's configuration.
+type pipelineOptions struct {
+	// alerting is YAML added under the configuration's alerting key, each
+	// line indented by two spaces, e.g. "  prober_absent_for: 5s\n".
+	alerting string
+	// dsnFile names the database by a file instead of by E2E_PG_DSN: a
+	// parallel test may not t.Setenv.
+	dsnFile bool
+}
+
+func startPipelineWith(t *testing.T, s stacktest.Stack, o pipelineOptions) (*relay.Faults, *config.Config, string) {
 	t.Helper()
 	ctx := context.Background()
 	dsn, topic := s.NewDatabase(t), s.NewTopic(t, 1, nil)
@@ -453,22 +470,31 @@ func startPipeline(t *testing.T, s stacktest.Stack) (*relay.Faults, *config.Conf
 	go func() { defer close(done); _ = r.Run(rctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	t.Setenv("E2E_PG_DSN", dsn)
+	dsnSecret := "{env: E2E_PG_DSN}"
+	if o.dsnFile {
+		path := filepath.Join(t.TempDir(), "dsn")
+		if err := os.WriteFile(path, []byte(dsn), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		dsnSecret = fmt.Sprintf("{file: %s}", path)
+	} else {
+		t.Setenv("E2E_PG_DSN", dsn)
+	}
 	yml := fmt.Sprintf(`instance_id: e2e
 state_dir: %s
 signing_key: {value: e2e-signing-key}
 alerting:
   stall_intervals: 2
   prober_job: %s
-pipelines:
+%spipelines:
   - name: %s
-    database: {dsn: {env: E2E_PG_DSN}}
+    database: {dsn: %s}
     canary: {schedule: "@every 1s"}
     kafka: {brokers: [%s], topic: %s}
     budgets: {end_to_end: 5s, commit_to_publish: 3s, publish_to_consume: 3s}
     slo: {objective: 99.99}
     owners: {default: %s, commit_to_publish: %s, publish_to_consume: %s}
-`, filepath.Join(t.TempDir(), "state"), proberJob, pipelineName, strings.Join(s.KafkaBrokers, ","), topic,
+`, filepath.Join(t.TempDir(), "state"), proberJob, o.alerting, pipelineName, dsnSecret, strings.Join(s.KafkaBrokers, ","), topic,
 		ownerDefault, ownerRelay, ownerKafka)
 	cfg, err := config.Load([]byte(yml))
 	if err != nil {
@@ -486,37 +512,73 @@ pipelines:
 // loopback port. It returns the address and the prober's log.
 func startProber(t *testing.T, path string) (string, *stacktest.SyncBuffer) {
 	t.Helper()
+	p := runProber(t, path, stacktest.FreeAddr(t))
+	return p.addr, p.logs
+}
+
+// proberProcess is one `outbox-canary run` started by a test.
+type proberProcess struct {
+	addr string
+	logs *stacktest.SyncBuffer
+	cmd  *exec.Cmd
+	// exited receives the process's exit once; killed says kill took it.
+	exited chan error
+	killed bool
+}
+
+// runProber starts `outbox-canary run` on the configuration file at path,
+// listening on addr, with more flags in args (--instance.id, --state.dir),
+// and waits until it serves /healthz. At the test's end it is stopped
+// with SIGTERM and must exit cleanly, unless kill took it first.
+func runProber(t *testing.T, path, addr string, args ...string) *proberProcess {
+	t.Helper()
 	bin := stacktest.BuildCommand(t, "outbox-canary")
-	addr := stacktest.FreeAddr(t)
-	logs := &stacktest.SyncBuffer{}
-	cmd := exec.Command(bin, "run", "--config.file", path, "--web.listen-address", addr)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
+	p := &proberProcess{addr: addr, logs: &stacktest.SyncBuffer{}, exited: make(chan error, 1)}
+	p.cmd = exec.Command(bin, append([]string{"run", "--config.file", path, "--web.listen-address", addr}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start the prober: %v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() { p.exited <- p.cmd.Wait() }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if p.killed {
+			return
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case err := <-exited:
+		case err := <-p.exited:
 			if err != nil {
-				t.Errorf("prober: %v\n%s", err, logs.String())
+				t.Errorf("prober %s: %v\n%s", addr, err, p.logs.String())
 			}
 		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("prober did not stop within 30s of SIGTERM")
+			_ = p.cmd.Process.Kill()
+			t.Errorf("prober %s did not stop within 30s of SIGTERM", addr)
 		}
 	})
 	stacktest.Eventually(t, time.Minute, "the prober to serve /healthz", func() (bool, string) {
 		res, err := http.Get("http://" + addr + "/healthz")
 		if err != nil {
-			return false, err.Error() + "\n" + logs.String()
+			return false, err.Error() + "\n" + p.logs.String()
 		}
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK, res.Status
 	})
-	return addr, logs
+	return p
+}
+
+// kill ends the prober with SIGKILL, as a crash or a node's loss does:
+// no shutdown, no last state write.
+func (p *proberProcess) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill the prober on %s: %v", p.addr, err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the prober on %s did not exit within 30s of SIGKILL", p.addr)
+	}
+	p.killed = true
 }
 
 // writeRules generates the rule file of cfg with the alerts package and
@@ -546,6 +608,9 @@ func writeRules(t *testing.T, cfg *config.Config, path string) generated {
 	}
 	for _, grp := range rf.Groups {
 		for _, r := range grp.Rules {
+			if r.Alert == alerts.AlertProberAbsent {
+				g.deadManFor = r.For
+			}
 			if r.Labels[slo.LabelPipeline] != pipelineName && r.Labels["sloth_service"] != pipelineName {
 				continue
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -150,6 +151,64 @@ func promQuery(ctx context.Context, addr, query string) ([]promSample, error) {
 		samples = append(samples, promSample{Metric: r.Metric, Value: v})
 	}
 	return samples, nil
+}
+
+// promSeries is one series of a range vector or a range query.
+type promSeries struct {
+	Metric map[string]string
+	Values []promPoint
+}
+
+type promPoint struct {
+	T time.Time
+	V float64
+}
+
+// promMatrix evaluates an instant query that returns a range vector.
+func promMatrix(ctx context.Context, addr, query string) ([]promSeries, error) {
+	return promMatrixAPI(ctx, addr, "/api/v1/query?query="+url.QueryEscape(query), query)
+}
+
+// promQueryRange evaluates query at every step from start to end.
+func promQueryRange(ctx context.Context, addr, query string, start, end time.Time, step time.Duration) ([]promSeries, error) {
+	q := url.Values{"query": {query}, "start": {formatPromTime(start)}, "end": {formatPromTime(end)}, "step": {strconv.FormatFloat(step.Seconds(), 'f', -1, 64)}}
+	return promMatrixAPI(ctx, addr, "/api/v1/query_range?"+q.Encode(), query)
+}
+
+func formatPromTime(t time.Time) string {
+	return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', 3, 64)
+}
+
+// promMatrixAPI GETs an API path whose result is a matrix.
+func promMatrixAPI(ctx context.Context, addr, path, query string) ([]promSeries, error) {
+	var out struct {
+		ResultType string `json:"resultType"`
+		Result     []struct {
+			Metric map[string]string `json:"metric"`
+			Values [][2]any          `json:"values"` // [unix time, "value"]
+		} `json:"result"`
+	}
+	if err := promAPI(ctx, addr, path, &out); err != nil {
+		return nil, err
+	}
+	if out.ResultType != "matrix" {
+		return nil, fmt.Errorf("query %s: result type %q, want matrix", query, out.ResultType)
+	}
+	var series []promSeries
+	for _, r := range out.Result {
+		s := promSeries{Metric: r.Metric}
+		for _, v := range r.Values {
+			ts, _ := v[0].(float64)
+			str, _ := v[1].(string)
+			f, err := strconv.ParseFloat(str, 64)
+			if err != nil {
+				return nil, fmt.Errorf("query %s: value %v: %w", query, v[1], err)
+			}
+			s.Values = append(s.Values, promPoint{time.UnixMilli(int64(math.Round(ts * 1000))), f})
+		}
+		series = append(series, s)
+	}
+	return series, nil
 }
 
 // apiTimeout bounds one call to Prometheus's or Alertmanager's API. The
