@@ -582,12 +582,13 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 			if tc.rules != nil && tc.rules(rf) == 0 {
 				t.Fatal("the mutation changed no rule: the test no longer tests what it says")
 			}
-			dir := t.TempDir()
-			writeRuleFile(t, dir, cfg, rf)
 			var files []string
 			for _, name := range tc.mustFail {
 				files = append(files, filepath.Join(scenarioDir, name+".yml"))
 			}
+			keepPipelinesOf(t, rf, files)
+			dir := t.TempDir()
+			writeRuleFile(t, dir, cfg, rf)
 			reports := runScenarios(t, bin, dir, files...)
 			for _, name := range tc.mustFail {
 				report := reports[name+".yml"]
@@ -599,6 +600,43 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 			}
 		})
 	}
+}
+
+var pipelineMatcher = regexp.MustCompile(`pipeline="([^"]*)"`)
+
+// keepPipelinesOf drops the rule groups of pipelines that no scenario in
+// files has series of, keeping those that select no pipeline (the
+// prober's): promtool evaluates every group at every step, and most
+// scenarios feed one of the test config's pipelines, so the mutation runs
+// take about 40% less CPU. Only mutation runs do this: the full scenario
+// runs keep every group, so a rule that fires on another pipeline's
+// series is still caught there.
+func keepPipelinesOf(t *testing.T, rf *alerts.RuleFile, files []string) {
+	t.Helper()
+	fed := map[string]bool{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range pipelineMatcher.FindAllStringSubmatch(string(data), -1) {
+			fed[m[1]] = true
+		}
+	}
+	var kept []alerts.Group
+	for _, g := range rf.Groups {
+		selects, keep := false, false
+		for _, r := range g.Rules {
+			for _, m := range pipelineMatcher.FindAllStringSubmatch(r.Expr, -1) {
+				selects = true
+				keep = keep || fed[m[1]]
+			}
+		}
+		if keep || !selects {
+			kept = append(kept, g)
+		}
+	}
+	rf.Groups = kept
 }
 
 // firstLines keeps a long promtool report readable in the test log.
