@@ -64,6 +64,7 @@ func scopeScenarios(t *testing.T) []string {
 // pipeline names, and requires them to fail against unscoped ones: the
 // scenarios would not notice scopes that merge otherwise.
 func TestScopedRulesKeepEnvironmentsApartWithPromtool(t *testing.T) {
+	t.Parallel()
 	bin := promtool(t)
 	for _, tc := range []struct {
 		name     string
@@ -74,6 +75,7 @@ func TestScopedRulesKeepEnvironmentsApartWithPromtool(t *testing.T) {
 		{"Unscoped rules of two environments merge them, and the scenarios catch it.", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			writeScopedRules(t, dir, tc.scoped)
 			for _, sc := range scopeScenarios(t) {
