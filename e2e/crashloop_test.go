@@ -77,6 +77,9 @@ receivers:
 }
 
 func TestCrashLoopPagesOncePerIncident(t *testing.T) {
+	// Beside the two-prober test: both spend minutes waiting on alert
+	// windows, not CPU.
+	t.Parallel()
 	s := stacktest.Load(t)
 	if s.PrometheusPath == "" || s.AlertmanagerPath == "" {
 		msg := "the stack env names no prometheus or alertmanager binary (OUTBOX_CANARY_PROMETHEUS, OUTBOX_CANARY_ALERTMANAGER)"
@@ -94,7 +97,7 @@ func TestCrashLoopPagesOncePerIncident(t *testing.T) {
 	}
 	defer func() { moment("run time %s", time.Since(start).Round(time.Second)) }()
 
-	faults, cfg, cfgPath := startPipeline(t, s)
+	faults, cfg, cfgPath := startPipelineWith(t, s, pipelineOptions{dsnFile: true})
 	proberAddr, proberLog := startProber(t, cfgPath)
 	t.Cleanup(func() {
 		if t.Failed() {
