@@ -442,7 +442,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertSlotRetainedWALGrowth {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`(?s)\nand\n.*`).ReplaceAllString(r.Expr, "\n")
+				r.Expr = regexp.MustCompile(`(?s)\n  and\n.*?\n\)`).ReplaceAllString(r.Expr, "\n)")
 				return true
 			}),
 			mustFail: []string{"n-healthy-slot-is-quiet"},
@@ -453,7 +453,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertSlotRetainedWALGrowth {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`\nand\n[^\n]* offset [^\n]*\n`).ReplaceAllString(r.Expr, "\n")
+				r.Expr = regexp.MustCompile(`\n  and\n[^\n]* offset [^\n]*\n`).ReplaceAllString(r.Expr, "\n")
 				return true
 			}),
 			mustFail: []string{"s-new-busy-slot-is-quiet"},
