@@ -307,6 +307,10 @@ const stallSince = "2026-12-01T00:10:05Z"
 // ticket.
 func relayStall() []map[string]string { return relayStallSince(stallSince) }
 
+// redundancyLost is the redundancy ticket as the rules label it with
+// alerting.prober_owner: no pipeline, one per job and scope.
+var redundancyLost = map[string]string{"alertname": alerts.AlertRedundancyLost, "severity": "ticket", "owner": "team-platform", "job": "outbox-canary"}
+
 func relayStallSince(since string) []map[string]string {
 	burn := func(segment, owner, severity string) map[string]string {
 		return map[string]string{
@@ -419,6 +423,24 @@ func TestAlertmanagerPagesOncePerIncident(t *testing.T) {
 			wantReceiver: alerts.ReceiverName("team-platform", "page"),
 			wantAlerts:   []string{"OutboxCanaryProberAbsent//page"},
 		},
+		{
+			name:         "One prober replica down: the redundancy ticket notifies the prober's owner, and no page goes out.",
+			first:        []map[string]string{redundancyLost},
+			states:       map[string]string{"OutboxCanaryRedundancyLost//ticket": "active"},
+			wantReceiver: alerts.ReceiverName("team-platform", "ticket"),
+			wantAlerts:   []string{"OutboxCanaryRedundancyLost//ticket"},
+		},
+		{
+			name:  "Every replica gone: the dead man notifies its owner, and the redundancy ticket, kept firing, is held back.",
+			first: []map[string]string{{"alertname": alerts.AlertProberAbsent, "severity": "page", "owner": "team-platform", "job": "outbox-canary"}},
+			rest:  []map[string]string{redundancyLost},
+			states: map[string]string{
+				"OutboxCanaryProberAbsent//page":     "active",
+				"OutboxCanaryRedundancyLost//ticket": "suppressed",
+			},
+			wantReceiver: alerts.ReceiverName("team-platform", "page"),
+			wantAlerts:   []string{"OutboxCanaryProberAbsent//page"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -483,7 +505,9 @@ func runIncident(ctx context.Context, t *testing.T, cfg []byte, hook *webhook, f
 		firstStates[alertKey(a)] = "active"
 	}
 	am.waitForStates(ctx, t, firstStates)
-	am.post(t, rest...)
+	if len(rest) > 0 {
+		am.post(t, rest...)
+	}
 	am.waitForStates(ctx, t, states)
 	am.post(t, sentinel)
 	hook.waitFor(ctx, t, alerts.UnownedReceiver)

@@ -2,9 +2,7 @@ package alerts
 
 import (
 	"fmt"
-	"maps"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -89,6 +87,27 @@ const labelSlot = "slot"
 // that tell a stall from a quiet pipeline fast, the watchers' backlog,
 // slot, connector, consumer and transaction signals that point at the
 // failing stage, and the ones that say when the prober cannot see.
+//
+// Several prober replicas may measure the pipeline, each scraped as its
+// own target (its own instance, pod, ... labels). Every alert aggregates
+// by the pipeline, the scope and its own labels (slot, connector, ...),
+// never by what tells replicas apart, so it is one alert per pipeline
+// whatever the number of replicas, and Alertmanager sees one label set.
+// Which replicas must see a fault depends on what the series are:
+//
+//   - The watchers' gauges (backlog, slot, connector, binlog, consumer
+//     lag, transactions) are readings of one source (the database, Kafka
+//     Connect, Kafka) that every replica reads alike: a reading is a fact
+//     whichever replica took it, and a replica that did not report it has
+//     read a moment earlier, or cannot read and has withdrawn its gauges.
+//     So the worst reading counts (max; min for a state that is bad at 0).
+//   - What a replica sees of its own sight (its connections, its watchers,
+//     its inserts, its clock's skew) may be that replica's own trouble:
+//     it fires only when every replica that reports it sees it, since
+//     one replica's network or clock is not the pipeline's owner's fault,
+//     and while another replica sees, the pipeline is measured. A replica
+//     that cannot measure counts against redundancy
+//     (OutboxCanaryRedundancyLost).
 func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	a := g.m.Alerting
 	grp := Group{Name: "outbox-canary-pipeline-" + p.Name}
@@ -110,11 +129,16 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		return g.annotate(annotations{alert: alert, summary: summary, description: description, pipelineScoped: true, dashboard: dashboard})
 	}
 	keep := slo.PromDuration(g.keepFiringFor())
+	// worst aggregates a watcher's reading across replicas (see above),
+	// by the pipeline, the scope and the series' own labels.
+	worst := func(op, expr string, labels ...string) string {
+		return op + " by (" + joinLabels(p.Scope, append([]string{slo.LabelPipeline}, labels...)...) + ") (" + expr + ")"
+	}
 	// What a stall sets off by itself waits while its incident is open:
 	// the stall alert is the incident's one page.
 	unlessStall := "unless on (" + by + ") " + selector(RecordStallIncidentStart, scoped(p.Scope, slo.LabelPipeline, p.Name)...)
 	dependencyDown := func(dep string) string {
-		return "unless on (" + by + ") (" + selector(slo.MetricDependencyUp, scoped(p.Scope, slo.LabelPipeline, p.Name, slo.LabelDependency, dep)...) + " == 0)"
+		return "unless on (" + by + ") (" + dependencyDownExpr(p.Scope, p.Name, dep) + ")"
 	}
 	// What a Kafka outage sets off on the relay's side waits too, from the
 	// outage until the relay has had kafkaOutageHealthy to catch up:
@@ -126,7 +150,9 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	// Insert failures with no successful insert: the prober is blind, the
 	// SLO alerts cannot fire because no canary exists to be late. When the
 	// prober's own connection to the database is down, DependencyDown
-	// says so instead.
+	// says so instead. Summed over replicas: while one replica's inserts
+	// succeed, the pipeline is measured, and the failing one's trouble
+	// (its connection, its pod) is not the database owner's page.
 	insertWindow := max(insertWindowMin, time.Duration(a.StallIntervals+1)*p.CanaryInterval)
 	rng := "[" + slo.PromDuration(insertWindow) + "]"
 	grp.Rules = append(grp.Rules, Rule{
@@ -160,7 +186,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	} {
 		grp.Rules = append(grp.Rules, Rule{
 			Alert:  AlertDependencyDown,
-			Expr:   selector(slo.MetricDependencyUp, scoped(p.Scope, slo.LabelPipeline, p.Name, slo.LabelDependency, dep.name)...) + " == 0",
+			Expr:   dependencyDownExpr(p.Scope, p.Name, dep.name),
 			For:    slo.PromDuration(dependencyDownFor),
 			Labels: dep.labels,
 			// Its own series vanish with the prober too.
@@ -172,8 +198,10 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		})
 	}
 	grp.Rules = append(grp.Rules, Rule{
-		Alert:         AlertWatcherFailing,
-		Expr:          pl(slo.MetricWatcherUp) + " == 0",
+		Alert: AlertWatcherFailing,
+		// Only when no replica's watcher reads: while one does, its
+		// gauges keep the alerts that read them seeing.
+		Expr:          worst("max", pl(slo.MetricWatcherUp), slo.LabelWatcher) + " == 0",
 		For:           slo.PromDuration(watcherFailingFor),
 		KeepFiringFor: keep,
 		Labels:        proberSide(config.SeverityTicket),
@@ -194,7 +222,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 			// the prober cannot reach them either, and for a while after,
 			// the backlog is the brokers' (OutboxCanaryDependencyDown pages
 			// their owner).
-			Expr:          lines(pl(slo.MetricOldestUnpublishedAge)+" > "+seconds(time.Duration(a.OldestUnpublishedAge)), unlessStall, unlessKafkaOutage),
+			Expr:          lines(worst("max", pl(slo.MetricOldestUnpublishedAge))+" > "+seconds(time.Duration(a.OldestUnpublishedAge)), unlessStall, unlessKafkaOutage),
 			For:           slo.PromDuration(oldestUnpublishedFor),
 			KeepFiringFor: keep,
 			Labels:        labels(config.SeverityPage, relay),
@@ -210,9 +238,11 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 			// Prometheus). Growth only counts if the backlog never emptied
 			// over the same range.
 			Expr: lines(
-				"deriv("+pl(slo.MetricBacklogRows)+"["+slo.PromDuration(backlogDerivRange)+"]) > 0",
-				"and",
-				"min_over_time("+pl(slo.MetricBacklogRows)+"["+slo.PromDuration(backlogDerivRange)+"]) > 0",
+				"max by ("+by+") (",
+				"  deriv("+pl(slo.MetricBacklogRows)+"["+slo.PromDuration(backlogDerivRange)+"]) > 0",
+				"  and",
+				"  min_over_time("+pl(slo.MetricBacklogRows)+"["+slo.PromDuration(backlogDerivRange)+"]) > 0",
+				")",
 				unlessStall,
 				unlessKafkaOutage,
 			),
@@ -234,7 +264,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		}
 		grp.Rules = append(grp.Rules, Rule{
 			Alert:         AlertConnectorTaskFailed,
-			Expr:          lines(pl(slo.MetricConnectorTaskFailures)+" > 0", unlessStall, unlessKafkaOutage),
+			Expr:          lines(worst("max", pl(slo.MetricConnectorTaskFailures), labelConnector)+" > 0", unlessStall, unlessKafkaOutage),
 			For:           slo.PromDuration(connectorTaskFailedFor),
 			KeepFiringFor: keep,
 			Labels:        labels(config.SeverityPage, relay),
@@ -260,7 +290,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 		}
 		grp.Rules = append(grp.Rules, Rule{
 			Alert:         AlertSlotInactive,
-			Expr:          lines(slot(slo.MetricSlotActive)+" == 0", unlessStall, unlessKafkaOutage),
+			Expr:          lines(worst("min", slot(slo.MetricSlotActive), labelSlot)+" == 0", unlessStall, unlessKafkaOutage),
 			For:           slo.PromDuration(slotInactiveFor),
 			KeepFiringFor: keep,
 			Labels:        labels(config.SeverityPage, relay),
@@ -276,11 +306,13 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 			// (or the prober's) first minutes, when a fresh slot climbs
 			// from a few hundred bytes to its idle sawtooth.
 			Expr: lines(
-				"deriv("+slot(slo.MetricSlotRetainedWAL)+"["+slo.PromDuration(time.Duration(a.WALGrowthFor))+"]) > 0",
-				"and",
-				slot(slo.MetricSlotRetainedWAL)+" > "+strconv.Itoa(walGrowthFloor),
-				"and",
-				slot(slo.MetricSlotRetainedWAL)+" offset "+slo.PromDuration(time.Duration(a.WALGrowthFor)),
+				"max by ("+joinLabels(p.Scope, slo.LabelPipeline, labelSlot)+") (",
+				"  deriv("+slot(slo.MetricSlotRetainedWAL)+"["+slo.PromDuration(time.Duration(a.WALGrowthFor))+"]) > 0",
+				"  and",
+				"  "+slot(slo.MetricSlotRetainedWAL)+" > "+strconv.Itoa(walGrowthFloor),
+				"  and",
+				"  "+slot(slo.MetricSlotRetainedWAL)+" offset "+slo.PromDuration(time.Duration(a.WALGrowthFor)),
+				")",
 				unlessStall,
 				unlessKafkaOutage,
 			),
@@ -293,7 +325,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 					p.Name, humanBytes(walGrowthFloor), slo.PromDuration(time.Duration(a.WALGrowthFor)))),
 		}, Rule{
 			Alert:         AlertSlotWALAtRisk,
-			Expr:          walStatus + " == 1",
+			Expr:          worst("max", walStatus, labelSlot, labelWALStatus) + " == 1",
 			KeepFiringFor: keep,
 			Labels:        labels(config.SeverityPage, relay),
 			Annotations: annotate(AlertSlotWALAtRisk, slo.DashboardPipelineHealth,
@@ -304,7 +336,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 	}
 	grp.Rules = append(grp.Rules, Rule{
 		Alert:         AlertConsumerLag,
-		Expr:          pl(slo.MetricConsumerLagSeconds) + " > " + seconds(p.EndToEndBudget),
+		Expr:          worst("max", pl(slo.MetricConsumerLagSeconds), slo.LabelGroup, slo.LabelTopic) + " > " + seconds(p.EndToEndBudget),
 		For:           slo.PromDuration(consumerLagFor),
 		KeepFiringFor: keep,
 		Labels:        labels(config.SeverityTicket, ""),
@@ -314,7 +346,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 				slo.LabelGroup, slo.LabelTopic, slo.PromDuration(p.EndToEndBudget), slo.PromDuration(consumerLagFor))),
 	}, Rule{
 		Alert:         AlertLongTransaction,
-		Expr:          pl(slo.MetricOldestTransactionAge) + " > " + seconds(time.Duration(a.LongTransactionAge)),
+		Expr:          worst("max", pl(slo.MetricOldestTransactionAge)) + " > " + seconds(time.Duration(a.LongTransactionAge)),
 		KeepFiringFor: keep,
 		Labels:        labels(config.SeverityTicket, config.SegmentInsertToCommit),
 		Annotations: annotate(AlertLongTransaction, slo.DashboardPipelineHealth,
@@ -323,7 +355,11 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 				p.Name, slo.PromDuration(time.Duration(a.LongTransactionAge)))),
 	}, Rule{
 		Alert: AlertBadSignatures,
-		Expr: fmt.Sprintf("sum by (%s) (increase(%s[%s])) >= %d",
+		// The largest count of one replica, not their sum: every replica
+		// reads every message on the topic, so one forged message is
+		// skipped by each. A key rotated on one replica only is seen by
+		// that replica (and by the others, in its canaries) and fires.
+		Expr: fmt.Sprintf("max by (%s) (increase(%s[%s])) >= %d",
 			by, selector(slo.MetricMessagesSkipped, scoped(p.Scope, slo.LabelPipeline, p.Name, slo.LabelReason, slo.ReasonBadSignature)...),
 			slo.PromDuration(badSignatureWindow), badSignatureBurst),
 		KeepFiringFor: keep,
@@ -348,7 +384,8 @@ func (g generator) binlogRules(p slo.Pipeline, pl func(string) string, keep stri
 	a := g.m.Alerting
 	growth := time.Duration(a.WALGrowthFor)
 	behind := pl(slo.MetricBinlogConnectorBehindBytes)
-	on := "on (" + joinLabels(p.Scope, slo.LabelPipeline, labelConnector) + ")"
+	byConnector := joinLabels(p.Scope, slo.LabelPipeline, labelConnector)
+	on := "on (" + byConnector + ")"
 	return []Rule{{
 		Alert: AlertBinlogConnectorBehind,
 		// As the slot's growth, with one condition more: the connector
@@ -356,11 +393,13 @@ func (g generator) binlogRules(p slo.Pipeline, pl func(string) string, keep stri
 		// forward at each offset flush, so a healthy one's distance is a
 		// sawtooth whose troughs are near zero.
 		Expr: lines(
-			"deriv("+behind+"["+slo.PromDuration(growth)+"]) > 0",
-			"and",
-			"min_over_time("+behind+"["+slo.PromDuration(growth)+"]) > "+strconv.Itoa(binlogBehindFloor),
-			"and",
-			behind+" offset "+slo.PromDuration(growth),
+			"max by ("+byConnector+") (",
+			"  deriv("+behind+"["+slo.PromDuration(growth)+"]) > 0",
+			"  and",
+			"  min_over_time("+behind+"["+slo.PromDuration(growth)+"]) > "+strconv.Itoa(binlogBehindFloor),
+			"  and",
+			"  "+behind+" offset "+slo.PromDuration(growth),
+			")",
 			unlessStall,
 			unlessKafkaOutage,
 		),
@@ -374,11 +413,15 @@ func (g generator) binlogRules(p slo.Pipeline, pl func(string) string, keep stri
 		}),
 	}, {
 		Alert: AlertBinlogFileAtRisk,
+		// Purged on any replica's reading wins over expiring on another's
+		// (read before the purge).
 		Expr: lines(
-			`label_replace(`+pl(slo.MetricBinlogConnectorFilePurged)+` == 1, "`+labelBinlogFile+`", "purged", "", "")`,
-			"or",
-			`label_replace(`+pl(slo.MetricBinlogConnectorPurgeHeadroom)+` < `+seconds(slo.BinlogPurgeHeadroom)+`, "`+labelBinlogFile+`", "expiring", "", "")`,
-			"  unless "+on+" ("+pl(slo.MetricBinlogConnectorFilePurged)+" == 1)",
+			"max by ("+joinLabels(p.Scope, slo.LabelPipeline, labelConnector, labelBinlogFile)+") (",
+			`  label_replace(`+pl(slo.MetricBinlogConnectorFilePurged)+` == 1, "`+labelBinlogFile+`", "purged", "", "")`,
+			"  or",
+			`  label_replace(`+pl(slo.MetricBinlogConnectorPurgeHeadroom)+` < `+seconds(slo.BinlogPurgeHeadroom)+`, "`+labelBinlogFile+`", "expiring", "", "")`,
+			"    unless "+on+" ("+pl(slo.MetricBinlogConnectorFilePurged)+" == 1)",
+			")",
 		),
 		For:           slo.PromDuration(binlogPurgeHeadroomFor),
 		KeepFiringFor: keep,
@@ -401,6 +444,11 @@ func (g generator) binlogRules(p slo.Pipeline, pl func(string) string, keep stri
 // millisecond early (a stamp at the edge of relay.skew_tolerance) keeps
 // the condition true for one range and is forgotten; a clock that is off
 // flags canaries again and again.
+//
+// Every replica must flag them (min across replicas): a segment's two
+// stamps come from the segment's far clock and the replica's own, so
+// skew that one replica alone measures is most likely its own clock's,
+// not the segment owner's to fix.
 func (g generator) clockSkewRules(p slo.Pipeline, keep string) []Rule {
 	var owners []string
 	segments := map[string][]string{}
@@ -422,7 +470,7 @@ func (g generator) clockSkewRules(p slo.Pipeline, keep string) []Rule {
 		series := fmt.Sprintf("%s{%s=%q, %s%s}", slo.MetricClockSkew, slo.LabelPipeline, p.Name, matcher, scopeMatchers(p.Scope))
 		rules = append(rules, Rule{
 			Alert:         AlertClockSkewSuspected,
-			Expr:          fmt.Sprintf("sum by (%s) (increase(%s[%s])) > 0\n", joinLabels(p.Scope, slo.LabelPipeline, slo.LabelSegment), series, slo.PromDuration(rng)),
+			Expr:          fmt.Sprintf("min by (%s) (increase(%s[%s])) > 0\n", joinLabels(p.Scope, slo.LabelPipeline, slo.LabelSegment), series, slo.PromDuration(rng)),
 			For:           slo.PromDuration(forDur),
 			KeepFiringFor: keep,
 			Labels:        g.labels(map[string]string{labelSeverity: g.severity(config.SeverityTicket), slo.LabelPipeline: p.Name, slo.LabelOwner: o}),
@@ -488,6 +536,17 @@ func (g generator) proberSideOwner(p slo.Pipeline) string {
 // stalled_since label, is the incident's start, the same through every
 // stall of it; keep_firing_for (longer than StallIncidentHealthy) holds
 // it between them, so the incident is one alert, one page.
+//
+// With several prober replicas, each judges its own canaries, and the
+// pipeline is stalled when every replica that is up (that Prometheus
+// scrapes) and has ever received a canary sees the first two
+// conditions: the youngest last delivery any of them saw is older than
+// the threshold, each on its own clock. A replica whose own consumer is
+// stuck while another receives canaries does not page the relay's owner;
+// a replica that is down has no vote. The evidence is the replicas'
+// bad events together (their canaries cross the same stages), and the
+// value the latest delivery any of them saw. With one replica this is
+// the single prober's condition.
 func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 	n := g.m.Alerting.StallIntervals
 	thr := p.StallThreshold(n)
@@ -500,16 +559,17 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 		return fmt.Sprintf("(sum by (%s) (increase(%s{%s=%q, %s, %s=%q%s}%s)) > 0)",
 			by, slo.MetricSLIEvents, slo.LabelPipeline, p.Name, seg, slo.LabelOutcome, slo.OutcomeBad, scopeMatchers(p.Scope), window)
 	}
+	on := "on (" + by + ") "
 	// The value is the last delivery's time: constant through a stall.
+	// A replica that has never received a canary (a new one, with no
+	// state yet) judges nothing, and "and recv > 0" leaves it out.
 	stalled := []string{
 		"(",
-		"  " + recv,
-		"  and timestamp(" + recv + ") - " + recv + " > " + seconds(thr),
-		"  and " + sent + " - " + recv + " > " + seconds(thr-p.CanaryInterval),
-		"  and " + recv + " > 0",
+		"  max by (" + by + ") (" + recv + ")",
+		"  and " + on + "min by (" + by + ") (timestamp(" + recv + ") - " + recv + " and " + recv + " > 0) > " + seconds(thr),
+		"  and " + on + "min by (" + by + ") (" + sent + " - " + recv + " and " + recv + " > 0) > " + seconds(thr-p.CanaryInterval),
 		")",
 	}
-	on := "on (" + by + ") "
 	segments := p.StallBlameSegments()
 	stallRec := selector(RecordStall, scoped(p.Scope, slo.LabelPipeline, p.Name)...)
 	incident := selector(RecordStallIncidentStart, scoped(p.Scope, slo.LabelPipeline, p.Name)...)
@@ -537,16 +597,12 @@ func (g generator) stallRules(p slo.Pipeline, unlessKafkaDown string) []Rule {
 		Labels: recLabels,
 	}}
 	// The alert's value is the incident's start; its labels are the
-	// stall's (the recording adds only alerting.labels, which the rule
-	// sets again).
-	ignoring := "and"
-	if keys := slices.Sorted(maps.Keys(g.m.Alerting.Labels)); len(keys) > 0 {
-		ignoring = "and ignoring (" + strings.Join(keys, ", ") + ")"
-	}
+	// pipeline's and the scope's (the recording adds alerting.labels,
+	// which the rule sets again).
 	rule := func(segment string, expr []string, why string) Rule {
 		stall := Rule{
 			Alert:         AlertStalled,
-			Expr:          lines(append(append([]string{incident, ignoring, "("}, indent(expr)...), ")", unlessKafkaDown)...),
+			Expr:          lines(append(append([]string{incident, "and " + on + "("}, indent(expr)...), ")", unlessKafkaDown)...),
 			KeepFiringFor: slo.PromDuration(g.stallKeepFiringFor()),
 			Labels: g.labels(map[string]string{
 				labelSeverity: g.severity(config.SeverityPage), slo.LabelPipeline: p.Name,
@@ -589,8 +645,9 @@ func indent(ls []string) []string {
 	return out
 }
 
-// Recorded series of the stall rules, per pipeline, with the labels of
-// the prober's last_received series.
+// Recorded series of the stall rules, one per pipeline whatever the
+// number of prober replicas, labelled by the pipeline, the scope and
+// alerting.labels.
 const (
 	// RecordStall is present while the pipeline is stalled (every
 	// condition of OutboxCanaryStalled, on any segment); its value is the
@@ -626,10 +683,23 @@ const kafkaOutageHealthy = StallIncidentHealthy
 // UnlessKafkaOutage drops a pipeline alert while the prober's own Kafka
 // connection has been down within the span: the brokers' owner is paged
 // for the outage (OutboxCanaryDependencyDown), and what it sets off
-// downstream is its consequence, not a second incident.
+// downstream is its consequence, not a second incident. With several
+// replicas, only if none of them reached Kafka all through the span: an
+// outage of one replica's connection is its own, not the brokers'.
 func UnlessKafkaOutage(scope slo.Scope, pipeline string, span time.Duration) string {
 	up := selector(slo.MetricDependencyUp, scoped(scope, slo.LabelPipeline, pipeline, slo.LabelDependency, slo.DependencyKafka)...)
-	return "unless on (" + joinLabels(scope, slo.LabelPipeline) + ") (min_over_time(" + up + "[" + slo.PromDuration(span) + "]) == 0)"
+	on := "on (" + joinLabels(scope, slo.LabelPipeline) + ")"
+	lowest := "min_over_time(" + up + "[" + slo.PromDuration(span) + "])"
+	return "unless " + on + " (" + lowest + " == 0 unless " + on + " " + lowest + " > 0)"
+}
+
+// dependencyDownExpr is true while no replica reaches the dependency: a
+// connection that one replica has lost is that replica's (its network,
+// its pod), the pipeline is still measured by the others, and the
+// redundancy ticket counts it as not measuring.
+func dependencyDownExpr(scope slo.Scope, pipeline, dep string) string {
+	up := selector(slo.MetricDependencyUp, scoped(scope, slo.LabelPipeline, pipeline, slo.LabelDependency, dep)...)
+	return "max by (" + joinLabels(scope, slo.LabelPipeline, slo.LabelDependency) + ") (" + up + ") == 0"
 }
 
 // stallKeepFiringFor is the stall alert's keep_firing_for: that of the
@@ -659,7 +729,10 @@ const proberAbsentGrace = time.Minute
 // proberAlerts is the dead man: the prober's own series are gone. absent()
 // of up{job=...} is fragile (it depends on the scrape config's job being
 // exactly one target); absent_over_time of the build info gauge fires when
-// the prober is down, unscraped or relabelled away alike.
+// the prober is down, unscraped or relabelled away alike. With several
+// replicas it fires only when every one of them is gone: the series of any
+// replica is the job's. Fewer replicas than alerting.replicas is the
+// redundancy ticket (redundancyLost).
 func (g generator) proberAlerts() Group {
 	a := g.m.Alerting
 	l := map[string]string{labelSeverity: g.severity(config.SeverityPage)}
@@ -667,7 +740,7 @@ func (g generator) proberAlerts() Group {
 		l[slo.LabelOwner] = a.ProberOwner
 	}
 	absent := time.Duration(a.ProberAbsentFor)
-	return Group{
+	grp := Group{
 		Name: "outbox-canary-prober",
 		Rules: []Rule{{
 			Alert: AlertProberAbsent,
@@ -687,6 +760,63 @@ func (g generator) proberAlerts() Group {
 				dashboard: slo.DashboardSLOOverview,
 			}),
 		}},
+	}
+	if a.Replicas > 1 {
+		grp.Rules = append(grp.Rules, g.redundancyLost())
+	}
+	return grp
+}
+
+// redundancyLost is the ticket for fewer prober replicas measuring a
+// pipeline than alerting.replicas: one down, or up without its database
+// or Kafka. The pipelines are still measured (every alert aggregates
+// across replicas), so it is a ticket: one more loss is a hole in the
+// SLIs and, when it is the last replica, the dead man.
+//
+// It counts replicas per pipeline, not build_info series per job, so it
+// holds with sharding too (each shard's replicas measure its pipelines),
+// and it is one alert per scope, valued at the fewest replicas measuring
+// a pipeline, not one per pipeline: one replica down takes every pipeline
+// of its shard with it. A pipeline no replica measures is not counted:
+// the dead man, or OutboxCanaryDependencyDown, pages for it.
+//
+// Emitted only when alerting.replicas is above 1: at 1 its condition
+// (fewer than one replica, yet a series to count) can never hold.
+//
+// It waits as long as the dead man does (prober_absent_for and its
+// grace), so a replica's restart or a rolling update is no ticket, and
+// keeps firing for as long as the dead man takes to page when the last
+// replica goes too; the page inhibits it in Alertmanager (a page
+// inhibits the tickets of its owner, and neither has a pipeline label).
+func (g generator) redundancyLost() Rule {
+	a := g.m.Alerting
+	l := map[string]string{labelSeverity: g.severity(config.SeverityTicket)}
+	if a.ProberOwner != "" {
+		l[slo.LabelOwner] = a.ProberOwner
+	}
+	job := scoped(g.m.Scope, labelJob, a.ProberJob)
+	measuring := selector(slo.MetricLastSentTimestamp, job...) +
+		" unless ignoring (" + slo.LabelDependency + ") (" + selector(slo.MetricDependencyUp, job...) + " == 0)"
+	waits := time.Duration(a.ProberAbsentFor) + proberAbsentGrace
+	return Rule{
+		Alert: AlertRedundancyLost,
+		Expr: lines(
+			"min by ("+joinLabels(g.m.Scope, labelJob)+") (",
+			"  count by ("+joinLabels(g.m.Scope, labelJob, slo.LabelPipeline)+") (",
+			"    "+measuring,
+			"  )",
+			") < "+strconv.Itoa(a.Replicas),
+		),
+		For:           slo.PromDuration(waits),
+		KeepFiringFor: slo.PromDuration(g.keepFiringFor()),
+		Labels:        g.labels(l),
+		Annotations: g.annotate(annotations{
+			alert:   AlertRedundancyLost,
+			summary: fmt.Sprintf("Only {{ $value }} of the %d outbox-canary prober replicas measure some pipelines.", a.Replicas),
+			description: fmt.Sprintf("For %s, some pipelines of job %q have been measured by only {{ $value }} prober replica(s) of the %d configured (alerting.replicas): the others are down, unscraped, or up without their database or Kafka connection. The pipelines are still measured and their alerts still fire, but one more loss leaves holes in their SLIs, and the last one is OutboxCanaryProberAbsent. Find the missing replica (kubectl get pods; Prometheus's targets page; count by (instance) (%s{job=%q}) lists the replicas that are up) and bring it back.",
+				slo.PromDuration(waits), a.ProberJob, a.Replicas, slo.MetricBuildInfo, a.ProberJob),
+			dashboard: slo.DashboardSLOOverview,
+		}),
 	}
 }
 

@@ -350,7 +350,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertErrorBudgetBurn {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*sum\(.*\n`).ReplaceAllString(r.Expr, "")
+				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*\(min\(.*\n`).ReplaceAllString(r.Expr, "")
 				return true
 			}),
 			mustFail: []string{"k-fresh-prometheus", "o-fresh-prometheus-15s"},
@@ -361,7 +361,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertErrorBudgetBurn {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`(?m)^(\s*sum\(.*\) > .*)$`).ReplaceAllString(r.Expr, "$1 / 10")
+				r.Expr = regexp.MustCompile(`(?m)^(\s*\(min\(.*\) > .*)$`).ReplaceAllString(r.Expr, "$1 / 10")
 				return true
 			}),
 			mustFail: []string{"o-fresh-prometheus-15s"},
@@ -372,7 +372,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertErrorBudgetBurn {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*sum\(.*\[(5m|30m)\]\)\) > .*\n`).ReplaceAllString(r.Expr, "")
+				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*\(min\(.*\[(5m|30m)\]\).* > .*\n`).ReplaceAllString(r.Expr, "")
 				return true
 			}),
 			mustFail: []string{"x-page-resolves"},
@@ -387,7 +387,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 					return false
 				}
 				r.For = ""
-				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*sum\(.*\[(5m|30m)\]\)\) > .*\n`).ReplaceAllString(r.Expr, "")
+				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*\(min\(.*\[(5m|30m)\]\).* > .*\n`).ReplaceAllString(r.Expr, "")
 				return true
 			}),
 			mustFail: []string{"w-burn-before-stall"},
@@ -442,7 +442,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertSlotRetainedWALGrowth {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`(?s)\nand\n.*`).ReplaceAllString(r.Expr, "\n")
+				r.Expr = regexp.MustCompile(`(?s)\n  and\n.*?\n\)`).ReplaceAllString(r.Expr, "\n)")
 				return true
 			}),
 			mustFail: []string{"n-healthy-slot-is-quiet"},
@@ -453,7 +453,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertSlotRetainedWALGrowth {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`\nand\n[^\n]* offset [^\n]*\n`).ReplaceAllString(r.Expr, "\n")
+				r.Expr = regexp.MustCompile(`\n  and\n[^\n]* offset [^\n]*\n`).ReplaceAllString(r.Expr, "\n")
 				return true
 			}),
 			mustFail: []string{"s-new-busy-slot-is-quiet"},
@@ -466,7 +466,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				}
 				// 22s (the threshold less one interval) becomes 30s
 				// (3 intervals of 10s), what issue 15 found.
-				r.Expr = regexp.MustCompile(`(last_sent_timestamp_seconds\{[^}]*\} - outbox_canary_last_received_timestamp_seconds\{[^}]*\} > )22\n`).ReplaceAllString(r.Expr, "${1}30\n")
+				r.Expr = regexp.MustCompile(`(last_sent_timestamp_seconds\{[^}]*\} - outbox_canary_last_received_timestamp_seconds\{[^}]*\} and [^\n]*\) > )22\n`).ReplaceAllString(r.Expr, "${1}30\n")
 				return true
 			}),
 			mustFail: []string{"p-stall-at-exactly-n-missed"},
@@ -489,7 +489,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertStalled {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`^`+regexp.QuoteMeta(alerts.RecordStallIncidentStart)+`\{[^}]*\}\nand( ignoring \([^)]*\))?\n`).ReplaceAllString(r.Expr, "")
+				r.Expr = regexp.MustCompile(`^`+regexp.QuoteMeta(alerts.RecordStallIncidentStart)+`\{[^}]*\}\nand on \([^)]*\) `).ReplaceAllString(r.Expr, "")
 				return true
 			}),
 			mustFail: []string{"t-crash-loop", "u-crash-loop-backoff", "v-relay-every-minute"},
@@ -717,8 +717,8 @@ func TestOneBadCanaryCountsAsOne(t *testing.T) {
 					if r.Alert != alerts.AlertErrorBudgetBurn {
 						return false
 					}
-					r.Expr = regexp.MustCompile(`sum\((outbox_canary_sli_events_total\{[^}]*\}) - min_over_time\(outbox_canary_sli_events_total\{[^}]*\}(\[\w+\])\)\)`).
-						ReplaceAllString(r.Expr, "sum(increase(${1}${2}))")
+					r.Expr = regexp.MustCompile(`(outbox_canary_sli_events_total\{[^}]*\}) - min_over_time\(outbox_canary_sli_events_total\{[^}]*\}(\[\w+\])\)`).
+						ReplaceAllString(r.Expr, "increase(${1}${2})")
 					return true
 				})(rf)
 				if n == 0 {
@@ -735,6 +735,129 @@ func TestOneBadCanaryCountsAsOne(t *testing.T) {
 			case tc.extrapolate && (err == nil || !strings.Contains(out, "FAILED")):
 				t.Errorf("with increase() the scenario passed (%v): it cannot tell one bad canary from 1.5", err)
 			}
+		})
+	}
+}
+
+// replicaScenarioDir holds the promtool scenarios of two prober replicas
+// measuring the same pipelines.
+const replicaScenarioDir = "testdata/replicas"
+
+// replicaModel is the test configuration with alerting.replicas: 2.
+func replicaModel(t *testing.T) (*config.Config, *slo.Model) {
+	t.Helper()
+	cfg, _ := loadModel(t, testConfig)
+	cfg.Alerting.Replicas = 2
+	m, err := slo.FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, m
+}
+
+// TestRedundantProbersWithPromtool runs testdata/replicas on rules for
+// two replicas: both healthy, no alert; one gone, no page, an SLI without
+// a hole and the redundancy ticket; the relay stalled under both, one
+// stall page; one replica's consumer stuck, no page; both gone, the dead
+// man.
+func TestRedundantProbersWithPromtool(t *testing.T) {
+	t.Parallel()
+	bin := promtool(t)
+	cfg, m := replicaModel(t)
+	dir := t.TempDir()
+	writeRules(t, dir, cfg, m)
+	files, err := filepath.Glob(filepath.Join(replicaScenarioDir, "*.yml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios in %s: %v", replicaScenarioDir, err)
+	}
+	for _, sc := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(sc), ".yml"), func(t *testing.T) {
+			t.Parallel()
+			out, err := runScenario(t, bin, dir, sc)
+			t.Logf("promtool test rules %s:\n%s", filepath.Base(sc), out)
+			if err != nil {
+				t.Errorf("scenario %s failed: %v", filepath.Base(sc), err)
+			}
+		})
+	}
+}
+
+// TestRedundantProberScenariosCatchPerReplicaRules mutates the rules back
+// towards one prober's and requires testdata/replicas to fail where it
+// should: the scenarios would not notice rules that read one replica
+// alone otherwise.
+func TestRedundantProberScenariosCatchPerReplicaRules(t *testing.T) {
+	t.Parallel()
+	bin := promtool(t)
+	for _, tc := range []struct {
+		name  string
+		rules func(rf *alerts.RuleFile) int
+		// fails is what promtool's report must name.
+		fails string
+	}{
+		{
+			name: "A stall seen by any replica, not every one, pages the relay's owner for one replica's stuck consumer.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertStalled && r.Record != alerts.RecordStall {
+					return false
+				}
+				r.Expr = strings.ReplaceAll(r.Expr, "min by (pipeline) (", "max by (pipeline) (")
+				return true
+			}),
+			fails: "alertname: OutboxCanaryStalled, time: 1h15m",
+		},
+		{
+			name: "A stall recorded per replica pages once per replica, each with its own stalled_since.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Record != alerts.RecordStall {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`max by \(pipeline\) \((outbox_canary_last_received_timestamp_seconds\{[^}]*\})\)`).ReplaceAllString(r.Expr, "$1")
+				return true
+			}),
+			fails: "alertname: OutboxCanaryStalled, time: 1h45s",
+		},
+		{
+			name: "Burn counts summed over replicas page for one replica's stuck consumer.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertErrorBudgetBurn {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`\(min\((.*?) unless ignoring \([^)]*\) \([^)]*\)\) or min\([^\n]*\)\)\) > `).ReplaceAllString(r.Expr, "sum($1) > ")
+				return true
+			}),
+			fails: "alertname: OutboxCanaryErrorBudgetBurn, time: 1h5m",
+		},
+		{
+			name: "A redundancy ticket without its for: tickets a replica's restart.",
+			rules: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertRedundancyLost {
+					return false
+				}
+				r.For = ""
+				return true
+			}),
+			fails: "alertname: OutboxCanaryRedundancyLost, time: 31m",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, m := replicaModel(t)
+			rf, err := alerts.Generate(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.rules(rf) == 0 {
+				t.Fatal("the mutation changed no rule: the test no longer tests what it says")
+			}
+			dir := t.TempDir()
+			writeRuleFile(t, dir, cfg, rf)
+			out, _ := runScenario(t, bin, dir, filepath.Join(replicaScenarioDir, "two-replicas.yml"))
+			if !strings.Contains(out, "FAILED") || !strings.Contains(out, tc.fails) {
+				t.Errorf("the replica scenarios did not fail on %q with mutated rules:\n%s", tc.fails, firstLines(out, 30))
+				return
+			}
+			t.Logf("the replica scenarios fail, as they must:\n%s", firstLines(out, 12))
 		})
 	}
 }

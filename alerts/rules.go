@@ -52,6 +52,7 @@ const (
 	AlertStalled               = "OutboxCanaryStalled"
 	AlertInsertsFailing        = "OutboxCanaryInsertsFailing"
 	AlertProberAbsent          = "OutboxCanaryProberAbsent"
+	AlertRedundancyLost        = "OutboxCanaryRedundancyLost"
 	AlertClockSkewSuspected    = "OutboxCanaryClockSkewSuspected"
 	AlertOldestUnpublished     = "OutboxOldestUnpublishedTooOld"
 	AlertBacklogGrowing        = "OutboxBacklogGrowing"
@@ -72,7 +73,7 @@ const (
 // docs/alerts.md.
 func AlertNames() []string {
 	return []string{
-		AlertStalled, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent,
+		AlertStalled, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent, AlertRedundancyLost,
 		AlertDependencyDown, AlertWatcherFailing,
 		AlertOldestUnpublished, AlertBacklogGrowing,
 		AlertConnectorTaskFailed, AlertSlotInactive, AlertSlotRetainedWALGrowth, AlertSlotWALAtRisk,

@@ -98,6 +98,7 @@ func TestScopedRulesKeepEnvironmentsApartWithPromtool(t *testing.T) {
 func TestScopeIsInEveryRule(t *testing.T) {
 	cfg, _ := loadModel(t, testConfig)
 	cfg.Alerting.Selector = map[string]string{"env": "prod", "cluster": "eu-1"}
+	cfg.Alerting.Replicas = 2 // and so the redundancy ticket
 	m, err := slo.FromConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -107,9 +108,10 @@ func TestScopeIsInEveryRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	selectorRE := regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*\{[^}]*\}`)
-	// An aggregation without by, a by or on that starts with pipeline or
-	// the SLO's identity and ends without the scope, or a join on ().
-	unscopedRE := regexp.MustCompile(`\b(sum|max|min)\(|\b(by|on) \(\)|\b(by|on) \((pipeline|sloth_id)[^)]*[a-z_]\)`)
+	// An aggregation without by, a by or on that starts with pipeline,
+	// the SLO's identity or the job and ends without the scope, or a join
+	// on ().
+	unscopedRE := regexp.MustCompile(`\b(sum|max|min|count)\(|\b(by|on) \(\)|\b(by|on) \((pipeline|sloth_id|job)[^)]*[a-z_]\)`)
 	n := 0
 	for _, g := range rf.Groups {
 		for _, r := range g.Rules {

@@ -56,12 +56,18 @@ func sliSelector(s slo.SLO, outcome string) string {
 	return selector(slo.MetricSLIEvents, append(m, s.Scope.Pairs()...)...)
 }
 
-// sumScoped is sum(expr), by the scope's labels when there is a scope.
-func sumScoped(scope slo.Scope, expr string) string {
+// sumScoped is sum(expr), by the scope's labels when there is a scope:
+// over the prober replicas too, whose series differ only in the labels
+// of their scrape targets.
+func sumScoped(scope slo.Scope, expr string) string { return aggregateScoped("sum", scope, expr) }
+
+// aggregateScoped is op(expr), by the scope's labels when there is a
+// scope.
+func aggregateScoped(op string, scope slo.Scope, expr string) string {
 	if by := scope.ByClause(); by != "" {
-		return "sum " + by + " (" + expr + ")"
+		return op + " " + by + " (" + expr + ")"
 	}
-	return "sum(" + expr + ")"
+	return op + "(" + expr + ")"
 }
 
 // SLIErrorExpr is the SLI over a window: the share of the segment's SLI
@@ -226,9 +232,21 @@ func BurnAlertExpr(s slo.SLO, a slo.BurnAlert, interval time.Duration) string {
 // prober restart) it counts from the reset, a lower bound; on a full
 // window it misses only bad canaries of the window's first scrape
 // interval, which leave the window a moment later anyway.
+//
+// With several prober replicas it is the fewest any replica saw, each
+// counting its own canaries: a burn pages only when every replica sees
+// it, as a stall does, so one replica whose own consumer is stuck (its
+// canaries late, the others' on time) pages no one, and the count stays
+// one prober's, as slo.BurnAlert.MinBadEvents counts it, however many
+// replicas there are. A replica that has lost its database or Kafka
+// connection is blind, not healthy, and has no say while another can see;
+// when none can, all count, as the single prober always does.
 func BadEventsSeenExpr(s slo.SLO, w time.Duration) string {
 	bad := sliSelector(s, slo.OutcomeBad)
-	return sumScoped(s.Scope, bad+" - min_over_time("+bad+"["+slo.PromDuration(w)+"])")
+	seen := bad + " - min_over_time(" + bad + "[" + slo.PromDuration(w) + "])"
+	blind := "(" + selector(slo.MetricDependencyUp, append([]string{slo.LabelPipeline, s.Pipeline}, s.Scope.Pairs()...)...) + " == 0)"
+	return "(" + aggregateScoped("min", s.Scope, seen+" unless ignoring ("+slo.LabelSegment+", "+slo.LabelOutcome+", "+slo.LabelDependency+") "+blind) +
+		" or " + aggregateScoped("min", s.Scope, seen) + ")"
 }
 
 // burnAlerts are one alert per severity for the SLO: the window pairs of

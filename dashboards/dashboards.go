@@ -216,7 +216,7 @@ func newDashboard(m *slo.Model, spec dashboardSpec) *dashboard.DashboardBuilder 
 			Type("prometheus")).
 		WithVariable(dashboard.NewQueryVariableBuilder(varJob).
 			Label("Job").
-			Description("The Prometheus job the prober is scraped under (alerting.prober_job, " + job + " here). Several jobs or instances chosen add up in the graphs; choose one to see one environment alone.").
+			Description("The Prometheus job the prober is scraped under (alerting.prober_job, " + job + " here). Several jobs or instances chosen add up in the graphs (canary counts add up; the watchers' readings, which redundant replicas take of the same database, show the largest); choose one job to see one environment alone.").
 			Datasource(datasource()).
 			Query(dashboard.StringOrMap{String: cog.ToPtr(q.jobValues())}).
 			Definition(q.jobValues()).
@@ -227,7 +227,7 @@ func newDashboard(m *slo.Model, spec dashboardSpec) *dashboard.DashboardBuilder 
 			Current(multiOption(job, job))).
 		WithVariable(dashboard.NewQueryVariableBuilder(varInstance).
 			Label("Instance").
-			Description("The prober instances of the chosen jobs (one per environment, as deployed).").
+			Description("The prober instances of the chosen jobs: one per environment, or its redundant replicas and shards (alerting.replicas). All by default: the replicas' canaries add up, as in the rules.").
 			Datasource(datasource()).
 			Query(dashboard.StringOrMap{String: cog.ToPtr(q.instanceValues())}).
 			Definition(q.instanceValues()).

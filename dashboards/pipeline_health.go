@@ -60,7 +60,7 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 			{timeSeries("Unpublished rows",
 				"Outbox rows the relay has not published yet. A quiet pipeline stays near zero; a stalled relay makes it grow.",
 				"short",
-				query(q.sumBy(q.sel(slo.MetricBacklogRows)), "rows")).
+				query(q.maxBy(q.sel(slo.MetricBacklogRows)), "rows")).
 				Min(0), 8, 8},
 			{alertLine(timeSeries("Oldest unpublished row",
 				"Age of the oldest unpublished row (a partial index keeps this cheap). The dashed line is where the backlog age alert fires.",
@@ -69,7 +69,7 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 			{timeSeries("Backlog growth",
 				"Rows per second the backlog grows by; sustained growth over "+slo.PromDuration(time.Duration(a.BacklogGrowthFor))+" alerts.",
 				"short",
-				query("deriv("+q.sumBy(q.sel(slo.MetricBacklogRows))+"[$__rate_interval:])", "rows/s")), 8, 8},
+				query("deriv("+q.maxBy(q.sel(slo.MetricBacklogRows))+"[$__rate_interval:])", "rows/s")), 8, 8},
 		}},
 		{title: "Open transactions", cells: []cell{
 			{alertLine(timeSeries("Oldest open transaction",
@@ -79,7 +79,7 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 			{timeSeries("Long transactions",
 				"Open transactions older than watch.long_transaction_threshold.",
 				"short",
-				query(q.sumBy(q.sel(slo.MetricLongTransactions)), "transactions")).
+				query(q.maxBy(q.sel(slo.MetricLongTransactions)), "transactions")).
 				Min(0).Decimals(0), 12, 8},
 		}},
 		{title: "Replication slot (CDC relays)", collapsed: !cdc, cells: []cell{
@@ -102,9 +102,9 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 			{timeSeries("Slot WAL",
 				"WAL the slot retains (from restart_lsn), WAL its consumer has not confirmed (from confirmed_flush_lsn), and WAL that can still be written before the slot is in danger (absent when max_slot_wal_keep_size is unlimited).",
 				"bytes",
-				query(q.sumBy(q.sel(slo.MetricSlotRetainedWAL), labelSlot), "{{slot}} retained"),
-				query(q.sumBy(q.sel(slo.MetricSlotUnconfirmedWAL), labelSlot), "{{slot}} unconfirmed"),
-				query(q.sumBy(q.sel(slo.MetricSlotSafeWALSize), labelSlot), "{{slot}} safe size")).
+				query(q.maxBy(q.sel(slo.MetricSlotRetainedWAL), labelSlot), "{{slot}} retained"),
+				query(q.maxBy(q.sel(slo.MetricSlotUnconfirmedWAL), labelSlot), "{{slot}} unconfirmed"),
+				query(q.minBy(q.sel(slo.MetricSlotSafeWALSize), labelSlot), "{{slot}} safe size")).
 				Min(0), 16, 8},
 		}},
 	}
@@ -124,12 +124,12 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 			{timeSeries("Failed tasks",
 				"Tasks of the connector in state FAILED.",
 				"short",
-				query(q.sumBy(q.sel(slo.MetricConnectorTaskFailures), labelConnector), "{{connector}}")).
+				query(q.maxBy(q.sel(slo.MetricConnectorTaskFailures), labelConnector), "{{connector}}")).
 				Min(0).Decimals(0), 9, 8},
 			{timeSeries("Restarts requested",
 				"Restarts of the connector or its tasks that outbox-canary requested.",
 				"short",
-				query(q.sumBy("increase("+q.sel(slo.MetricConnectorRestarts)+"[$__rate_interval])", labelConnector), "{{connector}}")).
+				query(q.maxBy("increase("+q.sel(slo.MetricConnectorRestarts)+"[$__rate_interval])", labelConnector), "{{connector}}")).
 				Min(0), 9, 8},
 		}},
 		{title: "Debezium (CDC relays)", collapsed: !cdc, cells: []cell{
@@ -169,7 +169,7 @@ func pipelineHealth(m *slo.Model) (dashboard.Dashboard, error) {
 			{timeSeries("Consumer lag (messages)",
 				"Messages each watched consumer group (watch.consumer_groups) has yet to consume.",
 				"short",
-				query(q.sumBy(q.sel(slo.MetricConsumerLagMessages), labelGroup, labelTopic), "{{group}} on {{topic}}")).
+				query(q.maxBy(q.sel(slo.MetricConsumerLagMessages), labelGroup, labelTopic), "{{group}} on {{topic}}")).
 				Min(0), 12, 8},
 			{timeSeries("Consumer lag (time)",
 				"Age of the oldest message each watched consumer group has yet to consume.",

@@ -104,9 +104,11 @@ func (q queries) aggregate(op, expr string, labels ...string) string {
 	return op + " by (" + strings.Join(labels, ", ") + ") (" + expr + ")"
 }
 
-// sumBy sums expr by labels (none: a plain sum). Counters and counts add up
-// across the chosen instances; gauges that do not (ages, 0/1 states) use
-// maxBy or minBy.
+// sumBy sums expr by labels (none: a plain sum). Counters and counts of
+// the canaries add up across the chosen instances (each prober replica
+// sends and judges its own); gauges that do not (ages, 0/1 states, and
+// every watcher's reading, which each replica takes of the same database
+// or Connect) use maxBy or minBy, as the rules do.
 func (q queries) sumBy(expr string, labels ...string) string {
 	return q.aggregate("sum", expr, labels...)
 }

@@ -57,6 +57,11 @@ type Alerting struct {
 	// The owner label of the alerts about the prober itself (the dead
 	// man); empty leaves the label out.
 	ProberOwner string `yaml:"prober_owner"`
+	// How many prober replicas measure each pipeline (the chart's
+	// replicaCount; with sharding, the replicas of each shard). The rules
+	// aggregate across replicas whatever this says; above 1 they add a
+	// ticket (OutboxCanaryRedundancyLost) when fewer are measuring.
+	Replicas int `yaml:"replicas"`
 	// Replaces the built-in multiwindow, multi-burn-rate alert windows
 	// (the SRE Workbook's: page on 2% of the budget in 1h or 5% in 6h,
 	// ticket on 10% in 1d or in 3d) when set.
@@ -259,6 +264,9 @@ func (a *Alerting) setDefaults() {
 	if a.ProberAbsentFor == 0 {
 		a.ProberAbsentFor = Duration(5 * time.Minute)
 	}
+	if a.Replicas == 0 {
+		a.Replicas = 1
+	}
 }
 
 // reservedLabels are set by the generator on the rules; alerting.labels
@@ -274,6 +282,9 @@ var kubernetesLabelKeyRE = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\
 func (a *Alerting) validate(v *validator) {
 	if a.StallIntervals < 1 {
 		v.add("alerting.stall_intervals", "", "must be at least 1")
+	}
+	if a.Replicas < 1 {
+		v.add("alerting.replicas", "", "must be at least 1")
 	}
 	for _, d := range []struct {
 		name string

@@ -42,6 +42,7 @@ func TestInvalidConfigsAreRejectedWithTheirMessage(t *testing.T) {
 		{"invalid-no-dsn.yml", `line 5: pipelines[0] "orders": database.dsn: required (value, env or file)`},
 		{"invalid-no-end-to-end-budget.yml", `line 11: pipelines[0] "orders": budgets.end_to_end: required`},
 		{"invalid-no-pipelines.yml", `line 4: pipelines: at least one pipeline is required`},
+		{"invalid-negative-replicas.yml", `line 14: alerting.replicas: must be at least 1`},
 		{"invalid-no-signing-key.yml", `signing_key: required (set env: NAME or file: PATH); canaries are signed so a forged message cannot fake health`},
 		{"invalid-not-yaml.yml", `line 11: not valid YAML: found character that cannot start any token`},
 		{"invalid-objective-over-100.yml", `line 14: pipelines[0] "orders": slo.objective: 100 must be a percentage strictly between 0 and 100, e.g. 99.9`},

@@ -326,7 +326,7 @@ func stamp(unix float64) string {
 	return fmt.Sprintf("1970-01-01T%02d:%02d:%02dZ", s/3600, s%3600/60, s%60)
 }
 
-const stallLabels = `severity: page, pipeline: orders, segment: commit_to_publish, owner: team-relay, job: outbox-canary, instance: "prober:9464"`
+const stallLabels = `severity: page, pipeline: orders, segment: commit_to_publish, owner: team-relay`
 
 // stallChecks expects, every minute from the first stall to the end,
 // the stall alert of each open incident, one alert each: present up to
