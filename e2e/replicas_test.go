@@ -16,17 +16,16 @@ package e2e
 //     for); the pipeline's SLI events keep growing at every step and every
 //     burn-rate recording has a value at every evaluation. The replica is
 //     restarted on its state directory, and the same holds through the
-//     restart, and no bad event is counted.
+//     restart, and no bad event is counted. The rules know two replicas
+//     run (alerting.replicas), so the loss is one ticket to the prober's
+//     owner (OutboxCanaryRedundancyLost).
 //  2. With both up, the relay is paused: the relay's owner is paged, with
 //     the stall alone, and no one else; exactly once, one stall alert in
-//     one webhook call, when checkOneStallPage is on.
+//     one webhook call.
 //  3. Both are killed: the dead man pages the prober's owner.
 //
 // The assertions read notifications at the webhook and series in
-// Prometheus, not rule text, so they hold for rules that aggregate across
-// replicas as for today's per-replica ones. Checks that only rules that
-// know the replicas can pass are behind switches below, off until those
-// rules land.
+// Prometheus, not rule text.
 //
 // Run it with the local stack up:
 //
@@ -57,27 +56,9 @@ import (
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-// Switches for what only rules that aggregate across replicas can pass
-// (issue 27's "redundancy lost" ticket). The merger turns them on when
-// those rules land.
-const (
-	// checkOneStallPage: a stall seen by both replicas is exactly one
-	// notification: one webhook call, carrying one firing stall alert.
-	// Today's rules fire one stall alert per replica (their instance
-	// labels differ): both go in one call when they fire within the
-	// group_wait, else the second is notified again a group_interval
-	// after the first, or on its own if the replicas' stalled_since differ
-	// by a second.
-	checkOneStallPage = false
-	// checkRedundancyLostTicket: with one of two replicas killed, the
-	// rules send alertRedundancyLost, a ticket to the prober's owner.
-	checkRedundancyLostTicket = false
-	alertRedundancyLost       = "OutboxCanaryRedundancyLost"
-	// replicasAlerting is YAML under alerting that tells the rules how
-	// many replicas run (e.g. "  replicas: 2\n"; the option's name is not
-	// fixed yet). Empty: today's rules know nothing of replicas.
-	replicasAlerting = ""
-)
+// replicasAlerting tells the rules how many replicas run, so that the
+// loss of one is a ticket (OutboxCanaryRedundancyLost).
+const replicasAlerting = "  replicas: 2\n"
 
 const (
 	proberReplicas = 2
@@ -224,25 +205,23 @@ func TestTwoProberReplicasOneKilledStalledBothKilled(t *testing.T) {
 			t.Fatalf("one of two replicas lost: paged %s", describeDeliveries(pages, killedAt))
 		}
 		if ticket == nil {
-			if d := firstFiring(ds, killedAt, alertRedundancyLost); d != nil {
+			if d := firstFiring(ds, killedAt, alerts.AlertRedundancyLost); d != nil {
 				ticket = d
-				moment("%s sent to %s (+%.1fs after the kill)", alertRedundancyLost, d.Receiver, d.Received.Sub(killedAt).Seconds())
+				moment("%s sent to %s (+%.1fs after the kill)", alerts.AlertRedundancyLost, d.Receiver, d.Received.Sub(killedAt).Seconds())
 			}
 		}
-		if time.Now().After(watchEnd) && (ticket != nil || !checkRedundancyLostTicket) {
+		if time.Now().After(watchEnd) && ticket != nil {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("one of two replicas lost: no %s notification within %s of the kill; notifications: %s",
-				alertRedundancyLost, oneDownWatch+alertRoom, describeDeliveries(since(ds, killedAt), killedAt))
+				alerts.AlertRedundancyLost, oneDownWatch+alertRoom, describeDeliveries(since(ds, killedAt), killedAt))
 		}
 	}
 	ds, _ := hook.deliveries()
 	moment("one replica down for %s: no page; notifications since the kill: %s", time.Since(killedAt).Round(time.Second), describeDeliveries(since(ds, killedAt), killedAt))
-	if checkRedundancyLostTicket {
-		if want := alerts.ReceiverName(ownerProber, config.SeverityTicket); ticket.Receiver != want {
-			t.Errorf("%s went to %s, want %s", alertRedundancyLost, ticket.Receiver, want)
-		}
+	if want := alerts.ReceiverName(ownerProber, config.SeverityTicket); ticket.Receiver != want {
+		t.Errorf("%s went to %s, want %s", alerts.AlertRedundancyLost, ticket.Receiver, want)
 	}
 
 	// The lost replica comes back on its own state directory and address.
@@ -356,12 +335,8 @@ func TestTwoProberReplicasOneKilledStalledBothKilled(t *testing.T) {
 			}
 		}
 	}
-	switch {
-	case len(pages) == 1 && stallNotes == 1:
-	case checkOneStallPage:
+	if len(pages) != 1 || stallNotes != 1 {
 		t.Errorf("stall with both replicas up: %d page calls with %d firing %s notifications %s, want exactly one of each", len(pages), stallNotes, alerts.AlertStalled, describeDeliveries(pages, pausedAt))
-	default:
-		moment("stall with both replicas up: %d page calls with %d firing %s notifications, not one: checkOneStallPage is off until the rules aggregate the replicas", len(pages), stallNotes, alerts.AlertStalled)
 	}
 	faults.Resume()
 	moment("relay resumed")

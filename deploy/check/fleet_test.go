@@ -269,3 +269,37 @@ func TestFleetRefusesBadValues(t *testing.T) {
 		})
 	}
 }
+
+// The rules expect alerting.replicas probers per shard: a chart that runs
+// another number says so after the install, in both directions, and says
+// nothing when they agree.
+func TestNotesWarnWhenTheRulesExpectAnotherNumberOfReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want string
+	}{
+		{"Two replicas, rules for one: the loss of one goes unticketed.", []string{"fleet.replicas=2"},
+			"fleet.replicas is 2 but the configuration's alerting.replicas is 1"},
+		{"One replica, rules for two: a ticket for a replica never deployed.", []string{"config.alerting.replicas=2"},
+			"they raise OutboxCanaryRedundancyLost for replicas that were never deployed"},
+		{"Three replicas, rules for three: no warning.", []string{"fleet.replicas=3", "config.alerting.replicas=3"}, ""},
+		{"One replica, rules unset: no warning.", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rel, err := renderRelease(chartValues{set: tc.set})
+			if err != nil {
+				t.Fatal(err)
+			}
+			notes := rel.Info.Notes
+			switch {
+			case tc.want == "" && strings.Contains(notes, "WARNING"):
+				t.Errorf("NOTES warn, want no warning:\n%s", notes)
+			case tc.want != "" && !strings.Contains(notes, tc.want):
+				t.Errorf("NOTES lack %q:\n%s", tc.want, notes)
+			case tc.want != "" && !strings.Contains(notes, "Set alerting.replicas:"):
+				t.Errorf("NOTES do not say what to set:\n%s", notes)
+			}
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/cli/values"
 	"helm.sh/helm/v3/pkg/getter"
+	"helm.sh/helm/v3/pkg/release"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -87,13 +88,23 @@ func (v chartValues) merge() (map[string]any, error) {
 // action in client-only dry-run mode, so the values schema, kubeVersion and
 // the manifest sort order are Helm's own) and returns the manifest.
 func renderChart(v chartValues) (string, error) {
+	rel, err := renderRelease(v)
+	if err != nil {
+		return "", err
+	}
+	return rel.Manifest, nil
+}
+
+// renderRelease renders the chart as `helm install --dry-run=client`
+// does: the manifest, and the NOTES Helm prints after an install.
+func renderRelease(v chartValues) (*release.Release, error) {
 	vals, err := v.merge()
 	if err != nil {
-		return "", fmt.Errorf("values: %w", err)
+		return nil, fmt.Errorf("values: %w", err)
 	}
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
-		return "", fmt.Errorf("load chart: %w", err)
+		return nil, fmt.Errorf("load chart: %w", err)
 	}
 	install := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
 	install.DryRun = true
@@ -104,9 +115,9 @@ func renderChart(v chartValues) (string, error) {
 	install.Namespace = namespace
 	rel, err := install.Run(chrt, vals)
 	if err != nil {
-		return "", fmt.Errorf("render: %w", err)
+		return nil, fmt.Errorf("render: %w", err)
 	}
-	return rel.Manifest, nil
+	return rel, nil
 }
 
 // object is one rendered document, decoded.

@@ -73,8 +73,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* The scrape job the dead-man alert watches: the config's alerting.prober_job. */}}
-{{- define "outbox-canary.proberJob" -}}
+{{/* The config's alerting section, as YAML (the config may be a map or its text). */}}
+{{- define "outbox-canary.alerting" -}}
 {{- $config := .Values.config }}
 {{- if kindIs "string" $config }}
 {{- $config = fromYaml $config }}
@@ -82,8 +82,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- fail (printf "config: not YAML: %s" $config.Error) }}
 {{- end }}
 {{- end }}
-{{- $alerting := get $config "alerting" | default dict }}
-{{- get $alerting "prober_job" | default "outbox-canary" }}
+{{- get $config "alerting" | default dict | toYaml }}
+{{- end }}
+
+{{/* The scrape job the dead-man alert watches: the config's alerting.prober_job. */}}
+{{- define "outbox-canary.proberJob" -}}
+{{- get (fromYaml (include "outbox-canary.alerting" .)) "prober_job" | default "outbox-canary" }}
+{{- end }}
+
+{{/* How many replicas the rules expect: the config's alerting.replicas (1 when unset). */}}
+{{- define "outbox-canary.alertingReplicas" -}}
+{{- get (fromYaml (include "outbox-canary.alerting" .)) "replicas" | default 1 | int }}
 {{- end }}
 
 {{/* The memory limit in bytes, or 0 when there is none. */}}
