@@ -56,12 +56,11 @@ import (
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-// replicasAlerting tells the rules how many replicas run, so that the
-// loss of one is a ticket (OutboxCanaryRedundancyLost).
-const replicasAlerting = "  replicas: 2\n"
-
 const (
 	proberReplicas = 2
+	// replicasAlerting tells the rules how many replicas run, so that the
+	// loss of one is a ticket (OutboxCanaryRedundancyLost).
+	replicasAlerting = "  replicas: 2\n"
 	// ownerProber owns the alerts about the prober itself.
 	ownerProber = "team-canary"
 	// replicasAbsentFor is alerting.prober_absent_for: a few 1s scrapes,
