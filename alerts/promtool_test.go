@@ -9,6 +9,8 @@ package alerts_test
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"maps"
 	"math/big"
 	"os"
@@ -121,24 +123,33 @@ func extractSpec(t *testing.T, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pr alerts.PrometheusRule
+	var spec alerts.RuleFile
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(&pr); err != nil {
-		t.Fatalf("%s: %v", path, err)
+	for {
+		var pr alerts.PrometheusRule
+		if err := dec.Decode(&pr); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if pr.APIVersion != "monitoring.coreos.com/v1" || pr.Kind != "PrometheusRule" || len(pr.Spec.Groups) == 0 {
+			t.Fatalf("%s: not a PrometheusRule with groups: %s %s, %d groups", path, pr.APIVersion, pr.Kind, len(pr.Spec.Groups))
+		}
+		spec.Groups = append(spec.Groups, pr.Spec.Groups...)
 	}
-	if pr.APIVersion != "monitoring.coreos.com/v1" || pr.Kind != "PrometheusRule" || len(pr.Spec.Groups) == 0 {
-		t.Fatalf("%s: not a PrometheusRule with groups: %s %s, %d groups", path, pr.APIVersion, pr.Kind, len(pr.Spec.Groups))
+	if len(spec.Groups) == 0 {
+		t.Fatalf("%s: no PrometheusRule", path)
 	}
-	out, err := yaml.Marshal(pr.Spec)
+	out, err := yaml.Marshal(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := strings.TrimSuffix(path, ".yml") + ".spec.yml"
-	if err := os.WriteFile(spec, out, 0o644); err != nil {
+	specPath := strings.TrimSuffix(path, ".yml") + ".spec.yml"
+	if err := os.WriteFile(specPath, out, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return spec
+	return specPath
 }
 
 // promtoolGOGC is the garbage collector's target for promtool runs:

@@ -21,28 +21,32 @@ import (
 
 // RuleFile is a Prometheus rule file (and a PrometheusRule's spec).
 type RuleFile struct {
-	Groups []Group `yaml:"groups"`
+	Groups []Group `yaml:"groups" json:"groups"`
 }
 
 // Group is a rule group; its rules are evaluated in order.
 type Group struct {
-	Name  string `yaml:"name"`
-	Rules []Rule `yaml:"rules"`
+	Name  string `yaml:"name" json:"name"`
+	Rules []Rule `yaml:"rules" json:"rules"`
+	// Pipeline is the pipeline whose rules the group holds, empty for the
+	// groups of the whole prober. Not part of the rule file: it lets a
+	// PrometheusRule be split per pipeline (see PrometheusRules).
+	Pipeline string `yaml:"-" json:"-"`
 }
 
 // Rule is a recording rule (Record set) or an alerting rule (Alert set).
 type Rule struct {
-	Record string `yaml:"record,omitempty"`
-	Alert  string `yaml:"alert,omitempty"`
-	Expr   string `yaml:"expr"`
-	For    string `yaml:"for,omitempty"`
+	Record string `yaml:"record,omitempty" json:"record,omitempty"`
+	Alert  string `yaml:"alert,omitempty" json:"alert,omitempty"`
+	Expr   string `yaml:"expr" json:"expr"`
+	For    string `yaml:"for,omitempty" json:"for,omitempty"`
 	// KeepFiringFor (Prometheus 2.42+) keeps an alert firing after its
 	// condition clears: long enough for the dead man or a blind watcher
 	// to fire and inhibit it, so losing sight of an incident never reads
 	// as its end.
-	KeepFiringFor string            `yaml:"keep_firing_for,omitempty"`
-	Labels        map[string]string `yaml:"labels,omitempty"`
-	Annotations   map[string]string `yaml:"annotations,omitempty"`
+	KeepFiringFor string            `yaml:"keep_firing_for,omitempty" json:"keep_firing_for,omitempty"`
+	Labels        map[string]string `yaml:"labels,omitempty" json:"labels,omitempty"`
+	Annotations   map[string]string `yaml:"annotations,omitempty" json:"annotations,omitempty"`
 }
 
 // Alert names. Each has a section in docs/alerts.md whose anchor is the
@@ -114,13 +118,15 @@ func Generate(m *slo.Model) (*RuleFile, error) {
 			// One group per SLO, unlike Sloth's three: rules of a group run
 			// in order, so the alerts read this evaluation's ratios rather
 			// than the previous one's, whatever order groups run in.
-			grp := Group{Name: "outbox-canary-slo-" + s.ID}
+			grp := Group{Name: "outbox-canary-slo-" + s.ID, Pipeline: p.Name}
 			grp.Rules = append(grp.Rules, g.sliRecordings(s)...)
 			grp.Rules = append(grp.Rules, g.metaRecordings(s)...)
 			grp.Rules = append(grp.Rules, g.burnAlerts(s, p.CanaryInterval, p.StallThreshold(m.Alerting.StallIntervals))...)
 			rf.Groups = append(rf.Groups, grp)
 		}
-		rf.Groups = append(rf.Groups, g.pipelineAlerts(p))
+		grp := g.pipelineAlerts(p)
+		grp.Pipeline = p.Name
+		rf.Groups = append(rf.Groups, grp)
 	}
 	rf.Groups = append(rf.Groups, g.proberAlerts())
 	seen := map[string]bool{}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
-	"gopkg.in/yaml.v3"
 
 	"github.com/outbox-canary/outbox-canary/alerts"
 	"github.com/outbox-canary/outbox-canary/internal/config"
@@ -329,20 +328,19 @@ func TestAlertingOptionsShapeTheOutput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var pr alerts.PrometheusRule
-		if err := yaml.Unmarshal(out, &pr); err != nil {
-			t.Fatal(err)
-		}
-		if want := map[string]string{"release": "kube-prometheus-stack", "app.kubernetes.io/part-of": "outbox-canary"}; !maps.Equal(pr.Metadata.Labels, want) {
-			t.Errorf("metadata labels %v, want %v", pr.Metadata.Labels, want)
-		}
-		for _, g := range pr.Spec.Groups {
-			for _, r := range g.Rules {
-				if _, ok := r.Labels["release"]; ok {
-					t.Errorf("rule %s%s carries the resource's release label", r.Record, r.Alert)
-				}
-				if r.Labels["env"] != "prod" {
-					t.Errorf("rule %s%s lacks alerting.labels' env", r.Record, r.Alert)
+		objects, _ := decodePrometheusRules(t, out)
+		for _, pr := range objects {
+			if want := map[string]string{"release": "kube-prometheus-stack", "app.kubernetes.io/part-of": "outbox-canary"}; !maps.Equal(pr.Metadata.Labels, want) {
+				t.Errorf("%s: metadata labels %v, want %v", pr.Metadata.Name, pr.Metadata.Labels, want)
+			}
+			for _, g := range pr.Spec.Groups {
+				for _, r := range g.Rules {
+					if _, ok := r.Labels["release"]; ok {
+						t.Errorf("rule %s%s carries the resource's release label", r.Record, r.Alert)
+					}
+					if r.Labels["env"] != "prod" {
+						t.Errorf("rule %s%s lacks alerting.labels' env", r.Record, r.Alert)
+					}
 				}
 			}
 		}
@@ -353,12 +351,11 @@ func TestAlertingOptionsShapeTheOutput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var pr alerts.PrometheusRule
-		if err := yaml.Unmarshal(out, &pr); err != nil {
-			t.Fatal(err)
-		}
-		if pr.Metadata.Labels["release"] != "prom" {
-			t.Errorf("metadata labels %v, want release: prom", pr.Metadata.Labels)
+		objects, _ := decodePrometheusRules(t, out)
+		for _, pr := range objects {
+			if pr.Metadata.Labels["release"] != "prom" {
+				t.Errorf("%s: metadata labels %v, want release: prom", pr.Metadata.Name, pr.Metadata.Labels)
+			}
 		}
 	})
 	for _, tc := range []struct{ name, alerting, wantErr string }{

@@ -2,9 +2,13 @@ package alerts
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -49,39 +53,139 @@ func Render(m *slo.Model, format string) ([]byte, error) {
 	return Marshal(rf, format, m.Alerting.RuleObjectLabels())
 }
 
-// PrometheusRuleName is the metadata.name of the generated resource.
+// PrometheusRuleName is the metadata.name of the generated resource that
+// holds the prober's own groups; each pipeline's groups are in a resource
+// of their own (PrometheusRuleNameOf).
 const PrometheusRuleName = "outbox-canary"
+
+// KubectlApplyLimit is the most a resource may weigh as JSON for a
+// client-side `kubectl apply`, which copies the whole resource into its
+// last-applied-configuration annotation, and Kubernetes refuses an object
+// whose annotations pass 256 KiB. One PrometheusRule of every pipeline's
+// rules passed it at three pipelines; a pipeline's rules alone stay far
+// under it (TestEveryPrometheusRuleFitsKubectlApply).
+const KubectlApplyLimit = 256 << 10
 
 // PrometheusRule is the Prometheus Operator's resource, reduced to what we
 // write.
 type PrometheusRule struct {
-	APIVersion string         `yaml:"apiVersion"`
-	Kind       string         `yaml:"kind"`
-	Metadata   ObjectMetadata `yaml:"metadata"`
-	Spec       RuleFile       `yaml:"spec"`
+	APIVersion string         `yaml:"apiVersion" json:"apiVersion"`
+	Kind       string         `yaml:"kind" json:"kind"`
+	Metadata   ObjectMetadata `yaml:"metadata" json:"metadata"`
+	Spec       RuleFile       `yaml:"spec" json:"spec"`
 }
 
 // ObjectMetadata is the part of Kubernetes object metadata we set.
 type ObjectMetadata struct {
-	Name   string            `yaml:"name"`
-	Labels map[string]string `yaml:"labels,omitempty"`
+	Name   string            `yaml:"name" json:"name"`
+	Labels map[string]string `yaml:"labels,omitempty" json:"labels,omitempty"`
+}
+
+// PrometheusRules splits rules into PrometheusRule resources: one per
+// pipeline, and the prober's own groups under PrometheusRuleName, in the
+// rules' order. A resource per pipeline keeps each one's
+// size bounded as pipelines are added (see KubectlApplyLimit), and keeps a
+// pipeline's name on its rules in `kubectl get prometheusrules`. A
+// pipeline with so many budgeted segments that its rules pass the limit
+// continues in PrometheusRuleNameOf(pipeline)+".2", ".3" (a pipeline name
+// holds no dot, so no other pipeline's resource has that name). The
+// Operator loads every resource its ruleSelector matches, so the split
+// changes nothing Prometheus evaluates. labels are every resource's
+// metadata labels.
+func PrometheusRules(rf *RuleFile, labels map[string]string) []PrometheusRule {
+	var owners []string
+	byOwner := map[string][]Group{}
+	for _, g := range rf.Groups {
+		if _, ok := byOwner[g.Pipeline]; !ok {
+			owners = append(owners, g.Pipeline)
+		}
+		byOwner[g.Pipeline] = append(byOwner[g.Pipeline], g)
+	}
+	var out []PrometheusRule
+	for _, owner := range owners {
+		name := PrometheusRuleName
+		if owner != "" {
+			name = PrometheusRuleNameOf(owner)
+		}
+		for i, groups := range packGroups(byOwner[owner], kubectlApplyBudget) {
+			pr := PrometheusRule{
+				APIVersion: "monitoring.coreos.com/v1",
+				Kind:       "PrometheusRule",
+				Metadata:   ObjectMetadata{Name: name, Labels: maps.Clone(labels)},
+				Spec:       RuleFile{Groups: groups},
+			}
+			if i > 0 {
+				pr.Metadata.Name += "." + strconv.Itoa(i+1)
+			}
+			out = append(out, pr)
+		}
+	}
+	return out
+}
+
+// kubectlApplyBudget is what a resource's groups may weigh as JSON: the
+// limit less room for the rest of the resource (metadata, labels).
+const kubectlApplyBudget = KubectlApplyLimit - 16<<10
+
+// packGroups splits groups, in order, into runs whose JSON weighs at most
+// budget bytes; a group heavier than budget on its own is a run of its own.
+func packGroups(groups []Group, budget int) [][]Group {
+	var runs [][]Group
+	var run []Group
+	weight := 0
+	for _, g := range groups {
+		data, _ := json.Marshal(g) // strings and maps of strings: cannot fail
+		if len(run) > 0 && weight+len(data)+1 > budget {
+			runs = append(runs, run)
+			run, weight = nil, 0
+		}
+		run = append(run, g)
+		weight += len(data) + 1
+	}
+	if len(run) > 0 {
+		runs = append(runs, run)
+	}
+	return runs
+}
+
+// PrometheusRuleNameOf is the metadata.name of a pipeline's PrometheusRule:
+// PrometheusRuleName, a dash and the pipeline's name. A pipeline name may
+// hold what a Kubernetes name may not (capitals, underscores: see
+// config's pipeline name rule); such a name is lower-cased, its
+// underscores become dashes, and a hash of the name tells apart the
+// pipelines that would otherwise share it ("Orders", "orders_" and
+// "orders-" all differ).
+func PrometheusRuleNameOf(pipeline string) string {
+	name := strings.ToLower(strings.ReplaceAll(pipeline, "_", "-"))
+	name = strings.Trim(name, "-")
+	// A Kubernetes name is at most 253 characters.
+	const most = 253 - len(PrometheusRuleName+"-") - len("-01234567")
+	if name == pipeline && len(name) <= most {
+		return PrometheusRuleName + "-" + name
+	}
+	if len(name) > most {
+		name = strings.TrimRight(name[:most], "-")
+	}
+	sum := sha256.Sum256([]byte(pipeline))
+	if name == "" {
+		return PrometheusRuleName + "-" + hex.EncodeToString(sum[:4])
+	}
+	return PrometheusRuleName + "-" + name + "-" + hex.EncodeToString(sum[:4])
 }
 
 // Marshal renders rules in a rule format, header first. labels are the
-// PrometheusRule's metadata labels (alerting.Alerting.RuleObjectLabels),
-// so an Operator's ruleSelector can pick the resource up; the plain format
-// ignores them.
+// PrometheusRules' metadata labels (alerting.Alerting.RuleObjectLabels),
+// so an Operator's ruleSelector can pick the resources up; the plain format
+// ignores them. The PrometheusRule format is one YAML document per
+// resource (PrometheusRules).
 func Marshal(rf *RuleFile, format string, labels map[string]string) ([]byte, error) {
-	var doc any
+	var docs []any
 	switch format {
 	case FormatRules:
-		doc = rf
+		docs = []any{rf}
 	case FormatPrometheusRule:
-		doc = PrometheusRule{
-			APIVersion: "monitoring.coreos.com/v1",
-			Kind:       "PrometheusRule",
-			Metadata:   ObjectMetadata{Name: PrometheusRuleName, Labels: maps.Clone(labels)},
-			Spec:       *rf,
+		for _, pr := range PrometheusRules(rf, labels) {
+			docs = append(docs, pr)
 		}
 	default:
 		return nil, fmt.Errorf("format %q: must be %q or %q", format, FormatRules, FormatPrometheusRule)
@@ -90,8 +194,10 @@ func Marshal(rf *RuleFile, format string, labels map[string]string) ([]byte, err
 	buf.WriteString(Header)
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
-	if err := enc.Encode(doc); err != nil {
-		return nil, fmt.Errorf("marshal %s: %w", format, err)
+	for _, doc := range docs {
+		if err := enc.Encode(doc); err != nil {
+			return nil, fmt.Errorf("marshal %s: %w", format, err)
+		}
 	}
 	if err := enc.Close(); err != nil {
 		return nil, fmt.Errorf("marshal %s: %w", format, err)

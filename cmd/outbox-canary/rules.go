@@ -22,9 +22,11 @@ per pipeline, the stall, insert failure, backlog, replication slot, long
 transaction and clock skew alerts; and the prober's dead man.
 
 --format rules writes a plain rule file for Prometheus's rule_files;
---format prometheusrule writes a PrometheusRule for the Prometheus Operator
-(its metadata labels are alerting.prometheusrule_labels, apart from the
-labels on alerts); --format alertmanager writes the Alertmanager route tree
+--format prometheusrule writes PrometheusRules for the Prometheus Operator,
+one per pipeline (outbox-canary-PIPELINE) and one for the prober
+(outbox-canary), each small enough for a client-side kubectl apply (its
+metadata labels are alerting.prometheusrule_labels, apart from the labels
+on alerts); --format alertmanager writes the Alertmanager route tree
 (one receiver per owner and severity) and the inhibit rules that make one
 incident one page.
 Warnings about canary rates too low for the objective go to stderr.

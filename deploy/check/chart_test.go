@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -378,9 +379,22 @@ func secretFiles(t *testing.T, text string) []string {
 }
 
 func TestPrometheusRuleHoldsTheGeneratedGroupsUnderItsOwnLabels(t *testing.T) {
-	rule := only[*monitoringv1.PrometheusRule](t, renderObjects(t, fullValues))
-	if got := rule.Labels["release"]; got != "kube-prometheus-stack" {
-		t.Errorf("PrometheusRule label release = %q, want kube-prometheus-stack (from prometheusRule.labels)", got)
+	rules := all[*monitoringv1.PrometheusRule](renderObjects(t, fullValues))
+	if len(rules) < 2 {
+		t.Fatalf("rendered %d PrometheusRules, want the example's groups in objects of at most 8", len(rules))
+	}
+	rule := &monitoringv1.PrometheusRule{}
+	for i, r := range rules {
+		if got := r.Labels["release"]; got != "kube-prometheus-stack" {
+			t.Errorf("%s: label release = %q, want kube-prometheus-stack (from prometheusRule.labels)", r.Name, got)
+		}
+		if want := rules[0].Name + "-" + strconv.Itoa(i+1); i > 0 && r.Name != want {
+			t.Errorf("PrometheusRule %d is named %s, want %s", i, r.Name, want)
+		}
+		if n := len(r.Spec.Groups); n > 8 || n == 0 {
+			t.Errorf("%s holds %d groups, want 1 to prometheusRule.groupsPerObject (8)", r.Name, n)
+		}
+		rule.Spec.Groups = append(rule.Spec.Groups, r.Spec.Groups...)
 	}
 	data, err := os.ReadFile("../../examples/rules/outbox-canary.rules.yml")
 	if err != nil {
