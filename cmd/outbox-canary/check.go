@@ -139,7 +139,10 @@ type checkResult struct {
 	// recordType is the timestamp type of the canary's record, nil when
 	// not known.
 	recordType *kafkaclient.TimestampType
-	err        error
+	// clock is the database clock offset the publish stamp was converted
+	// with, nil when not measured.
+	clock *prober.ClockOffset
+	err   error
 }
 
 func checkPipeline(ctx context.Context, svc *prober.Service, p *config.Pipeline) checkResult {
@@ -158,6 +161,11 @@ func checkPipeline(ctx context.Context, svc *prober.Service, p *config.Pipeline)
 	res := checkResult{report: rep}
 	if typ, ok, err := svc.RecordTimestampType(p.Name); err == nil && ok {
 		res.recordType = &typ
+	}
+	for _, v := range svc.Views() {
+		if v.Pipeline.Name == p.Name {
+			res.clock = v.ClockOffset
+		}
 	}
 	return res
 }
@@ -202,6 +210,9 @@ func printCheck(w io.Writer, p *config.Pipeline, r checkResult) bool {
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "  stamps: %s\n", strings.Join(stampClocks(p, r.recordType), "; "))
+	if p.Relay.PublishedStamp == config.PublishedFromColumn {
+		fmt.Fprintf(w, "  database clock: %s\n", databaseClock(p, r.clock))
+	}
 	if r.recordType != nil {
 		if note := clockNote(p, *r.recordType); note != "" {
 			fmt.Fprintln(w, "  "+strings.ReplaceAll(note, "\n", "\n  "))

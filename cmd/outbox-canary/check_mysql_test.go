@@ -89,7 +89,7 @@ func TestCheckOnAMariaDBPipeline(t *testing.T) {
 			"{commit_to_read: 60s, end_to_end: 60s}", false, "60s", 0,
 			[]string{`pipeline "invoices" (table outbox -> polling relay -> topic `,
 				"commit_to_read", "read_to_publish", "publish_to_consume", "end_to_end", "1m0s",
-				"publish: database clock (column published_at", "read: relay clock (header outbox-relay-read-at)",
+				"publish: database clock (column published_at", "database clock: MySQL or MariaDB, offset ", "from the prober's clock (published_at converted with it)", "read: relay clock (header outbox-relay-read-at)",
 				"PASS: within every budget"}},
 		{"With the relay paused the canary does not arrive, and check fails with exit code 1.",
 			"{commit_to_read: 1s, end_to_end: 2s}", true, "20s", 1,

@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
+	"github.com/outbox-canary/outbox-canary/prober"
 )
 
 // stampClock says which clock a pipeline's stamp is taken on and how the
@@ -46,6 +48,29 @@ func stampClock(p *config.Pipeline, stamp string, recordType *kafkaclient.Timest
 		return "broker clock (record timestamp of a LogAppendTime topic: the broker's append time)"
 	}
 	return fmt.Sprintf("relay clock (record timestamp of a CreateTime topic: %s)", relay)
+}
+
+// databaseClock names the database whose clock wrote a published_at stamp
+// and the offset it was converted to the prober's clock with: the
+// "corrected by the measured clock offset" of the stamps line, shown, so
+// that a check on a MariaDB pipeline says it was MariaDB's clock it read.
+func databaseClock(p *config.Pipeline, off *prober.ClockOffset) string {
+	family := "the database"
+	switch kind, _ := p.Database.Family(); kind {
+	case config.KindMySQL:
+		family = "MySQL or MariaDB"
+	case config.KindPostgres:
+		family = "PostgreSQL"
+	}
+	if off == nil {
+		return family + ", offset not measured yet"
+	}
+	sign := "+"
+	if off.Offset < 0 {
+		sign = "-"
+	}
+	return fmt.Sprintf("%s, offset %s%s ± %s from the prober's clock (%s converted with it)", family, sign,
+		off.Offset.Abs().Round(time.Microsecond), off.Error.Round(time.Microsecond), p.Outbox.Columns.PublishedAt)
 }
 
 // unmeasured reports whether some stamp of the pipeline is on a clock the

@@ -49,3 +49,36 @@ func TestCheckSaysWhichClockEachStampIsOn(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckNamesTheDatabaseWhoseClockStampedThePublish(t *testing.T) {
+	rep := prober.Report{ID: "c1", State: prober.StateArrived, Committed: time.Unix(1_764_000_000, 0)}
+	behind := &prober.ClockOffset{Offset: -1500 * time.Microsecond, Error: 200 * time.Microsecond}
+	tests := []struct {
+		name   string
+		dsn    string
+		schema stacktest.Schema
+		clock  *prober.ClockOffset
+		want   string
+	}{
+		{"A published_at on MariaDB names the MySQL family and the offset it was converted with.",
+			"mysql://canary:x@db:3306/shop", stacktest.MySQLSeedA, behind,
+			"database clock: MySQL or MariaDB, offset -1.5ms ± 200µs from the prober's clock (published_at converted with it)"},
+		{"Before the offset is measured, check says so.", "postgres://x/shop", stacktest.SeedA, nil,
+			"database clock: PostgreSQL, offset not measured yet"},
+		{"A record timestamp is on no database clock: no line.", "mysql://canary:x@db:3306/shop", stacktest.MySQLSeedDebezium, behind, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: tc.dsn, Schema: tc.schema, Brokers: []string{"kafka-1:9092"}})
+			var out strings.Builder
+			printCheck(&out, p, checkResult{report: rep, clock: tc.clock})
+			if tc.want == "" {
+				if strings.Contains(out.String(), "database clock:") {
+					t.Errorf("output names a database clock:\n%s", out.String())
+				}
+			} else if !strings.Contains(out.String(), "  "+tc.want+"\n") {
+				t.Errorf("output lacks %q:\n%s", tc.want, out.String())
+			}
+		})
+	}
+}
