@@ -142,7 +142,10 @@ type checkResult struct {
 	// clock is the database clock offset the publish stamp was converted
 	// with, nil when not measured.
 	clock *prober.ClockOffset
-	err   error
+	// err is why the canary has no final report; report, if it has an
+	// ID, is then the canary in flight as it stood at now.
+	err error
+	now time.Time
 }
 
 func checkPipeline(ctx context.Context, svc *prober.Service, p *config.Pipeline) checkResult {
@@ -154,11 +157,19 @@ func checkPipeline(ctx context.Context, svc *prober.Service, p *config.Pipeline)
 	if err != nil {
 		return checkResult{err: err}
 	}
-	rep, err := tr.Await(ctx, c.ID)
-	if err != nil {
-		return checkResult{err: fmt.Errorf("canary %s did not arrive before --timeout: %w", c.ID, err)}
+	var res checkResult
+	if rep, err := tr.Await(ctx, c.ID); err == nil {
+		res.report = rep
+	} else {
+		// Where it is waiting, as the status page has it: the segment
+		// that did not hand it on, not only that it did not arrive.
+		res.err, res.now = fmt.Errorf("canary %s did not arrive before --timeout: %w", c.ID, err), time.Now()
+		for _, r := range tr.InFlightReports() {
+			if r.ID == c.ID {
+				res.report = r
+			}
+		}
 	}
-	res := checkResult{report: rep}
 	if typ, ok, err := svc.RecordTimestampType(p.Name); err == nil && ok {
 		res.recordType = &typ
 	}
@@ -173,7 +184,7 @@ func checkPipeline(ctx context.Context, svc *prober.Service, p *config.Pipeline)
 // printCheck prints one pipeline's canary and reports whether it passed.
 func printCheck(w io.Writer, p *config.Pipeline, r checkResult) bool {
 	fmt.Fprintf(w, "pipeline %q (table %s -> %s relay -> topic %s)\n", p.Name, p.Outbox.Table, p.Relay.Kind, p.Kafka.Topic)
-	if r.err != nil {
+	if r.err != nil && r.report.ID == "" {
 		fmt.Fprintf(w, "  FAIL: %v\n", r.err)
 		return false
 	}
@@ -225,6 +236,9 @@ func printCheck(w io.Writer, p *config.Pipeline, r checkResult) bool {
 			"        record timestamp (relay.published_stamp: record_timestamp).\n", p.Outbox.Columns.PublishedAt)
 	}
 	switch {
+	case r.err != nil:
+		fmt.Fprintf(w, "  FAIL: %v\n        %s\n", r.err, stuckIn(p, rep, r.now))
+		return false
 	case rep.State == prober.StateLost:
 		fmt.Fprintln(w, "  FAIL: canary lost")
 	case !ok:
@@ -235,4 +249,23 @@ func printCheck(w io.Writer, p *config.Pipeline, r checkResult) bool {
 		fmt.Fprintln(w, "  PASS: within every budget")
 	}
 	return ok
+}
+
+// stuckIn says where a canary in flight is waiting, as the status page
+// does: the segment, against its deadline, and who owns it.
+func stuckIn(p *config.Pipeline, rep prober.Report, now time.Time) string {
+	if rep.Where == "" {
+		return "it is waiting, segment unknown (the brokers were out of reach: the record may be in the relay's producer)"
+	}
+	owner := ""
+	if o := p.Owner(rep.Where); o != "" {
+		owner = " (owner " + o + ")"
+	}
+	if rep.Deadline.IsZero() {
+		return fmt.Sprintf("it is waiting in %s, which has no budget%s", rep.Where, owner)
+	}
+	if past := now.Sub(rep.Deadline); past > 0 {
+		return fmt.Sprintf("it is waiting in %s, past that segment's deadline by %s%s", rep.Where, past.Round(time.Millisecond), owner)
+	}
+	return fmt.Sprintf("it is waiting in %s, %s before that segment's deadline%s", rep.Where, rep.Deadline.Sub(now).Round(time.Millisecond), owner)
 }

@@ -61,6 +61,7 @@ pipelines:
     relay: {kind: polling, stamps: [{name: read, header: outbox-relay-read-at}]}
     kafka: {brokers: [%s], topic: %s}
     budgets: %s
+    owners: {default: billing, commit_to_read: relay-team}
   - name: ledger
     database: {dsn: {value: "mysql://canary:canary@127.0.0.1:1/ledger"}}
     outbox: {table: outbox}
@@ -82,6 +83,8 @@ func TestCheckOnAMariaDBPipeline(t *testing.T) {
 		timeout  string
 		wantCode int
 		wantOut  []string
+		// verdicts: the VERDICT column of a segment's row.
+		verdicts map[string]string
 	}{
 		// Budgets a loaded machine keeps: what is tested is the report, not
 		// the stack's speed.
@@ -90,10 +93,16 @@ func TestCheckOnAMariaDBPipeline(t *testing.T) {
 			[]string{`pipeline "invoices" (table outbox -> polling relay -> topic `,
 				"commit_to_read", "read_to_publish", "publish_to_consume", "end_to_end", "1m0s",
 				"publish: database clock (column published_at", "database clock: MySQL or MariaDB, offset ", "from the prober's clock (published_at converted with it)", "read: relay clock (header outbox-relay-read-at)",
-				"PASS: within every budget"}},
-		{"With the relay paused the canary does not arrive, and check fails with exit code 1.",
+				"PASS: within every budget"},
+			map[string]string{"commit_to_read": "ok", "end_to_end": "ok"}},
+		// The paused relay never reads the row: the canary waits in
+		// commit_to_read, past its deadline long before the timeout.
+		{"With the relay paused the canary does not arrive, and check fails with exit code 1, naming the segment it waits in and its owner.",
 			"{commit_to_read: 1s, end_to_end: 2s}", true, "20s", 1,
-			[]string{`pipeline "invoices"`, "did not arrive before --timeout", "FAIL"}},
+			[]string{`pipeline "invoices"`, ", in_flight", "did not arrive before --timeout",
+				"it is waiting in commit_to_read, past that segment's deadline by ", "(owner relay-team)",
+				"database clock: MySQL or MariaDB, offset "},
+			map[string]string{"commit_to_read": "OVER BUDGET"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,6 +119,17 @@ func TestCheckOnAMariaDBPipeline(t *testing.T) {
 			for _, w := range tc.wantOut {
 				if !strings.Contains(stdout.String(), w) {
 					t.Errorf("output lacks %q", w)
+				}
+			}
+			for seg, verdict := range tc.verdicts {
+				row := ""
+				for _, l := range strings.Split(stdout.String(), "\n") {
+					if f := strings.Fields(l); len(f) > 0 && f[0] == seg {
+						row = l
+					}
+				}
+				if !strings.HasSuffix(row, "  "+verdict) {
+					t.Errorf("%s row %q, want the verdict %q", seg, row, verdict)
 				}
 			}
 			if strings.Contains(stdout.String(), "ledger") {
