@@ -25,7 +25,10 @@ const checkHelp = `Send one canary through each pipeline now and print where its
 Send one canary through each pipeline (or only --pipeline), wait for it on
 the canary topic, and print every segment against its budget, the clock each
 stamp was taken on (a Kafka record timestamp is the broker's on a
-LogAppendTime topic, the relay's on CreateTime), then a verdict.
+LogAppendTime topic, the relay's on CreateTime; a published_at column the
+database's, with the clock offset it was converted with), then a verdict.
+A canary that did not arrive is printed as it stands, with the segment it
+is waiting in.
 
 It does not disturb a running 'outbox-canary run' on the same topic: its
 canaries carry the instance id "<instance_id>-check-<random>", which the

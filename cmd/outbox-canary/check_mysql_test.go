@@ -98,7 +98,7 @@ func TestCheckOnAMariaDBPipeline(t *testing.T) {
 		// The paused relay never reads the row: the canary waits in
 		// commit_to_read, past its deadline long before the timeout.
 		{"With the relay paused the canary does not arrive, and check fails with exit code 1, naming the segment it waits in and its owner.",
-			"{commit_to_read: 1s, end_to_end: 2s}", true, "20s", 1,
+			"{commit_to_read: 1s, end_to_end: 2s}", true, "30s", 1,
 			[]string{`pipeline "invoices"`, ", in_flight", "did not arrive before --timeout",
 				"it is waiting in commit_to_read, past that segment's deadline by ", "(owner relay-team)",
 				"database clock: MySQL or MariaDB, offset "},
