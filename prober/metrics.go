@@ -136,10 +136,10 @@ var catalogue = []metricsdoc.Family{
 
 	{Name: slo.MetricSegmentLatency, Type: metricsdoc.Histogram, Help: "Latency of each segment of each arrived canary (late ones included); negative segments are not observed but counted as suspected clock skew. Classic buckets are 0.1x to 10x of the segment's own budget (of end_to_end's for a segment without one), the budget among them; native buckets too.", Labels: lps},
 	{Name: slo.MetricSLIEvents, Type: metricsdoc.Counter, Help: "One event per canary and budgeted segment, good if the segment ended within its budget, bad once its deadline passed without it.", Labels: lpso},
-	{Name: slo.MetricClockSkew, Type: metricsdoc.Counter, Help: "Segments measured negative beyond relay.skew_tolerance by stamps from clocks that disagree (a relay's, the database's); not observed, not judged. A published_at marked after consumption is stamp order, not skew.", Labels: lps},
-	{Name: slo.MetricStampOrder, Type: metricsdoc.Counter, Help: "Segments measured negative because a stamp was taken after its event (published_at marked after the record was consumed): not clock skew; the segments next to it are judged by what can be proven.", Labels: lps},
-	{Name: slo.MetricCanariesUnjudged, Type: metricsdoc.Counter, Help: "Segments a canary entered that are not SLI events, by reason: prober_down, prober_lag (the prober's own downtime or backlog), unknown (its own dependency was down), invalid_stamp, missing_stamp, stamp_order, clock_skew, lost, brokers_unreachable (a relay's segment overlapped a time the prober could not reach the brokers).", Labels: lpsr},
-	{Name: slo.MetricStampsInvalid, Type: metricsdoc.Counter, Help: "Stamps more than relay.max_clock_skew before the commit (before_commit) or after the consumption (after_consume), or headers that hold no time (unparseable): not observed, their segments not judged.", Labels: []string{slo.LabelPipeline, labelStamp, slo.LabelReason}},
+	{Name: slo.MetricClockSkew, Type: metricsdoc.Counter, Help: "Segments measured negative beyond relay.skew_tolerance by stamps from clocks that disagree (a relay's, the database's); not observed, not judged. A published_at marked after consumption is stamp order, not skew. Created for the segments with a pipeline's stamp at one end, and insert_to_commit (the skew alerts select it; it never counts); not end_to_end, whose two ends are the prober's.", Labels: lps},
+	{Name: slo.MetricStampOrder, Type: metricsdoc.Counter, Help: "Segments measured negative because a stamp was taken after its event (published_at marked after the record was consumed): not clock skew; the segments next to it are judged by what can be proven. Created for the segments with a pipeline's stamp at one end.", Labels: lps},
+	{Name: slo.MetricCanariesUnjudged, Type: metricsdoc.Counter, Help: "Segments a canary entered that are not SLI events, by reason: prober_down, prober_lag (the prober's own downtime or backlog), unknown (its own dependency was down), invalid_stamp, missing_stamp, stamp_order, clock_skew, lost, brokers_unreachable (a relay's segment overlapped a time the prober could not reach the brokers). Created at zero for the reasons that can apply to the segment: end_to_end prober_down, prober_lag and lost; prober_down and prober_lag only on the segment that ends at consume, brokers_unreachable only on those that end at or before publish; none on insert_to_commit.", Labels: lpsr},
+	{Name: slo.MetricStampsInvalid, Type: metricsdoc.Counter, Help: "Stamps more than relay.max_clock_skew before the commit (before_commit) or after the consumption (after_consume), or headers that hold no time (unparseable, created for header stamps only): not observed, their segments not judged.", Labels: []string{slo.LabelPipeline, labelStamp, slo.LabelReason}},
 	{Name: slo.MetricSegmentBudget, Type: metricsdoc.Gauge, Help: "The configured latency budget of each budgeted segment.", Labels: lps},
 	{Name: slo.MetricStampsMissing, Type: metricsdoc.Counter, Help: "Canaries that arrived without a configured stamp (a relay header, the publish time); the segments next to it are not judged.", Labels: []string{slo.LabelPipeline, labelStamp}},
 
@@ -262,7 +262,9 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 
 // initPipeline creates a pipeline's series at zero, so that rates and
 // ratios have a starting point and absent() means "not running", not
-// "nothing happened yet".
+// "nothing happened yet": every series that can count, and no other (a
+// series that can never count is a cost in every Prometheus that
+// scrapes it; TestSeriesPerPipeline).
 func (m *Metrics) initPipeline(p *config.Pipeline) {
 	n := p.Name
 	for _, c := range []*compactvec.CounterVec{m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived,
@@ -275,9 +277,17 @@ func (m *Metrics) initPipeline(p *config.Pipeline) {
 	for _, r := range SkipReasons() {
 		m.MessagesSkipped.WithLabelValues(n, r)
 	}
+	// Only what can count is created: the judge's plan says which
+	// segments can be measured negative and which reasons can leave a
+	// segment unjudged (end to end and insert_to_commit have the
+	// prober's clock at both ends; the prober's trouble excuses only the
+	// wait in the topic, the brokers' outage only the relay).
+	plan := planOf(p)
 	for _, s := range p.Segments() {
-		m.ClockSkew.WithLabelValues(n, s)
-		m.StampOrder.WithLabelValues(n, s)
+		if plan.Skewable(s) {
+			m.ClockSkew.WithLabelValues(n, s)
+			m.StampOrder.WithLabelValues(n, s)
+		}
 	}
 	for _, r := range StateResetReasons() {
 		m.StateResets.WithLabelValues(n, r)
@@ -287,8 +297,12 @@ func (m *Metrics) initPipeline(p *config.Pipeline) {
 	for _, s := range p.StampOrder() {
 		if s != config.StampCommit && s != config.StampConsume {
 			m.StampsMissing.WithLabelValues(n, s)
-			for _, r := range []string{judge.InvalidBeforeCommit, judge.InvalidAfterConsume, judge.InvalidUnparseable} {
-				m.StampsInvalid.WithLabelValues(n, s, r)
+			m.StampsInvalid.WithLabelValues(n, s, judge.InvalidBeforeCommit)
+			m.StampsInvalid.WithLabelValues(n, s, judge.InvalidAfterConsume)
+			// Only a header can hold something that is no time: not a
+			// published_at column nor a record timestamp (Consumer.stamps).
+			if s != config.StampPublish || p.Relay.PublishedStamp == config.PublishedFromHeader {
+				m.StampsInvalid.WithLabelValues(n, s, judge.InvalidUnparseable)
 			}
 		}
 	}
@@ -297,12 +311,13 @@ func (m *Metrics) initPipeline(p *config.Pipeline) {
 		m.SegmentBudget.WithLabelValues(n, s).Set(b.Seconds())
 		m.SLIEvents.WithLabelValues(n, s, slo.OutcomeGood)
 		m.SLIEvents.WithLabelValues(n, s, slo.OutcomeBad)
-		for _, r := range judge.Reasons() {
+		for _, r := range plan.UnjudgedReasons(s) {
 			m.CanariesUnjudged.WithLabelValues(n, s, r)
 		}
 	}
-	// insert_to_commit is observed at Sent even without a budget (its
-	// histogram is created with the others, in NewMetrics).
+	// insert_to_commit is never measured negative, but the generated skew
+	// alerts select it with its owner's other segments: no rule reads a
+	// selector that matches nothing.
 	m.ClockSkew.WithLabelValues(n, config.SegmentInsertToCommit)
 }
 
