@@ -342,7 +342,7 @@ var latencyMultipliers = [][2]int64{
 // so the fraction of canaries within budget can be read from the
 // histogram exactly. A segment without a budget (insert_to_commit by
 // default, or a relay stamp's segment) gets the bounds of end_to_end, the
-// budget every segment of the pipeline lies within; a pipeline without
+// longest any part of the pipeline is meant to take; a pipeline without
 // one, client_golang's default buckets.
 func LatencyBuckets(p *config.Pipeline, segment string) []float64 {
 	b, ok := p.Budget(segment)
