@@ -37,6 +37,7 @@ type seriesCountScrape struct {
 	Command string                  `json:"command"`
 	Machine string                  `json:"machine"`
 	Cases   []seriesCountScrapeCase `json:"cases"`
+	Notes   []string                `json:"notes,omitempty"`
 }
 
 type seriesCountScrapeCase struct {
@@ -127,5 +128,8 @@ func renderSeries(p func(string, ...any), s *seriesCount) {
 			p("| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", c.Name, c.BeforeNsOp, c.AfterNsOp, c.BeforeBOp, c.AfterBOp, c.BeforeBytes, c.AfterBytes)
 		}
 		p("\n")
+		for _, n := range sc.Notes {
+			p("%s\n\n", n)
+		}
 	}
 }
