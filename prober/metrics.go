@@ -138,7 +138,7 @@ var catalogue = []metricsdoc.Family{
 	{Name: slo.MetricSLIEvents, Type: metricsdoc.Counter, Help: "One event per canary and budgeted segment, good if the segment ended within its budget, bad once its deadline passed without it.", Labels: lpso},
 	{Name: slo.MetricClockSkew, Type: metricsdoc.Counter, Help: "Segments measured negative beyond relay.skew_tolerance by stamps from clocks that disagree (a relay's, the database's); not observed, not judged. A published_at marked after consumption is stamp order, not skew. Created for the segments with a pipeline's stamp at one end, and insert_to_commit (the skew alerts select it; it never counts); not end_to_end, whose two ends are the prober's.", Labels: lps},
 	{Name: slo.MetricStampOrder, Type: metricsdoc.Counter, Help: "Segments measured negative because a stamp was taken after its event (published_at marked after the record was consumed): not clock skew; the segments next to it are judged by what can be proven. Created for the segments with a pipeline's stamp at one end.", Labels: lps},
-	{Name: slo.MetricCanariesUnjudged, Type: metricsdoc.Counter, Help: "Segments a canary entered that are not SLI events, by reason: prober_down, prober_lag (the prober's own downtime or backlog), unknown (its own dependency was down), invalid_stamp, missing_stamp, stamp_order, clock_skew, lost, brokers_unreachable (a relay's segment overlapped a time the prober could not reach the brokers). Created at zero for the reasons that can apply to the segment: end_to_end prober_down, prober_lag and lost; prober_down and prober_lag only on the segment that ends at consume, brokers_unreachable only on those that end at or before publish; none on insert_to_commit.", Labels: lpsr},
+	{Name: slo.MetricCanariesUnjudged, Type: metricsdoc.Counter, Help: "Segments a canary entered that are not SLI events, by reason: prober_down, prober_lag (the prober's own downtime or backlog), unknown (its own dependency was down), invalid_stamp, missing_stamp, stamp_order, clock_skew, lost, brokers_unreachable (a relay's segment overlapped a time the prober could not reach the brokers). Not created at zero: a series appears when it first counts (no rule or dashboard takes its rate). The reasons that can apply: on end_to_end prober_down, prober_lag and lost; prober_down and prober_lag only on the segment that ends at consume, brokers_unreachable only on those that end at or before publish; none on insert_to_commit.", Labels: lpsr},
 	{Name: slo.MetricStampsInvalid, Type: metricsdoc.Counter, Help: "Stamps more than relay.max_clock_skew before the commit (before_commit) or after the consumption (after_consume), or headers that hold no time (unparseable, created for header stamps only): not observed, their segments not judged.", Labels: []string{slo.LabelPipeline, labelStamp, slo.LabelReason}},
 	{Name: slo.MetricSegmentBudget, Type: metricsdoc.Gauge, Help: "The configured latency budget of each budgeted segment.", Labels: lps},
 	{Name: slo.MetricStampsMissing, Type: metricsdoc.Counter, Help: "Canaries that arrived without a configured stamp (a relay header, the publish time); the segments next to it are not judged.", Labels: []string{slo.LabelPipeline, labelStamp}},
@@ -264,7 +264,9 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 // ratios have a starting point and absent() means "not running", not
 // "nothing happened yet": every series that can count, and no other (a
 // series that can never count is a cost in every Prometheus that
-// scrapes it; TestSeriesPerPipeline).
+// scrapes it; TestSeriesPerPipeline). The unjudged counters are the
+// exception: no rule or dashboard takes their rate, so they appear when
+// they first count, and cost nothing until then.
 func (m *Metrics) initPipeline(p *config.Pipeline) {
 	n := p.Name
 	for _, c := range []*compactvec.CounterVec{m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived,
@@ -311,9 +313,6 @@ func (m *Metrics) initPipeline(p *config.Pipeline) {
 		m.SegmentBudget.WithLabelValues(n, s).Set(b.Seconds())
 		m.SLIEvents.WithLabelValues(n, s, slo.OutcomeGood)
 		m.SLIEvents.WithLabelValues(n, s, slo.OutcomeBad)
-		for _, r := range plan.UnjudgedReasons(s) {
-			m.CanariesUnjudged.WithLabelValues(n, s, r)
-		}
 	}
 	// insert_to_commit is never measured negative, but the generated skew
 	// alerts select it with its owner's other segments: no rule reads a

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/prober/judge"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -240,6 +241,7 @@ func touchLazySeries(m *Metrics, pipeline string) {
 	m.DBClockOffsetError.WithLabelValues(pipeline)
 	m.DependencyUp.WithLabelValues(pipeline, DependencyDatabase)
 	m.DependencyErrors.WithLabelValues(pipeline, DependencyDatabase)
+	m.CanariesUnjudged.WithLabelValues(pipeline, config.SegmentEndToEnd, judge.ReasonLost)
 }
 
 func labelValue(m *dto.Metric, name string) string {
