@@ -47,7 +47,7 @@ func segmentLatency(m *slo.Model) (dashboard.Dashboard, error) {
 		{title: "Segment $" + varSegment, repeat: varSegment, cells: []cell{
 			{latency, 10, 8},
 			{heatmapPanel("Latency distribution",
-				"Canary arrivals per latency bucket. The buckets are fractions and multiples of the pipeline's budgets.",
+				"Canary arrivals per latency bucket. The buckets are 0.1x to 10x of the segment's budget (of end_to_end's for a segment without one).",
 				"s",
 				query(q.sumBy("increase("+bucket+"[$__rate_interval])", "le"), "{{le}}").
 					Format(prometheus.PromQueryFormatHeatmap)), 8, 8},

@@ -30,6 +30,8 @@ type benchDoc struct {
 	Scenarios []*benchResult `json:"scenarios"`
 	// Compare is the last TestBenchCompare: two runs side by side.
 	Compare *benchCompare `json:"compare,omitempty"`
+	// Series is issue 27's count of the series per pipeline (benchseries_test.go).
+	Series *seriesCount `json:"series,omitempty"`
 }
 
 func readBenchDoc(path string) (*benchDoc, error) {
@@ -200,10 +202,16 @@ func renderBench(d *benchDoc) []byte {
 	if consume := d.scenario(benchConsume); consume != nil && consume.Consume != nil {
 		renderConsumeTargets(p, consume)
 	}
+	if d.Series != nil {
+		renderSeriesTarget(p, d.Series)
+	}
 	p("\n")
 
 	if d.Compare != nil {
 		renderCompare(p, d.Compare)
+	}
+	if d.Series != nil {
+		renderSeries(p, d.Series)
 	}
 	for _, r := range d.Scenarios {
 		renderBenchScenario(p, r)

@@ -68,9 +68,9 @@ func describe(p *config.Pipeline, rep Report) string {
 func histogram(t *testing.T, m *Metrics, pipeline, segment string) *dto.Histogram {
 	t.Helper()
 	var out dto.Metric
-	h, err := m.SegmentLatency[pipeline].GetMetricWithLabelValues(segment)
-	if err != nil {
-		t.Fatal(err)
+	h, ok := m.SegmentLatency[pipeline][segment]
+	if !ok {
+		t.Fatalf("no latency histogram for %s/%s", pipeline, segment)
 	}
 	if err := h.Write(&out); err != nil {
 		t.Fatal(err)

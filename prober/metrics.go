@@ -80,9 +80,9 @@ type Metrics struct {
 	LastSuccess          *compactvec.GaugeVec // unix seconds of the last canary good end to end
 
 	// Per segment, labels pipeline, segment (and outcome). SegmentLatency is
-	// keyed by pipeline because each pipeline has classic buckets derived
-	// from its own budgets; use ObserveLatency.
-	SegmentLatency map[string]*compactvec.HistogramVec
+	// keyed by pipeline, then segment, because each segment has classic
+	// buckets derived from its own budget; use ObserveLatency.
+	SegmentLatency map[string]map[string]*compactvec.Histogram
 	SLIEvents      *compactvec.CounterVec
 	ClockSkew      *compactvec.CounterVec
 	SegmentBudget  *compactvec.GaugeVec
@@ -134,12 +134,12 @@ var catalogue = []metricsdoc.Family{
 	{Name: slo.MetricLastReceivedTimestamp, Type: metricsdoc.Gauge, Help: "Unix time of the last first arrival of a canary; 0 until the first.", Labels: lp},
 	{Name: slo.MetricLastSuccessTimestamp, Type: metricsdoc.Gauge, Help: "Unix time of the last canary good end to end; 0 until the first.", Labels: lp},
 
-	{Name: slo.MetricSegmentLatency, Type: metricsdoc.Histogram, Help: "Latency of each segment of each arrived canary (late ones included); negative segments are not observed but counted as suspected clock skew. Classic buckets are fractions and multiples of the pipeline's budgets; native buckets too.", Labels: lps},
+	{Name: slo.MetricSegmentLatency, Type: metricsdoc.Histogram, Help: "Latency of each segment of each arrived canary (late ones included); negative segments are not observed but counted as suspected clock skew. Classic buckets are 0.1x to 10x of the segment's own budget (of end_to_end's for a segment without one), the budget among them; native buckets too.", Labels: lps},
 	{Name: slo.MetricSLIEvents, Type: metricsdoc.Counter, Help: "One event per canary and budgeted segment, good if the segment ended within its budget, bad once its deadline passed without it.", Labels: lpso},
-	{Name: slo.MetricClockSkew, Type: metricsdoc.Counter, Help: "Segments measured negative beyond relay.skew_tolerance by stamps from clocks that disagree (a relay's, the database's); not observed, not judged. A published_at marked after consumption is stamp order, not skew.", Labels: lps},
-	{Name: slo.MetricStampOrder, Type: metricsdoc.Counter, Help: "Segments measured negative because a stamp was taken after its event (published_at marked after the record was consumed): not clock skew; the segments next to it are judged by what can be proven.", Labels: lps},
-	{Name: slo.MetricCanariesUnjudged, Type: metricsdoc.Counter, Help: "Segments a canary entered that are not SLI events, by reason: prober_down, prober_lag (the prober's own downtime or backlog), unknown (its own dependency was down), invalid_stamp, missing_stamp, stamp_order, clock_skew, lost, brokers_unreachable (a relay's segment overlapped a time the prober could not reach the brokers).", Labels: lpsr},
-	{Name: slo.MetricStampsInvalid, Type: metricsdoc.Counter, Help: "Stamps more than relay.max_clock_skew before the commit (before_commit) or after the consumption (after_consume), or headers that hold no time (unparseable): not observed, their segments not judged.", Labels: []string{slo.LabelPipeline, labelStamp, slo.LabelReason}},
+	{Name: slo.MetricClockSkew, Type: metricsdoc.Counter, Help: "Segments measured negative beyond relay.skew_tolerance by stamps from clocks that disagree (a relay's, the database's); not observed, not judged. A published_at marked after consumption is stamp order, not skew. Created for the segments with a pipeline's stamp at one end, and insert_to_commit (the skew alerts select it; it never counts); not end_to_end, whose two ends are the prober's.", Labels: lps},
+	{Name: slo.MetricStampOrder, Type: metricsdoc.Counter, Help: "Segments measured negative because a stamp was taken after its event (published_at marked after the record was consumed): not clock skew; the segments next to it are judged by what can be proven. Created for the segments with a pipeline's stamp at one end.", Labels: lps},
+	{Name: slo.MetricCanariesUnjudged, Type: metricsdoc.Counter, Help: "Segments a canary entered that are not SLI events, by reason: prober_down, prober_lag (the prober's own downtime or backlog), unknown (its own dependency was down), invalid_stamp, missing_stamp, stamp_order, clock_skew, lost, brokers_unreachable (a relay's segment overlapped a time the prober could not reach the brokers). Not created at zero: a series appears when it first counts (no rule or dashboard takes its rate). The reasons that can apply: on end_to_end prober_down, prober_lag and lost; prober_down and prober_lag only on the segment that ends at consume, brokers_unreachable only on those that end at or before publish; none on insert_to_commit.", Labels: lpsr},
+	{Name: slo.MetricStampsInvalid, Type: metricsdoc.Counter, Help: "Stamps more than relay.max_clock_skew before the commit (before_commit) or after the consumption (after_consume), or headers that hold no time (unparseable, created for header stamps only): not observed, their segments not judged.", Labels: []string{slo.LabelPipeline, labelStamp, slo.LabelReason}},
 	{Name: slo.MetricSegmentBudget, Type: metricsdoc.Gauge, Help: "The configured latency budget of each budgeted segment.", Labels: lps},
 	{Name: slo.MetricStampsMissing, Type: metricsdoc.Counter, Help: "Canaries that arrived without a configured stamp (a relay header, the publish time); the segments next to it are not judged.", Labels: []string{slo.LabelPipeline, labelStamp}},
 
@@ -189,7 +189,7 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 		LastSent:             gaugeVec(slo.MetricLastSentTimestamp),
 		LastReceived:         gaugeVec(slo.MetricLastReceivedTimestamp),
 		LastSuccess:          gaugeVec(slo.MetricLastSuccessTimestamp),
-		SegmentLatency:       make(map[string]*compactvec.HistogramVec, len(pipelines)),
+		SegmentLatency:       make(map[string]map[string]*compactvec.Histogram, len(pipelines)),
 		SLIEvents:            counterVec(slo.MetricSLIEvents),
 		ClockSkew:            counterVec(slo.MetricClockSkew),
 		SegmentBudget:        gaugeVec(slo.MetricSegmentBudget),
@@ -221,24 +221,31 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 		if _, dup := m.SegmentLatency[p.Name]; dup {
 			return nil, fmt.Errorf("metrics: pipeline %q listed twice", p.Name)
 		}
-		// One histogram vector per pipeline, the pipeline as a constant
-		// label: the registry accepts several collectors of one family
+		// One histogram vector per pipeline and segment, both as constant
+		// labels: the registry accepts several collectors of one family
 		// that differ in constant label values, and that is what lets
-		// each pipeline have buckets around its own budgets.
-		h, err := compactvec.NewHistogramVec(compactvec.HistogramOpts{
-			Name:                   latency.Name,
-			Help:                   latency.Help,
-			ConstLabels:            prometheus.Labels{slo.LabelPipeline: p.Name},
-			Buckets:                LatencyBuckets(p),
-			NativeBucketFactor:     nativeBucketFactor,
-			NativeMaxBuckets:       nativeMaxBuckets,
-			NativeMinResetDuration: nativeMinResetSeconds,
-		}, []string{slo.LabelSegment})
-		if err != nil {
-			return nil, fmt.Errorf("metrics: pipeline %q: latency histogram: %w", p.Name, err)
+		// each segment have buckets around its own budget (a pipeline's
+		// budgets merged cost every segment the bounds of all of them).
+		// Sorted by segment, as one vector would expose them.
+		segments := append(p.Segments(), config.SegmentInsertToCommit)
+		slices.Sort(segments)
+		m.SegmentLatency[p.Name] = make(map[string]*compactvec.Histogram, len(segments))
+		for _, s := range segments {
+			h, err := compactvec.NewHistogramVec(compactvec.HistogramOpts{
+				Name:                   latency.Name,
+				Help:                   latency.Help,
+				ConstLabels:            prometheus.Labels{slo.LabelPipeline: p.Name, slo.LabelSegment: s},
+				Buckets:                LatencyBuckets(p, s),
+				NativeBucketFactor:     nativeBucketFactor,
+				NativeMaxBuckets:       nativeMaxBuckets,
+				NativeMinResetDuration: nativeMinResetSeconds,
+			}, nil)
+			if err != nil {
+				return nil, fmt.Errorf("metrics: pipeline %q: segment %s: latency histogram: %w", p.Name, s, err)
+			}
+			m.SegmentLatency[p.Name][s] = h.WithLabelValues()
+			collectors = append(collectors, h)
 		}
-		m.SegmentLatency[p.Name] = h
-		collectors = append(collectors, h)
 	}
 
 	for _, c := range collectors {
@@ -255,7 +262,11 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 
 // initPipeline creates a pipeline's series at zero, so that rates and
 // ratios have a starting point and absent() means "not running", not
-// "nothing happened yet".
+// "nothing happened yet": every series that can count, and no other (a
+// series that can never count is a cost in every Prometheus that
+// scrapes it; TestSeriesPerPipeline). The unjudged counters are the
+// exception: no rule or dashboard takes their rate, so they appear when
+// they first count, and cost nothing until then.
 func (m *Metrics) initPipeline(p *config.Pipeline) {
 	n := p.Name
 	for _, c := range []*compactvec.CounterVec{m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived,
@@ -268,10 +279,17 @@ func (m *Metrics) initPipeline(p *config.Pipeline) {
 	for _, r := range SkipReasons() {
 		m.MessagesSkipped.WithLabelValues(n, r)
 	}
+	// Only what can count is created: the judge's plan says which
+	// segments can be measured negative and which reasons can leave a
+	// segment unjudged (end to end and insert_to_commit have the
+	// prober's clock at both ends; the prober's trouble excuses only the
+	// wait in the topic, the brokers' outage only the relay).
+	plan := planOf(p)
 	for _, s := range p.Segments() {
-		m.SegmentLatency[n].WithLabelValues(s)
-		m.ClockSkew.WithLabelValues(n, s)
-		m.StampOrder.WithLabelValues(n, s)
+		if plan.Skewable(s) {
+			m.ClockSkew.WithLabelValues(n, s)
+			m.StampOrder.WithLabelValues(n, s)
+		}
 	}
 	for _, r := range StateResetReasons() {
 		m.StateResets.WithLabelValues(n, r)
@@ -281,8 +299,12 @@ func (m *Metrics) initPipeline(p *config.Pipeline) {
 	for _, s := range p.StampOrder() {
 		if s != config.StampCommit && s != config.StampConsume {
 			m.StampsMissing.WithLabelValues(n, s)
-			for _, r := range []string{judge.InvalidBeforeCommit, judge.InvalidAfterConsume, judge.InvalidUnparseable} {
-				m.StampsInvalid.WithLabelValues(n, s, r)
+			m.StampsInvalid.WithLabelValues(n, s, judge.InvalidBeforeCommit)
+			m.StampsInvalid.WithLabelValues(n, s, judge.InvalidAfterConsume)
+			// Only a header can hold something that is no time: not a
+			// published_at column nor a record timestamp (Consumer.stamps).
+			if s != config.StampPublish || p.Relay.PublishedStamp == config.PublishedFromHeader {
+				m.StampsInvalid.WithLabelValues(n, s, judge.InvalidUnparseable)
 			}
 		}
 	}
@@ -291,50 +313,47 @@ func (m *Metrics) initPipeline(p *config.Pipeline) {
 		m.SegmentBudget.WithLabelValues(n, s).Set(b.Seconds())
 		m.SLIEvents.WithLabelValues(n, s, slo.OutcomeGood)
 		m.SLIEvents.WithLabelValues(n, s, slo.OutcomeBad)
-		for _, r := range judge.Reasons() {
-			m.CanariesUnjudged.WithLabelValues(n, s, r)
-		}
 	}
-	// insert_to_commit is observed at Sent even without a budget.
-	m.SegmentLatency[n].WithLabelValues(config.SegmentInsertToCommit)
+	// insert_to_commit is never measured negative, but the generated skew
+	// alerts select it with its owner's other segments: no rule reads a
+	// selector that matches nothing.
 	m.ClockSkew.WithLabelValues(n, config.SegmentInsertToCommit)
 }
 
-// ObserveLatency records a segment's duration in the pipeline's histogram.
-// Unknown pipelines are ignored: the tracker only exists for configured ones.
+// ObserveLatency records a segment's duration in its histogram. Unknown
+// pipelines and segments are ignored: the tracker only observes the
+// configured ones.
 func (m *Metrics) ObserveLatency(pipeline, segment string, d time.Duration) {
-	if h, ok := m.SegmentLatency[pipeline]; ok {
-		h.WithLabelValues(segment).Observe(d.Seconds())
+	if h, ok := m.SegmentLatency[pipeline][segment]; ok {
+		h.Observe(d.Seconds())
 	}
 }
 
-// latencyMultipliers are the fractions and multiples of each budget that
+// latencyMultipliers are the fractions and multiples of a budget that
 // become classic bucket bounds, as num/den so the bounds are computed in
 // integer nanoseconds (3s * 0.1 would print as 0.30000000000000004).
 var latencyMultipliers = [][2]int64{
 	{1, 10}, {1, 4}, {1, 2}, {3, 4}, {1, 1}, {3, 2}, {2, 1}, {5, 1}, {10, 1},
 }
 
-// LatencyBuckets returns the classic histogram bounds of a pipeline: 0.1x to
-// 10x of every budget, merged, sorted and deduplicated. Every budget is
-// itself a bound, so the fraction of canaries within budget can be read
-// from the histogram exactly.
-func LatencyBuckets(p *config.Pipeline) []float64 {
-	var ns []int64
-	for _, s := range p.BudgetedSegments() {
-		b, _ := p.Budget(s)
-		for _, f := range latencyMultipliers {
-			ns = append(ns, int64(b)*f[0]/f[1])
-		}
+// LatencyBuckets returns the classic histogram bounds of a segment of a
+// pipeline: 0.1x to 10x of the segment's budget, which is itself a bound,
+// so the fraction of canaries within budget can be read from the
+// histogram exactly. A segment without a budget (insert_to_commit by
+// default, or a relay stamp's segment) gets the bounds of end_to_end, the
+// longest any part of the pipeline is meant to take; a pipeline without
+// one, client_golang's default buckets.
+func LatencyBuckets(p *config.Pipeline, segment string) []float64 {
+	b, ok := p.Budget(segment)
+	if !ok {
+		b, ok = p.Budget(config.SegmentEndToEnd)
 	}
-	if len(ns) == 0 {
+	if !ok || b <= 0 {
 		return prometheus.DefBuckets
 	}
-	slices.Sort(ns)
-	ns = slices.Compact(ns)
-	out := make([]float64, 0, len(ns))
-	for _, v := range ns {
-		if v > 0 {
+	out := make([]float64, 0, len(latencyMultipliers))
+	for _, f := range latencyMultipliers {
+		if v := int64(b) * f[0] / f[1]; v > 0 && (len(out) == 0 || time.Duration(v).Seconds() > out[len(out)-1]) {
 			out = append(out, time.Duration(v).Seconds())
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/prober/judge"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -141,21 +142,93 @@ func TestMetricsTwoPipelinesHaveTheirOwnBuckets(t *testing.T) {
 	}
 }
 
-func TestLatencyBuckets(t *testing.T) {
+func TestLatencyBucketsAreAroundTheSegmentsOwnBudget(t *testing.T) {
 	p := testPipeline()
-	got := LatencyBuckets(&p)
-	if !slices.IsSorted(got) || len(slices.Compact(slices.Clone(got))) != len(got) {
-		t.Fatalf("buckets not sorted and unique: %v", got)
-	}
-	for _, s := range p.BudgetedSegments() {
-		b, _ := p.Budget(s)
-		if !slices.Contains(got, b.Seconds()) {
-			t.Errorf("budget of %s (%v) is not a bucket bound: %v", s, b, got)
+	p.Relay.Stamps = append(p.Relay.Stamps, config.Stamp{Name: "sent", Header: "x-sent"})
+	delete(p.Budgets, config.SegmentInsertToCommit) // unbudgeted: end_to_end's bounds
+	for _, tc := range []struct {
+		segment string
+		want    []float64
+	}{
+		{config.SegmentEndToEnd, []float64{0.2, 0.5, 1, 1.5, 2, 3, 4, 10, 20}},
+		{"commit_to_read", []float64{0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 5, 10}},
+		{"read_to_sent", []float64{0.2, 0.5, 1, 1.5, 2, 3, 4, 10, 20}},
+		{config.SegmentInsertToCommit, []float64{0.2, 0.5, 1, 1.5, 2, 3, 4, 10, 20}},
+	} {
+		got := LatencyBuckets(&p, tc.segment)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: buckets = %v, want %v", tc.segment, got, tc.want)
 		}
 	}
-	for _, v := range got {
-		if s := fmt.Sprint(v); len(s) > 8 {
-			t.Errorf("bound %s has float noise", s)
+	for _, s := range p.BudgetedSegments() {
+		got := LatencyBuckets(&p, s)
+		b, _ := p.Budget(s)
+		if !slices.IsSorted(got) || len(slices.Compact(slices.Clone(got))) != len(got) {
+			t.Errorf("%s: buckets not sorted and unique: %v", s, got)
+		}
+		if !slices.Contains(got, b.Seconds()) {
+			t.Errorf("%s: its budget (%v) is not a bucket bound: %v", s, b, got)
+		}
+		for _, v := range got {
+			if s := fmt.Sprint(v); len(s) > 8 {
+				t.Errorf("bound %s has float noise", s)
+			}
+		}
+	}
+	if got := LatencyBuckets(&config.Pipeline{}, config.SegmentEndToEnd); !slices.Equal(got, prometheus.DefBuckets) {
+		t.Errorf("a pipeline without budgets: buckets = %v, want client_golang's default", got)
+	}
+}
+
+// Every exposed latency histogram carries its own segment's budget as a
+// bound, and no bound of another budget: what the within-budget fraction
+// and the quantiles read is exact, and a segment does not pay for its
+// neighbours' budgets in series.
+func TestEverySegmentsHistogramHasItsOwnBudgetAsABound(t *testing.T) {
+	a := testPipeline()
+	b := testPipeline()
+	b.Name = "payments"
+	b.Relay.Stamps = nil
+	b.Budgets = config.Budgets{config.SegmentEndToEnd: config.Duration(3 * time.Second), "commit_to_publish": config.Duration(1200 * time.Millisecond)}
+	pipelines := []config.Pipeline{a, b}
+	reg := prometheus.NewPedanticRegistry()
+	if _, err := NewMetrics(reg, pipelines); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != slo.MetricSegmentLatency {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			pipeline, segment := labelValue(mm, slo.LabelPipeline), labelValue(mm, slo.LabelSegment)
+			seen[pipeline+"/"+segment] = true
+			p := &pipelines[slices.IndexFunc(pipelines, func(p config.Pipeline) bool { return p.Name == pipeline })]
+			budget, ok := p.Budget(segment)
+			if !ok {
+				budget, _ = p.Budget(config.SegmentEndToEnd)
+			}
+			var bounds []float64
+			for _, bk := range mm.GetHistogram().GetBucket() {
+				bounds = append(bounds, bk.GetUpperBound())
+			}
+			if !slices.Contains(bounds, budget.Seconds()) {
+				t.Errorf("%s/%s: budget %v is not a bound of %v", pipeline, segment, budget, bounds)
+			}
+			if want := LatencyBuckets(p, segment); !slices.Equal(bounds, want) {
+				t.Errorf("%s/%s: bounds %v, want %v", pipeline, segment, bounds, want)
+			}
+		}
+	}
+	for _, p := range pipelines {
+		for _, s := range append(p.Segments(), config.SegmentInsertToCommit) {
+			if !seen[p.Name+"/"+s] {
+				t.Errorf("%s/%s: no latency histogram exposed", p.Name, s)
+			}
 		}
 	}
 }
@@ -168,6 +241,7 @@ func touchLazySeries(m *Metrics, pipeline string) {
 	m.DBClockOffsetError.WithLabelValues(pipeline)
 	m.DependencyUp.WithLabelValues(pipeline, DependencyDatabase)
 	m.DependencyErrors.WithLabelValues(pipeline, DependencyDatabase)
+	m.CanariesUnjudged.WithLabelValues(pipeline, config.SegmentEndToEnd, judge.ReasonLost)
 }
 
 func labelValue(m *dto.Metric, name string) string {

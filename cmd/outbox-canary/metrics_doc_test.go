@@ -45,6 +45,7 @@ func TestMetricsDoc(t *testing.T) {
 	pm.DBClockOffsetError.WithLabelValues("orders")
 	pm.DependencyUp.WithLabelValues("orders", prober.DependencyDatabase)
 	pm.DependencyErrors.WithLabelValues("orders", prober.DependencyDatabase)
+	pm.CanariesUnjudged.WithLabelValues("orders", config.SegmentEndToEnd, "lost")
 	for _, g := range []*compactvec.GaugeVec{wm.BacklogRows, wm.OldestUnpublishedAge, wm.OldestTransactionAge, wm.LongTransactions,
 		wm.BinlogWritten, wm.BinlogRetainedBytes, wm.BinlogRetainedFiles, wm.BinlogExpiry} {
 		g.WithLabelValues("orders")

@@ -1011,6 +1011,19 @@ func runModel(seed uint64, mutate func(*Config)) (fails []string, ambiguous, unj
 				unjudged++
 			}
 		}
+		// The prober creates at zero only the counters these say can
+		// count: a verdict or effect outside them would appear from
+		// nowhere. (A mutation may leave them on purpose.)
+		if mutate != nil {
+			continue
+		}
+		plan := &w.cfg.Plan
+		if e.Kind == EffectVerdict && e.Outcome == Unjudged && !slices.Contains(plan.UnjudgedReasons(e.Segment), e.Reason) {
+			fails = append(fails, fmt.Sprintf("%v: reason %s is not among the segment's UnjudgedReasons %v", e, e.Reason, plan.UnjudgedReasons(e.Segment)))
+		}
+		if (e.Kind == EffectSkew || e.Kind == EffectStampOrder) && !plan.Skewable(e.Segment) {
+			fails = append(fails, fmt.Sprintf("%v: on a segment that is not Skewable", e))
+		}
 	}
 	return fails, ambiguous, unjudged, verdicts, w
 }

@@ -1,6 +1,9 @@
 package judge
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Stamp names the judge knows by role; the relay's extra stamps are named
 // by the configuration and sit between commit and publish.
@@ -89,3 +92,50 @@ func (p *Plan) index(stamp string) int {
 
 // segmentTo is the chain segment that ends at stamp index i (i >= 1).
 func (p *Plan) segmentTo(i int) Segment { return p.Chain[i-1] }
+
+// UnjudgedReasons lists the reasons a segment of the plan can be left
+// unjudged for, in the order of Reasons(); nil for a segment that is
+// always judged (insert_to_commit: its two ends are the prober's, at
+// Sent). The prober creates its unjudged counters at zero for these
+// alone, so it need not export series that can never count.
+//
+// End to end is always measured (both ends are the prober's clock): only
+// the prober's own trouble or a loss leaves it unjudged. A chain segment
+// has a stamp of the pipeline at one end at least, so its stamps may be
+// invalid, missing, late or skewed, and a lost canary may leave it unknown
+// or lost; the prober's trouble excuses only the segment that ends at
+// consume (the wait in the topic), the brokers' outage only one that ends
+// at or before publish (the relay's wait on them).
+func (p *Plan) UnjudgedReasons(segment string) []string {
+	if segment == p.EndToEnd.Name {
+		return []string{ReasonProberDown, ReasonProberLag, ReasonLost}
+	}
+	i := slices.IndexFunc(p.Chain, func(s Segment) bool { return s.Name == segment })
+	if i < 0 {
+		return nil
+	}
+	out := make([]string, 0, len(Reasons()))
+	for _, r := range Reasons() {
+		switch r {
+		case ReasonProberDown, ReasonProberLag:
+			if p.Chain[i].To != StampConsume {
+				continue
+			}
+		case ReasonBrokersUnreachable:
+			if p.index(p.Chain[i].To) > p.index(StampPublish) {
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Skewable reports whether a segment can be measured negative by clocks
+// that disagree or by a stamp taken after its event (EffectSkew,
+// EffectStampOrder): only chain segments, which have a stamp of the
+// pipeline at one end; end to end and insert_to_commit have the prober's
+// at both.
+func (p *Plan) Skewable(segment string) bool {
+	return slices.ContainsFunc(p.Chain, func(s Segment) bool { return s.Name == segment })
+}
