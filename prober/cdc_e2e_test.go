@@ -428,7 +428,12 @@ func startWatcher(t *testing.T, cfg *config.Config) *watch.Metrics {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := watch.Open(&cfg.Pipelines[0], conns.Pools, conns.Clusters, wm, testLogger(t, "watcher"))
+	db, err := conns.Watched(cfg.Pipelines[0].Database)
+	if err != nil {
+		conns.Close()
+		t.Fatal(err)
+	}
+	w, err := watch.Open(&cfg.Pipelines[0], db, conns.Clusters, wm, testLogger(t, "watcher"))
 	if err != nil {
 		conns.Close()
 		t.Fatal(err)

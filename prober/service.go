@@ -104,6 +104,27 @@ func (c *Connections) DB(db config.Database) (outboxdb.DB, error) {
 	return d, nil
 }
 
+// Watched returns the watchers' questions of db, of its family (the
+// watch.Databases of a process): one value per distinct database, on the
+// share of its pool the watchers may hold.
+func (c *Connections) Watched(db config.Database) (outboxdb.Watched, error) {
+	kind, err := db.Family()
+	if err != nil {
+		return nil, err
+	}
+	if kind == config.KindMySQL {
+		if c.MySQL == nil {
+			return nil, errors.New("database.dsn: a MySQL database, and these connections have no MySQL pools")
+		}
+		return c.MySQL.Watched(db)
+	}
+	w, err := c.Pools.Watched(db)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
 // OpenConnections builds the shared connections of pipelines: each
 // database's pool sized by the pipelines on it (postgres.PoolSize), each
 // cluster's transport caching the metadata of the canary topics and the

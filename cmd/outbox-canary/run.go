@@ -213,33 +213,21 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	// Pipelines on one database share its watchers' queries, whatever its
-	// family: a MySQL pipeline's (backlog, open transactions, binlog) go
-	// through the family seam, one sampler per database (Set.Add); its
-	// consumer lag is its own.
-	var watched, others []config.Pipeline
-	for _, p := range cfg.Pipelines {
-		if kind, _ := p.Database.Family(); kind == config.KindPostgres {
-			watched = append(watched, p)
-		} else {
-			others = append(others, p)
-		}
-	}
-	watchers, err := watch.OpenSet(watched, conns.Pools, conns.Clusters, wm, logger)
+	// Pipelines on one database share its watchers' questions, whatever
+	// its family (watch.OpenSet): one sampler per database; their consumer
+	// lag is their own.
+	watchers, err := watch.OpenSet(cfg.Pipelines, conns.Watched, conns.Clusters, wm, logger)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	for i := range others {
-		p := &others[i]
-		db, err := conns.DB(p.Database)
-		if err != nil {
-			return fmt.Errorf("run: pipeline %q: %w", p.Name, err)
+	// lint's privilege checks are the family's own.
+	var onPostgres, onMySQL []config.Pipeline
+	for _, p := range cfg.Pipelines {
+		if kind, _ := p.Database.Family(); kind == config.KindPostgres {
+			onPostgres = append(onPostgres, p)
+		} else {
+			onMySQL = append(onMySQL, p)
 		}
-		w, err := watch.OpenOn(p, db, conns.Clusters, wm, logger)
-		if err != nil {
-			return fmt.Errorf("run: pipeline %q: watchers: %w", p.Name, err)
-		}
-		watchers.Add(w)
 	}
 	// The status page judges a stall as the generated alert does, from the
 	// same SLO model.
@@ -299,13 +287,13 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 	}
 
 	var wg sync.WaitGroup
-	for i := range watched {
+	for i := range onPostgres {
 		wg.Add(1)
-		go func() { defer wg.Done(); reportPrivileges(ctx, &watched[i], conns.Pools, logger) }()
+		go func() { defer wg.Done(); reportPrivileges(ctx, &onPostgres[i], conns.Pools, logger) }()
 	}
-	for i := range others {
+	for i := range onMySQL {
 		wg.Add(1)
-		go func() { defer wg.Done(); reportMySQLPrivileges(ctx, &others[i], conns.MySQL, logger) }()
+		go func() { defer wg.Done(); reportMySQLPrivileges(ctx, &onMySQL[i], conns.MySQL, logger) }()
 	}
 	wg.Go(func() { watchers.Run(ctx) })
 	runErr := svc.Run(ctx)

@@ -313,13 +313,14 @@ func checkCommit(ctx context.Context, p *config.Pipeline, pr Probes, _ Options) 
 		return unreachable("database", pr.dbError(), nextDatabase)
 	}
 	threshold := time.Duration(p.Watch.LongTransactionThreshold)
-	tx, err := pr.Outbox.OpenTransactions(ctx, threshold)
+	tx, err := pr.Outbox.OpenTransactions(ctx, []time.Duration{threshold})
 	if err != nil {
 		return unreachable("database", pr.Outbox.Explain(err), nextDatabase)
 	}
+	over := tx.OverThreshold[0]
 	ev := []string{fmt.Sprintf("%d open transactions older than watch.long_transaction_threshold %s; oldest open transaction %s",
-		tx.OverThreshold, threshold, roundAge(tx.OldestAge))}
-	if tx.OverThreshold == 0 {
+		over, threshold, roundAge(tx.OldestAge))}
+	if over == 0 {
 		return StageResult{Healthy: true, Evidence: ev}
 	}
 	var state, app, user string

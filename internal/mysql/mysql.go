@@ -240,17 +240,25 @@ func (d *DB) Backlog(ctx context.Context, t outboxdb.Table) (outboxdb.Backlog, e
 // seconds, so an age is up to a second long. The server refreshes the
 // table only after 100 ms without a read of it: readers that together
 // read it more often see one frozen snapshot (docs/mysql.md).
-func (d *DB) OpenTransactions(ctx context.Context, threshold time.Duration) (outboxdb.Transactions, error) {
-	var t outboxdb.Transactions
+func (d *DB) OpenTransactions(ctx context.Context, thresholds []time.Duration) (outboxdb.Transactions, error) {
+	t := outboxdb.Transactions{OverThreshold: make([]int64, len(thresholds))}
 	var micros int64
+	over := make([]string, len(thresholds))
+	args := make([]any, len(thresholds))
+	dest := []any{&t.Open}
+	for i, threshold := range thresholds {
+		over[i] = "COALESCE(SUM(TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) > ?), 0),"
+		args[i] = threshold.Microseconds()
+		dest = append(dest, &t.OverThreshold[i])
+	}
+	dest = append(dest, &micros, &t.OldestSession)
 	err := d.db.QueryRowContext(ctx, `
-		SELECT COUNT(*),
-		       COALESCE(SUM(TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) > ?), 0),
+		SELECT COUNT(*), `+strings.Join(over, " ")+`
 		       COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6))), 0),
 		       COALESCE(SUBSTRING_INDEX(GROUP_CONCAT(x.trx_mysql_thread_id ORDER BY x.trx_started), ',', 1), 0)
 		FROM information_schema.innodb_trx x
 		JOIN information_schema.processlist p ON p.id = x.trx_mysql_thread_id
-		WHERE x.trx_mysql_thread_id <> CONNECTION_ID() AND p.db = DATABASE()`, threshold.Microseconds()).Scan(&t.Open, &t.OverThreshold, &micros, &t.OldestSession)
+		WHERE x.trx_mysql_thread_id <> CONNECTION_ID() AND p.db = DATABASE()`, args...).Scan(dest...)
 	if err != nil {
 		return outboxdb.Transactions{}, fmt.Errorf("open transactions: %w", err)
 	}
@@ -386,13 +394,42 @@ func QuoteTable(s string) string {
 	return strings.Join(parts, ".")
 }
 
+// UnpublishedIndex looks for an index whose first column is published_at
+// (MySQL has no partial index): it keeps the unpublished rows, whose NULL
+// sorts first, together at its start, so the backlog query and a polling
+// relay's claim read only the backlog's entries (lint's MySQLIndex).
+func (d *DB) UnpublishedIndex(ctx context.Context, t outboxdb.Table) (string, error) {
+	indexes, err := d.Indexes(ctx, t.Name)
+	if err != nil {
+		return "", err
+	}
+	for _, ix := range indexes {
+		if len(ix.Columns) > 0 && strings.EqualFold(ix.Columns[0], t.PublishedAt) {
+			return "", nil
+		}
+	}
+	second := t.ID
+	if t.CreatedAt != "" {
+		second = t.CreatedAt
+	}
+	return fmt.Sprintf("ALTER TABLE %s ADD INDEX %s (%s, %s), ALGORITHM=INPLACE, LOCK=NONE",
+		QuoteTable(t.Name), QuoteIdent("ix_"+t.PublishedAt), QuoteIdent(t.PublishedAt), QuoteIdent(second)), nil
+}
+
+// WatcherConcurrency bounds the questions a database's watchers ask at
+// once (Pools.Watched): its pool is shared with the canary inserts and,
+// unlike PostgreSQL's (postgres.PoolReservedConns), holds no connections
+// back for them.
+const WatcherConcurrency = 2
+
 // Pools holds one DB per distinct MySQL database of the pipelines, shared
 // by every pipeline whose database.dsn resolves to the same string, as
 // postgres.Pools does for PostgreSQL. The key is never logged.
 type Pools struct {
-	mu     sync.Mutex
-	byDSN  map[string]*DB
-	closed bool
+	mu      sync.Mutex
+	byDSN   map[string]*DB
+	watched map[*DB]outboxdb.Watched // each DB's, bounded to WatcherConcurrency
+	closed  bool
 }
 
 // NewPools opens a DB for each distinct MySQL database of dbs (the
@@ -415,7 +452,7 @@ func NewPools(dbs []config.Database, size func(users int) int) (*Pools, error) {
 		}
 		users[dsns[i]]++
 	}
-	ps := &Pools{byDSN: map[string]*DB{}}
+	ps := &Pools{byDSN: map[string]*DB{}, watched: map[*DB]outboxdb.Watched{}}
 	for i, db := range dbs {
 		dsn := dsns[i]
 		if dsn == "" {
@@ -430,8 +467,19 @@ func NewPools(dbs []config.Database, size func(users int) int) (*Pools, error) {
 			return nil, fmt.Errorf("database %d: %w", i, err)
 		}
 		ps.byDSN[dsn] = d
+		ps.watched[d] = outboxdb.Limit(d, WatcherConcurrency)
 	}
 	return ps, nil
+}
+
+// Watched returns the watchers' questions of db, the same value for every
+// pipeline on it, at most WatcherConcurrency at a time.
+func (ps *Pools) Watched(db config.Database) (outboxdb.Watched, error) {
+	d, err := ps.DB(db)
+	if err != nil {
+		return nil, err
+	}
+	return ps.watched[d], nil
 }
 
 // DB returns the shared DB of db; db must be a MySQL one NewPools was given.

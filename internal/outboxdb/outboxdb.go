@@ -18,6 +18,9 @@
 //     and positions expired by time;
 //   - where open transactions are listed (pg_stat_activity,
 //     information_schema.innodb_trx).
+//
+// The watchers ask only Watched, DB's read-only questions, through Limit
+// or a family's own bound on the connections they hold.
 package outboxdb
 
 import (
@@ -28,11 +31,7 @@ import (
 // DB is one outbox database, shared by every pipeline whose tables are on
 // it. Its methods are safe for concurrent use.
 type DB interface {
-	// Family is config.KindPostgres or config.KindMySQL.
-	Family() string
-	// Describe names the database for logs: host:port/database as user,
-	// never the password.
-	Describe() string
+	Watched
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 	// Clock reads the database's wall clock at the moment the statement
@@ -51,18 +50,39 @@ type DB interface {
 	// (unreachable, shutting down, a timeout), which would fail every
 	// table's statement.
 	TableFault(err error) bool
-	// Backlog measures a polling relay's queue on the table.
-	Backlog(ctx context.Context, t Table) (Backlog, error)
-	// OpenTransactions summarises the database's open transactions,
-	// whose rows stay invisible to the relay until they commit, counting
-	// those older than threshold.
-	OpenTransactions(ctx context.Context, threshold time.Duration) (Transactions, error)
-	// CaptureLog reads where the log that change data capture reads (the
-	// WAL, the binlog) is, and how much of it the server keeps.
-	CaptureLog(ctx context.Context) (CaptureLog, error)
+}
+
+// Watched is the part of DB the watchers (internal/watch) ask, one
+// question a statement: every family's watchers are one code path on it.
+// A process's watchers get their own value per database, one that holds
+// back the connections the canary inserts need (the families' Pools).
+type Watched interface {
+	// Family is config.KindPostgres or config.KindMySQL.
+	Family() string
+	// Describe names the database for logs: host:port/database as user,
+	// never the password.
+	Describe() string
 	// Explain rewords a connection error an operator fixes in
 	// database.dsn (see internal/explain); others come back unchanged.
 	Explain(err error) error
+	// Backlog measures a polling relay's queue on the table.
+	Backlog(ctx context.Context, t Table) (Backlog, error)
+	// UnpublishedIndex says how to create the index that holds just the
+	// table's unpublished rows, which the backlog query and a polling
+	// relay's claim read (PostgreSQL's partial index on published_at IS
+	// NULL, MySQL's index leading with published_at); "" when the table
+	// has one.
+	UnpublishedIndex(ctx context.Context, t Table) (fix string, err error)
+	// OpenTransactions summarises the database's open transactions,
+	// whose rows stay invisible to the relay until they commit, counting
+	// those older than each of thresholds in one statement, so pipelines
+	// on one database with different thresholds share one answer.
+	OpenTransactions(ctx context.Context, thresholds []time.Duration) (Transactions, error)
+	// CaptureLog reads where the log that change data capture reads (the
+	// WAL, the binlog) is, how much of it the server keeps, and the
+	// readers that hold it back where the server tracks them (replication
+	// slots), in one statement where the family can.
+	CaptureLog(ctx context.Context) (CaptureLog, error)
 }
 
 // Table is an outbox table and the columns the prober reads.
@@ -118,8 +138,10 @@ type Backlog struct {
 
 // Transactions are the database's open transactions but the reader's own.
 type Transactions struct {
-	Open          int64
-	OverThreshold int64 // older than the threshold asked for
+	Open int64
+	// OverThreshold[i] counts those older than the i-th threshold asked
+	// for.
+	OverThreshold []int64
 	OldestAge     time.Duration
 	// OldestSession is the oldest one's session: a PostgreSQL backend pid,
 	// a MySQL connection id; 0 for none.
@@ -152,7 +174,25 @@ type CaptureLog struct {
 	// Files are the log files the server keeps, oldest first, the last
 	// being the one written now (MySQL's binlog; none on PostgreSQL).
 	Files []LogFile
+	// Slots are the replication slots of the database, by name: the
+	// readers that hold PostgreSQL's WAL back (none on MySQL, whose
+	// readers' positions are their own: Kafka Connect's offsets).
+	Slots []Slot
 }
+
+// Slot is one logical replication slot of a PostgreSQL database.
+type Slot struct {
+	Name           string
+	Active         bool
+	WALStatus      string // reserved, extended, unreserved, lost; "" before PG 13
+	SafeWALSize    *int64 // nil when max_slot_wal_keep_size = -1 (unbounded)
+	RetainedWAL    int64  // current LSN - restart_lsn
+	UnconfirmedWAL int64  // current LSN - confirmed_flush_lsn
+}
+
+// WALStatuses are the values of pg_replication_slots.wal_status; each is a
+// series of the wal_status gauge so a change is a visible flip, not a gap.
+func WALStatuses() []string { return []string{"reserved", "extended", "unreserved", "lost"} }
 
 // LogFile is one file of the capture log and its size in bytes.
 type LogFile struct {

@@ -12,14 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 )
 
-// OutboxDB is a PostgreSQL database as an outboxdb.DB, on a shared pool.
+// OutboxDB is a PostgreSQL database as an outboxdb.DB, on a shared pool;
+// its watchers' questions are Probes' on the pool.
 type OutboxDB struct {
-	pool  *pgxpool.Pool
-	label string
+	*Probes
+	pool *pgxpool.Pool
 
 	mu sync.Mutex
 	// published caches ReadPublished's statement per list of tables: the
@@ -32,17 +32,10 @@ var _ outboxdb.DB = (*OutboxDB)(nil)
 
 // NewOutboxDB wraps pool.
 func NewOutboxDB(pool *pgxpool.Pool) *OutboxDB {
-	return &OutboxDB{pool: pool, label: Describe(pool.Config()), published: map[string]string{}}
+	return &OutboxDB{Probes: NewProbes(pool, Describe(pool.Config())), pool: pool, published: map[string]string{}}
 }
 
-// Pool is the pool underneath, for the watchers that still read it
-// directly.
-func (d *OutboxDB) Pool() *pgxpool.Pool { return d.pool }
-
-func (d *OutboxDB) Family() string                 { return config.KindPostgres }
-func (d *OutboxDB) Describe() string               { return d.label }
 func (d *OutboxDB) Ping(ctx context.Context) error { return d.pool.Ping(ctx) }
-func (d *OutboxDB) Explain(err error) error        { return Explain(err) }
 
 // Clock reads clock_timestamp(), the wall clock when the statement reads
 // it (now() would be its transaction's start).
@@ -199,38 +192,4 @@ func (d *OutboxDB) TableFault(err error) bool {
 	}
 	class := pgErr.Code[:min(2, len(pgErr.Code))]
 	return class == "42" || class == "22"
-}
-
-// Backlog is QueryBacklog on a table.
-func (d *OutboxDB) Backlog(ctx context.Context, t outboxdb.Table) (outboxdb.Backlog, error) {
-	var p config.Pipeline
-	p.Outbox.Table = t.Name
-	p.Outbox.Columns.CreatedAt, p.Outbox.Columns.PublishedAt = t.CreatedAt, t.PublishedAt
-	b, err := QueryBacklog(ctx, d.pool, &p)
-	return outboxdb.Backlog(b), err
-}
-
-// OpenTransactions is QueryOpenTransactions counting every open one and
-// those over threshold.
-func (d *OutboxDB) OpenTransactions(ctx context.Context, threshold time.Duration) (outboxdb.Transactions, error) {
-	o, err := QueryOpenTransactions(ctx, d.pool, []time.Duration{0, threshold})
-	if err != nil {
-		return outboxdb.Transactions{}, err
-	}
-	return outboxdb.Transactions{Open: o.OverLimit[0], OverThreshold: o.OverLimit[1], OldestAge: o.OldestAge,
-		OldestSession: int64(o.OldestPID)}, nil
-}
-
-// CaptureLog reads the WAL position and what the replication slots hold
-// back; it fails on a standby (pg_current_wal_lsn()).
-func (d *OutboxDB) CaptureLog(ctx context.Context) (outboxdb.CaptureLog, error) {
-	var c outboxdb.CaptureLog
-	err := d.pool.QueryRow(ctx, `
-		SELECT pg_current_wal_lsn()::text, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::int8,
-		       COALESCE((SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)) FROM pg_replication_slots), 0)::int8,
-		       current_setting('wal_level') = 'logical'`).Scan(&c.Position, &c.Written, &c.RetainedBytes, &c.Enabled)
-	if err != nil {
-		return outboxdb.CaptureLog{}, fmt.Errorf("wal position: %w", err)
-	}
-	return c, nil
 }

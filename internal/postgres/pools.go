@@ -67,6 +67,11 @@ type sharedPool struct {
 	label string
 	users int
 	limit chan struct{} // the watchers' share of the pool's connections
+	// db is the pool as the prober's outbox database, watched the
+	// watchers' questions on their share: one each per database, so they
+	// key what is shared per database.
+	db      *OutboxDB
+	watched *Probes
 }
 
 // PoolsOptions tunes every pool of a Pools.
@@ -121,8 +126,11 @@ func NewPools(ctx context.Context, dbs []config.Database, o PoolsOptions) (*Pool
 			ps.Close()
 			return nil, fmt.Errorf("database %d: %w", i, err)
 		}
-		ps.byDSN[dsn] = &sharedPool{pool: pool, label: Describe(pool.Config()), users: users[dsn],
+		sp := &sharedPool{pool: pool, label: Describe(pool.Config()), users: users[dsn],
 			limit: make(chan struct{}, max(1, int(size)-PoolReservedConns))}
+		sp.db = NewOutboxDB(pool)
+		sp.watched = NewProbes(Limit(pool, sp.limit), sp.label)
+		ps.byDSN[dsn] = sp
 	}
 	return ps, nil
 }
@@ -146,6 +154,26 @@ func (ps *Pools) Limited(db config.Database) (Querier, error) {
 		return nil, err
 	}
 	return Limit(sp.pool, sp.limit), nil
+}
+
+// DB returns db's shared pool as an outbox database, the same value for
+// every pipeline on it.
+func (ps *Pools) DB(db config.Database) (*OutboxDB, error) {
+	sp, err := ps.lookup(db)
+	if err != nil {
+		return nil, err
+	}
+	return sp.db, nil
+}
+
+// Watched returns the watchers' questions of db (the same value for every
+// pipeline on it), asked on their share of the pool (Limited).
+func (ps *Pools) Watched(db config.Database) (*Probes, error) {
+	sp, err := ps.lookup(db)
+	if err != nil {
+		return nil, err
+	}
+	return sp.watched, nil
 }
 
 func (ps *Pools) lookup(db config.Database) (*sharedPool, error) {

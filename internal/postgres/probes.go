@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 )
 
 // Querier is what the database watchers need of a pgx pool or connection.
@@ -154,14 +155,7 @@ func QueryOpenTransactions(ctx context.Context, q Querier, thresholds []time.Dur
 }
 
 // Slot is one logical replication slot of the pipeline's database.
-type Slot struct {
-	Name           string
-	Active         bool
-	WALStatus      string // reserved, extended, unreserved, lost; "" before PG 13
-	SafeWALSize    *int64 // nil when max_slot_wal_keep_size = -1 (unbounded)
-	RetainedWAL    int64  // current LSN - restart_lsn
-	UnconfirmedWAL int64  // current LSN - confirmed_flush_lsn
-}
+type Slot = outboxdb.Slot
 
 // QuerySlots reads pg_replication_slots for the current database: only the
 // slot named slot when it is not "" (watch.slot), else every slot of the
@@ -190,10 +184,99 @@ func QuerySlots(ctx context.Context, q Querier, slot string) ([]Slot, error) {
 	return slots, nil
 }
 
-// WALStatuses are the values of pg_replication_slots.wal_status; each is a
-// series of the wal_status gauge so a change is a visible flip, not a gap.
-func WALStatuses() []string { return []string{"reserved", "extended", "unreserved", "lost"} }
+// WALStatuses are the values of pg_replication_slots.wal_status
+// (outboxdb.WALStatuses).
+func WALStatuses() []string { return outboxdb.WALStatuses() }
 
 func secondsToDuration(s float64) time.Duration {
 	return time.Duration(s * float64(time.Second))
+}
+
+// Probes are a PostgreSQL database's answers to its watchers
+// (outboxdb.Watched) on any Querier: OutboxDB's on its pool, and the
+// watchers' own on the pool's share Pools.Watched holds for them.
+type Probes struct {
+	q     Querier
+	label string
+}
+
+var _ outboxdb.Watched = (*Probes)(nil)
+
+// NewProbes asks q; label names the database (Describe).
+func NewProbes(q Querier, label string) *Probes { return &Probes{q: q, label: label} }
+
+func (p *Probes) Family() string          { return config.KindPostgres }
+func (p *Probes) Describe() string        { return p.label }
+func (p *Probes) Explain(err error) error { return Explain(err) }
+
+// Backlog is QueryBacklog on a table.
+func (p *Probes) Backlog(ctx context.Context, t outboxdb.Table) (outboxdb.Backlog, error) {
+	b, err := QueryBacklog(ctx, p.q, tablePipeline(t))
+	return outboxdb.Backlog(b), err
+}
+
+// UnpublishedIndex is HasUnpublishedIndex, with the partial index that
+// would do.
+func (p *Probes) UnpublishedIndex(ctx context.Context, t outboxdb.Table) (string, error) {
+	ok, err := HasUnpublishedIndex(ctx, p.q, tablePipeline(t))
+	if err != nil || ok {
+		return "", err
+	}
+	return "CREATE INDEX ON " + t.Name + " (" + t.ID + ") WHERE " + t.PublishedAt + " IS NULL", nil
+}
+
+// tablePipeline is t as the probes that take a pipeline read it.
+func tablePipeline(t outboxdb.Table) *config.Pipeline {
+	var p config.Pipeline
+	p.Outbox.Table = t.Name
+	c := &p.Outbox.Columns
+	c.ID, c.CreatedAt, c.PublishedAt = t.ID, t.CreatedAt, t.PublishedAt
+	return &p
+}
+
+// OpenTransactions is QueryOpenTransactions counting every open one (older
+// than 0) and those over each threshold, in one statement.
+func (p *Probes) OpenTransactions(ctx context.Context, thresholds []time.Duration) (outboxdb.Transactions, error) {
+	o, err := QueryOpenTransactions(ctx, p.q, append([]time.Duration{0}, thresholds...))
+	if err != nil {
+		return outboxdb.Transactions{}, err
+	}
+	return outboxdb.Transactions{Open: o.OverLimit[0], OverThreshold: o.OverLimit[1:], OldestAge: o.OldestAge,
+		OldestSession: int64(o.OldestPID)}, nil
+}
+
+// CaptureLog reads the WAL position, what the replication slots hold back
+// and the slots of the database (as QuerySlots does, every one) in one
+// statement; it fails on a standby (pg_current_wal_lsn()).
+func (p *Probes) CaptureLog(ctx context.Context) (outboxdb.CaptureLog, error) {
+	rows, err := p.q.Query(ctx, `
+		SELECT w.position, w.written, w.retained, w.logical,
+		       s.slot_name, s.active, COALESCE(s.wal_status, ''), s.safe_wal_size,
+		       COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::int8,
+		       COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn), 0)::int8
+		FROM (SELECT pg_current_wal_lsn()::text AS position,
+		             pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::int8 AS written,
+		             COALESCE((SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)) FROM pg_replication_slots), 0)::int8 AS retained,
+		             current_setting('wal_level') = 'logical' AS logical) w
+		LEFT JOIN pg_replication_slots s ON s.database = current_database()
+		ORDER BY s.slot_name`)
+	if err != nil {
+		return outboxdb.CaptureLog{}, fmt.Errorf("wal position and replication slots: %w", err)
+	}
+	var c outboxdb.CaptureLog
+	var name *string
+	var active *bool
+	var s Slot
+	_, err = pgx.ForEachRow(rows, []any{&c.Position, &c.Written, &c.RetainedBytes, &c.Enabled,
+		&name, &active, &s.WALStatus, &s.SafeWALSize, &s.RetainedWAL, &s.UnconfirmedWAL}, func() error {
+		if name != nil { // NULL: the database has no slot
+			s.Name, s.Active = *name, active != nil && *active
+			c.Slots = append(c.Slots, s)
+		}
+		return nil
+	})
+	if err != nil {
+		return outboxdb.CaptureLog{}, fmt.Errorf("wal position and replication slots: %w", err)
+	}
+	return c, nil
 }

@@ -287,6 +287,10 @@ func TestQuerySlotsReportsAnInactiveSlotRetainingWALWithPgMonitorOnly(t *testing
 	st := stacktest.Load(t)
 	dsn, pool := st.FreshOutbox(t, stacktest.SeedDebezium)
 	ctx := context.Background()
+	// A database without a slot: the capture log's one row has none.
+	if c, err := NewProbes(pool, "fresh").CaptureLog(ctx); err != nil || len(c.Slots) != 0 || c.Position == "" {
+		t.Fatalf("CaptureLog of a database without slots: %+v, %v; want a position and no slot", c, err)
+	}
 	slot := "t_" + strings.ReplaceAll(fmt.Sprint(time.Now().UnixNano()), "-", "")
 	if _, err := pool.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
 		t.Fatalf("create slot: %v", err)
@@ -354,5 +358,18 @@ func TestQuerySlotsReportsAnInactiveSlotRetainingWALWithPgMonitorOnly(t *testing
 	// The other database watchers work with pg_monitor only, too.
 	if _, err := QueryTransactions(ctx, monitor, time.Second); err != nil {
 		t.Errorf("QueryTransactions as pg_monitor: %v", err)
+	}
+	// The watchers read the slots through the family seam: one statement
+	// gives the WAL position and the database's slots, as QuerySlots does.
+	c, err := NewProbes(monitor, "monitor").CaptureLog(ctx)
+	if err != nil {
+		t.Fatalf("CaptureLog as pg_monitor: %v", err)
+	}
+	if c.Position == "" || c.Written <= 0 || c.RetainedBytes <= 0 || !c.Enabled {
+		t.Errorf("capture log %+v: want a position, bytes written and retained, wal_level logical", c)
+	}
+	if len(c.Slots) != 1 || c.Slots[0].Name != slot || c.Slots[0].Active || c.Slots[0].WALStatus != "reserved" ||
+		c.Slots[0].RetainedWAL < second.RetainedWAL || (c.Slots[0].SafeWALSize == nil) != unbounded {
+		t.Errorf("capture log's slots %+v, want the database's one slot, %+v or further", c.Slots, second)
 	}
 }

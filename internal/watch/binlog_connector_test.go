@@ -74,7 +74,7 @@ func TestAMariaDBConnectorsBinlogPositionIsWatchedFallingBehindAndCatchingUp(t *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	w, mt := newWatcher(t, Options{Pipeline: p, Family: db})
+	w, mt := newWatcher(t, Options{Pipeline: p, DB: db})
 	ctx := context.Background()
 	insert := func() {
 		t.Helper()

@@ -13,114 +13,69 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
-	"github.com/outbox-canary/outbox-canary/internal/postgres"
 )
 
 // Set is the watchers of every pipeline of a process. The database
 // watchers of pipelines that share a database run in one loop that asks
-// each question once: one open-transactions query for the database, one
-// backlog query per outbox table, one replication-slots query, each as
-// often as the shortest watch.interval of the pipelines that want its
-// answer. Each pipeline still exports its own series, watcher_up and error
-// counts from the shared answer. The watchers of Kafka and Kafka Connect,
-// whose answers are each pipeline's own, run in a loop per pipeline that
-// has them.
+// each question once: one open-transactions question for the database,
+// one backlog question per outbox table, one read of the capture log
+// (replication slots, the binlog), each as often as the shortest
+// watch.interval of the pipelines that want its answer. Each pipeline
+// still exports its own series, watcher_up and error counts from the
+// shared answer. The watchers of Kafka and Kafka Connect, whose answers
+// are each pipeline's own, run in a loop per pipeline that has them.
 type Set struct {
 	groups   []*group
-	families []*familyGroup // the databases reached through the family seam
 	watchers []*Watcher
-	own      []*Watcher // Add's without a database, each sampled whole in a loop of its own
-	// onFamily are Add's watchers by their database (the family seam), in
-	// the order the databases came: Run samples each database's in one
-	// familyGroup.
-	onFamily  map[outboxdb.DB][]*Watcher
-	familyDBs []outboxdb.DB
-	log       *slog.Logger
 }
 
-// OpenSet builds the watchers of pipelines on the process's shared
-// connections (Open), one group per database.
-func OpenSet(pipelines []config.Pipeline, pools *postgres.Pools, clusters *kafkaclient.Clusters, m *Metrics, log *slog.Logger) (*Set, error) {
-	return openSet(pipelines, func(p *config.Pipeline) (string, postgres.Querier, error) {
-		// The resolved DSN is the database's identity, as it is the pool's
-		// (Pools): pipelines that share a pool share its questions.
-		id, err := p.Database.DSN.Resolve()
-		if err != nil {
-			return "", nil, fmt.Errorf("database.dsn: %w", err)
-		}
-		db, err := pools.Limited(p.Database)
-		return id, db, err
-	}, clusters, m, log)
-}
+// Databases gives a pipeline's database to its watchers, whatever its
+// family: the same value for every pipeline on one database (the
+// families' Pools.Watched), which keys the sampler they share.
+type Databases func(config.Database) (outboxdb.Watched, error)
 
-// databaseOf returns a pipeline's database: an identity that is the same
-// for every pipeline on it (never logged: it may hold a password), and
-// how to query it.
-type databaseOf func(p *config.Pipeline) (id string, db postgres.Querier, err error)
-
-// openSet is OpenSet with the databases given by dbOf.
-func openSet(pipelines []config.Pipeline, dbOf databaseOf, clusters *kafkaclient.Clusters, m *Metrics, log *slog.Logger) (*Set, error) {
+// OpenSet builds the watchers of pipelines (Open) on the databases dbs
+// gives, one group per database.
+func OpenSet(pipelines []config.Pipeline, dbs Databases, clusters *kafkaclient.Clusters, m *Metrics, log *slog.Logger) (*Set, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	s := &Set{}
-	index := map[string]int{}
+	index := map[outboxdb.Watched]int{}
 	var members [][]*Watcher
-	var dbs []postgres.Querier
+	var order []outboxdb.Watched
 	for i := range pipelines {
 		p := &pipelines[i]
-		id, db, err := dbOf(p)
+		db, err := dbs(p.Database)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline %q: watchers: %w", p.Name, err)
 		}
-		w, err := open(p, db, clusters, m, log)
+		w, err := Open(p, db, clusters, m, log)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline %q: watchers: %w", p.Name, err)
 		}
 		s.watchers = append(s.watchers, w)
-		g, ok := index[id]
+		g, ok := index[db]
 		if !ok {
 			g = len(members)
-			index[id] = g
+			index[db] = g
 			members = append(members, nil)
-			dbs = append(dbs, db)
+			order = append(order, db)
 		}
 		members[g] = append(members[g], w)
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s.log = log
 	for g, ws := range members {
-		s.groups = append(s.groups, newGroup(dbs[g], ws, log))
+		s.groups = append(s.groups, newGroup(order[g], ws, log))
 	}
 	return s, nil
 }
 
-// Run samples until ctx is done: one loop per database, one per pipeline
-// that watches Kafka or Kafka Connect, and one per watcher added with Add.
+// Run samples until ctx is done: one loop per database, and one per
+// pipeline that watches Kafka or Kafka Connect.
 func (s *Set) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, g := range s.groups {
 		wg.Go(func() { every(ctx, g.tick, g.sampleDue) })
-	}
-	for _, db := range s.familyDBs {
-		log := s.log
-		if log == nil {
-			log = slog.New(slog.DiscardHandler)
-		}
-		s.families = append(s.families, newFamilyGroup(db, s.onFamily[db], log))
-	}
-	s.familyDBs = nil
-	for _, g := range s.families {
-		wg.Go(func() { every(ctx, g.tick, g.sampleDue) })
-	}
-	for _, w := range s.own {
-		wg.Go(func() { every(ctx, time.Duration(w.p.Watch.Interval), w.Sample) })
-	}
-	for _, ws := range s.families {
-		for _, w := range ws.members {
-			if w.watchesKafka() {
-				wg.Go(func() { every(ctx, time.Duration(w.p.Watch.Interval), w.sampleKafka) })
-			}
-		}
 	}
 	for _, w := range s.watchers {
 		if w.watchesKafka() {
@@ -130,13 +85,13 @@ func (s *Set) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// group samples the database watchers (backlog, open transactions,
-// replication slots) of the pipelines on one database, asking each
-// question once and handing its answer to every pipeline that asked it. A
-// failed answer fails the watcher of each of them, and is logged once for
-// all of them.
+// group samples the database watchers (backlog, open transactions, the
+// capture log) of the pipelines on one database, asking each question
+// once and handing its answer to every pipeline that asked it. A failed
+// answer fails the watcher of each of them, and is logged once for all of
+// them.
 type group struct {
-	db postgres.Querier
+	db outboxdb.Watched
 	// Each question has its own cadence, the shortest interval of the
 	// members that want its answer, so a pipeline watched every minute is
 	// not asked about every 15 s because another on the database is. The
@@ -148,17 +103,14 @@ type group struct {
 	now     func() time.Time
 	log     *slog.Logger // names no pipeline: lines about several list them
 	members []*Watcher
-	// explain words a failed answer for the operator (login, TLS): the
-	// family's own.
-	explain func(error) error
 
 	// The distinct watch.long_transaction_thresholds of the members: one
-	// query counts the open transactions over each (QueryOpenTransactions).
+	// question counts the open transactions over each.
 	thresholds   []time.Duration
 	transactions cadence
 	backlogs     []*sharedBacklog // one per outbox table that polling members read
-	slotUsers    []*Watcher       // the cdc members
-	slots        cadence
+	captureUsers []*Watcher       // the cdc members
+	capture      cadence
 }
 
 // cadence is how often one question is asked, and when it last was.
@@ -181,21 +133,24 @@ func (c *cadence) due(now time.Time, tick time.Duration) bool {
 }
 
 // sharedBacklog is one backlog question: the pipelines whose backlog
-// query is the same statement (same table, published_at and created_at
+// question is the same statement (same table, published_at and created_at
 // columns) share its answer.
 type sharedBacklog struct {
-	p     *config.Pipeline // the first user's; the query is every user's
+	table outboxdb.Table // with the first user's id column, for the index's fix
 	users []*Watcher
 	cadence
-	// indexChecked: the table's partial index was looked for once, and a
-	// missing one reported, for every user at once.
+	// indexChecked: the table's unpublished index was looked for once, and
+	// a missing one reported, for every user at once.
 	indexChecked bool
 }
 
 // newGroup plans the questions of members, which share db.
-func newGroup(db postgres.Querier, members []*Watcher, log *slog.Logger) *group {
-	g := &group{db: db, now: members[0].now, log: log, members: members, explain: postgres.Explain}
-	byQuery := map[string]*sharedBacklog{}
+func newGroup(db outboxdb.Watched, members []*Watcher, log *slog.Logger) *group {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	g := &group{db: db, now: members[0].now, log: log, members: members}
+	byQuery := map[outboxdb.Table]*sharedBacklog{}
 	for _, w := range members {
 		p := w.p
 		g.transactions.want(w)
@@ -204,26 +159,29 @@ func newGroup(db postgres.Querier, members []*Watcher, log *slog.Logger) *group 
 		}
 		switch p.Relay.Kind {
 		case config.RelayPolling:
-			q := postgres.BacklogQuery(p)
+			c := p.Outbox.Columns
+			// The backlog statement reads no id column.
+			q := outboxdb.Table{Name: p.Outbox.Table, PublishedAt: c.PublishedAt, CreatedAt: c.CreatedAt}
 			b, ok := byQuery[q]
 			if !ok {
-				b = &sharedBacklog{p: p}
+				b = &sharedBacklog{table: q}
+				b.table.ID = c.ID
 				byQuery[q] = b
 				g.backlogs = append(g.backlogs, b)
 			}
 			b.users = append(b.users, w)
 			b.want(w)
 		case config.RelayCDC:
-			g.slotUsers = append(g.slotUsers, w)
-			g.slots.want(w)
+			g.captureUsers = append(g.captureUsers, w)
+			g.capture.want(w)
 		}
 	}
 	// Every member asks about open transactions: its cadence is the
 	// shortest, and bounds each sample.
 	g.timeout = sampleTimeout(g.transactions.every)
 	g.tick = g.transactions.every
-	if len(g.slotUsers) > 0 {
-		g.tick = gcd(g.tick, g.slots.every)
+	if len(g.captureUsers) > 0 {
+		g.tick = gcd(g.tick, g.capture.every)
 	}
 	for _, b := range g.backlogs {
 		g.tick = gcd(g.tick, b.every)
@@ -253,10 +211,10 @@ func (g *group) sampleDue(ctx context.Context) { g.sample(ctx, false) }
 // to the pipelines that asked as it comes. The database-wide questions go
 // first: they wait on no table lock, whereas a locked outbox table holds
 // its backlog query, and with it one of the watchers' few connections
-// (Pools.Limited), for the whole timeout; asked behind it they could time
-// out waiting for a connection. The backlog questions then go all at
-// once, so a locked table delays no other table's answer while a
-// connection is free.
+// (the families' Pools.Watched), for the whole timeout; asked behind it
+// they could time out waiting for a connection. The backlog questions
+// then go all at once, so a locked table delays no other table's answer
+// while a connection is free.
 func (g *group) sample(ctx context.Context, all bool) {
 	now := g.now()
 	ask := func(c *cadence) bool {
@@ -270,8 +228,8 @@ func (g *group) sample(ctx context.Context, all bool) {
 	if ask(&g.transactions) {
 		databaseWide = append(databaseWide, g.askTransactions)
 	}
-	if len(g.slotUsers) > 0 && ask(&g.slots) {
-		databaseWide = append(databaseWide, g.askSlots)
+	if len(g.captureUsers) > 0 && ask(&g.capture) {
+		databaseWide = append(databaseWide, g.askCaptureLog)
 	}
 	g.ask(ctx, databaseWide)
 	var tables []func(context.Context) func()
@@ -308,20 +266,18 @@ func (g *group) ask(ctx context.Context, questions []func(context.Context) func(
 func (g *group) askBacklog(ctx context.Context, b *sharedBacklog) func() {
 	sctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	checked, hasIndex := false, false
+	checked, fix := false, ""
 	if !b.indexChecked {
-		ok, err := postgres.HasUnpublishedIndex(sctx, g.db, b.p)
-		checked, hasIndex = err == nil, ok
+		f, err := g.db.UnpublishedIndex(sctx, b.table)
+		checked, fix = err == nil, f
 	}
-	backlog, err := postgres.QueryBacklog(sctx, g.db, b.p)
+	backlog, err := g.db.Backlog(sctx, b.table)
 	return func() {
 		if checked {
 			b.indexChecked = true
-			if !hasIndex {
-				c := b.p.Outbox.Columns
-				g.logAbout(ctx, slog.LevelWarn, b.users, "the outbox has no partial index on the unpublished rows; every relay poll and backlog query scans the whole table",
-					"table", b.p.Outbox.Table,
-					"fix", "CREATE INDEX ON "+b.p.Outbox.Table+" ("+c.ID+") WHERE "+c.PublishedAt+" IS NULL")
+			if fix != "" {
+				g.logAbout(ctx, slog.LevelWarn, b.users, "the outbox has no partial index on the unpublished rows (on MySQL, no index leading with published_at); every relay poll and backlog query scans the whole table",
+					"table", b.table.Name, "fix", fix)
 			}
 		}
 		g.settle(ctx, WatcherBacklog, b.users, err,
@@ -331,30 +287,51 @@ func (g *group) askBacklog(ctx context.Context, b *sharedBacklog) func() {
 }
 
 // askTransactions counts the database's open transactions over each
-// member's threshold in one query.
+// member's threshold in one question.
 func (g *group) askTransactions(ctx context.Context) func() {
 	sctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	open, err := postgres.QueryOpenTransactions(sctx, g.db, g.thresholds)
+	open, err := g.db.OpenTransactions(sctx, g.thresholds)
 	return func() {
 		g.settle(ctx, WatcherTransactions, g.members, err,
 			func(w *Watcher) {
-				w.setTransactions(open.At(slices.Index(g.thresholds, time.Duration(w.p.Watch.LongTransactionThreshold))))
+				i := slices.Index(g.thresholds, time.Duration(w.p.Watch.LongTransactionThreshold))
+				w.setTransactions(open.OldestAge, open.OverThreshold[i])
 			},
 			(*Watcher).dropTransactions)
 	}
 }
 
-// askSlots reads every replication slot of the database once; each cdc
-// member exports the ones it watches.
-func (g *group) askSlots(ctx context.Context) func() {
+// askCaptureLog reads the capture log once for the cdc members. Its
+// series are the family's: on PostgreSQL each member exports the
+// replication slots it watches; on MySQL the binlog, and each member with
+// a connector compares the connector's committed position with it (the
+// connector's offsets are the pipeline's own question).
+func (g *group) askCaptureLog(ctx context.Context) func() {
 	sctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	slots, err := postgres.QuerySlots(sctx, g.db, "")
+	c, err := g.db.CaptureLog(sctx)
+	if g.db.Family() == config.KindPostgres {
+		return func() {
+			g.settle(ctx, WatcherSlots, g.captureUsers, err,
+				func(w *Watcher) { w.setSlots(c.Slots) },
+				(*Watcher).dropSlots)
+		}
+	}
+	if err == nil && !c.Enabled {
+		err = errBinlogOff
+	}
 	return func() {
-		g.settle(ctx, WatcherSlots, g.slotUsers, err,
-			func(w *Watcher) { w.setSlots(slots) },
-			(*Watcher).dropSlots)
+		g.settle(ctx, WatcherBinlog, g.captureUsers, err,
+			func(w *Watcher) { w.setBinlog(c) },
+			(*Watcher).dropBinlog)
+		var binlog *outboxdb.CaptureLog
+		if err == nil {
+			binlog = &c
+		}
+		for _, w := range g.captureUsers {
+			w.sampleBinlogConnector(ctx, binlog)
+		}
 	}
 }
 
@@ -366,7 +343,7 @@ func (g *group) askSlots(ctx context.Context) func() {
 func (g *group) settle(ctx context.Context, watcher string, users []*Watcher, err error, apply, drop func(*Watcher)) {
 	// Login and TLS failures worded for the operator.
 	if err != nil {
-		err = g.explain(err)
+		err = g.db.Explain(err)
 	}
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		g.logAbout(ctx, slog.LevelDebug, users, "watcher stopped by shutdown", "watcher", watcher, "err", err)

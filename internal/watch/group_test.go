@@ -24,6 +24,7 @@ import (
 
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
@@ -144,6 +145,18 @@ func (f fleetSpec) load(t *testing.T) *config.Config {
 	return cfg
 }
 
+// pgDatabases gives the pipelines' PostgreSQL databases as a process
+// does: the watchers' share of pools.
+func pgDatabases(pools *postgres.Pools) Databases {
+	return func(d config.Database) (outboxdb.Watched, error) {
+		w, err := pools.Watched(d)
+		if err != nil {
+			return nil, err
+		}
+		return w, nil
+	}
+}
+
 // newFleetGroup builds the watchers of cfg's pipelines as one group on db.
 func newFleetGroup(t *testing.T, cfg *config.Config, db postgres.Querier, log *stacktest.SyncBuffer) (*group, *Metrics) {
 	t.Helper()
@@ -152,14 +165,15 @@ func newFleetGroup(t *testing.T, cfg *config.Config, db postgres.Querier, log *s
 		t.Fatal(err)
 	}
 	var ws []*Watcher
+	probes := pgDB(db)
 	for i := range cfg.Pipelines {
-		w, err := New(Options{Pipeline: &cfg.Pipelines[i], DB: db, Metrics: m, Logger: log.Logger()})
+		w, err := New(Options{Pipeline: &cfg.Pipelines[i], DB: probes, Metrics: m, Logger: log.Logger()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ws = append(ws, w)
 	}
-	return newGroup(db, ws, log.Logger()), m
+	return newGroup(probes, ws, log.Logger()), m
 }
 
 // The statements of the database watchers, told apart by what they read.
@@ -402,7 +416,7 @@ func TestOpenSetGroupsPipelinesByDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := OpenSet(pipelines, pools, clusters, m, nil)
+	set, err := OpenSet(pipelines, pgDatabases(pools), clusters, m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,10 +424,10 @@ func TestOpenSetGroupsPipelinesByDatabase(t *testing.T) {
 	for _, g := range set.groups {
 		var tables []string
 		for _, b := range g.backlogs {
-			tables = append(tables, fmt.Sprintf("%s every %s", b.p.Outbox.Table, b.every))
+			tables = append(tables, fmt.Sprintf("%s every %s", b.table.Name, b.every))
 		}
 		got = append(got, fmt.Sprintf("%d pipelines, ticks every %s: %d thresholds, backlog of %s, %d cdc (slots every %s)",
-			len(g.members), g.tick, len(g.thresholds), strings.Join(tables, " and "), len(g.slotUsers), g.slots.every))
+			len(g.members), g.tick, len(g.thresholds), strings.Join(tables, " and "), len(g.captureUsers), g.capture.every))
 	}
 	// One group per database, whatever the pipelines' watch.intervals:
 	// each question at the shortest interval of the pipelines asking it.
@@ -508,10 +522,8 @@ func TestPipelinesOnOneDatabaseShareOneSamplerWhateverTheirIntervals(t *testing.
 		t.Fatal(err)
 	}
 	var logs stacktest.SyncBuffer
-	set, err := openSet(pipelines, func(p *config.Pipeline) (string, postgres.Querier, error) {
-		id, err := p.Database.DSN.Resolve()
-		return id, db, err
-	}, nil, m, logs.Logger())
+	probes := pgDB(db)
+	set, err := OpenSet(pipelines, func(config.Database) (outboxdb.Watched, error) { return probes, nil }, nil, m, logs.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,13 +590,13 @@ func BenchmarkWatchersOf300PipelinesOn10Tables(b *testing.B) {
 	db := newCountingQuerier(pool)
 	var ws []*Watcher
 	for i := range cfg.Pipelines {
-		w, err := New(Options{Pipeline: &cfg.Pipelines[i], DB: db, Metrics: m})
+		w, err := New(Options{Pipeline: &cfg.Pipelines[i], DB: pgDB(db), Metrics: m})
 		if err != nil {
 			b.Fatal(err)
 		}
 		ws = append(ws, w)
 	}
-	g := newGroup(db, ws, slog.New(slog.DiscardHandler))
+	g := newGroup(pgDB(db), ws, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	for _, mode := range []struct {
 		name   string
@@ -646,7 +658,7 @@ func TestSetRunSamplesEveryPipelineUntilCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs stacktest.SyncBuffer
-	set, err := OpenSet(cfg.Pipelines, pools, nil, m, logs.Logger())
+	set, err := OpenSet(cfg.Pipelines, pgDatabases(pools), nil, m, logs.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}

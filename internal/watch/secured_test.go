@@ -76,7 +76,11 @@ pipelines:
 		t.Fatalf("clusters: %v", err)
 	}
 	t.Cleanup(clusters.Close)
-	w, err := Open(p, pools, clusters, m, logs.Logger())
+	db, err := pools.Watched(p.Database)
+	if err != nil {
+		t.Fatalf("pools: %v", err)
+	}
+	w, err := Open(p, db, clusters, m, logs.Logger())
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}

@@ -1,11 +1,13 @@
 // Package watch samples the signals that back the canaries up, per
-// pipeline: the polling relay's backlog, open transactions, replication
-// slots, business consumer-group lag and the Debezium connector. Each
-// watcher says when it is blind: watcher_up goes to 0 and its data series
-// are removed, so no alert reads an old value as healthy. The database
-// watchers of pipelines that share a database ask it each question once
-// as often as the pipelines that want the answer ask for (Set), however
-// many they are.
+// pipeline: the polling relay's backlog, open transactions, the capture
+// log (PostgreSQL's replication slots, MySQL's binlog and the connector's
+// position in it), business consumer-group lag and the Debezium connector.
+// It asks every database family the same questions through the family
+// seam (outboxdb.Watched). Each watcher says when it is blind: watcher_up
+// goes to 0 and its data series are removed, so no alert reads an old
+// value as healthy. The database watchers of pipelines that share a
+// database ask it each question once as often as the pipelines that want
+// the answer ask for (Set), however many they are.
 package watch
 
 import (
@@ -24,7 +26,6 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/connect"
 	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
-	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
@@ -56,15 +57,12 @@ func sampleTimeout(interval time.Duration) time.Duration {
 // Options configures a Watcher.
 type Options struct {
 	Pipeline *config.Pipeline
-	DB       postgres.Querier // nil: no database watchers
-	// Family is the database through the family seam, for a database
-	// that is not PostgreSQL (DB nil): backlog and open transactions.
-	Family  outboxdb.DB
-	Kafka   *kafka.Client // nil: no consumer lag
-	HTTP    *http.Client  // Kafka Connect REST; nil: a client with the sample timeout
-	Metrics *Metrics
-	Logger  *slog.Logger     // nil: discard
-	Now     func() time.Time // nil: time.Now
+	DB       outboxdb.Watched // nil: no database watchers
+	Kafka    *kafka.Client    // nil: no consumer lag
+	HTTP     *http.Client     // Kafka Connect REST; nil: a client with the sample timeout
+	Metrics  *Metrics
+	Logger   *slog.Logger     // nil: discard
+	Now      func() time.Time // nil: time.Now
 }
 
 // Watcher samples one pipeline's watchers every watch.interval. A failing
@@ -75,8 +73,7 @@ type Options struct {
 // every pipeline on a database together.
 type Watcher struct {
 	p       *config.Pipeline
-	db      postgres.Querier
-	family  outboxdb.DB
+	db      outboxdb.Watched
 	kafka   *kafka.Client
 	http    *http.Client
 	m       *Metrics
@@ -86,8 +83,7 @@ type Watcher struct {
 
 	// solo asks the database this pipeline's questions alone (Sample,
 	// Run); built on first use, so a Set's watchers never build one.
-	solo       *group
-	soloFamily *familyGroup
+	solo *group
 
 	// failing: watcher -> failed at its last sample. Locked because a Set
 	// samples a pipeline's database and Kafka watchers in two loops.
@@ -106,7 +102,7 @@ func New(o Options) (*Watcher, error) {
 		return nil, errors.New("watcher: pipeline and metrics are required")
 	}
 	w := &Watcher{
-		p: o.Pipeline, db: o.DB, family: o.Family, kafka: o.Kafka, http: o.HTTP, m: o.Metrics, log: o.Logger, now: o.Now,
+		p: o.Pipeline, db: o.DB, kafka: o.Kafka, http: o.HTTP, m: o.Metrics, log: o.Logger, now: o.Now,
 		timeout: sampleTimeout(time.Duration(o.Pipeline.Watch.Interval)),
 		failing: map[string]bool{}, slotsSeen: map[string]bool{},
 	}
@@ -124,20 +120,13 @@ func New(o Options) (*Watcher, error) {
 }
 
 // Open builds a pipeline's watcher on the process's shared connections:
-// its database's pool, through a limit that keeps PoolReservedConns of it
-// for the canary inserts (so a slow watcher query never holds a connection
-// they need), and, when consumer groups are watched, a client on its
-// cluster's transport.
-func Open(p *config.Pipeline, pools *postgres.Pools, clusters *kafkaclient.Clusters, m *Metrics, log *slog.Logger) (*Watcher, error) {
-	db, err := pools.Limited(p.Database)
-	if err != nil {
-		return nil, err
-	}
-	return open(p, db, clusters, m, log)
-}
-
-// open is Open on the database db.
-func open(p *config.Pipeline, db postgres.Querier, clusters *kafkaclient.Clusters, m *Metrics, log *slog.Logger) (*Watcher, error) {
+// its database's watchers' questions, db (the family's Pools.Watched,
+// which keeps connections back for the canary inserts so a slow watcher
+// question never holds one they need), and, when consumer groups are
+// watched, a client on its cluster's transport. Sampled alone (Sample),
+// it asks for itself; in a Set (OpenSet), the pipelines on one database
+// ask each question once.
+func Open(p *config.Pipeline, db outboxdb.Watched, clusters *kafkaclient.Clusters, m *Metrics, log *slog.Logger) (*Watcher, error) {
 	o := Options{Pipeline: p, DB: db, Metrics: m, Logger: log}
 	if len(p.Watch.ConsumerGroups) > 0 {
 		cluster, err := clusters.For(p.Kafka)
@@ -178,8 +167,6 @@ func (w *Watcher) Sample(ctx context.Context) {
 			w.solo = newGroup(w.db, []*Watcher{w}, w.log)
 		}
 		w.solo.Sample(ctx)
-	} else if w.family != nil {
-		w.sampleFamily(ctx)
 	}
 	w.sampleKafka(ctx)
 }
@@ -271,7 +258,7 @@ func (w *Watcher) record(watcher string, err error, drop func()) change {
 }
 
 // setBacklog exports a backlog sample of the pipeline's outbox table.
-func (w *Watcher) setBacklog(b postgres.Backlog) {
+func (w *Watcher) setBacklog(b outboxdb.Backlog) {
 	w.m.BacklogRows.WithLabelValues(w.p.Name).Set(float64(b.Rows))
 	w.m.OldestUnpublishedAge.WithLabelValues(w.p.Name).Set(b.OldestAge.Seconds())
 }
@@ -282,10 +269,11 @@ func (w *Watcher) dropBacklog() {
 }
 
 // setTransactions exports an open-transactions sample of the pipeline's
-// database, counted against its watch.long_transaction_threshold.
-func (w *Watcher) setTransactions(tx postgres.Transactions) {
-	w.m.OldestTransactionAge.WithLabelValues(w.p.Name).Set(tx.OldestAge.Seconds())
-	w.m.LongTransactions.WithLabelValues(w.p.Name).Set(float64(tx.OverLimit))
+// database: the oldest one's age, and how many are older than its
+// watch.long_transaction_threshold.
+func (w *Watcher) setTransactions(oldest time.Duration, overThreshold int64) {
+	w.m.OldestTransactionAge.WithLabelValues(w.p.Name).Set(oldest.Seconds())
+	w.m.LongTransactions.WithLabelValues(w.p.Name).Set(float64(overThreshold))
 }
 
 func (w *Watcher) dropTransactions() {
@@ -296,7 +284,7 @@ func (w *Watcher) dropTransactions() {
 // setSlots exports the slots of the pipeline's database that it watches
 // (watch.slot, or all of them without it), out of all, every slot of the
 // database.
-func (w *Watcher) setSlots(all []postgres.Slot) {
+func (w *Watcher) setSlots(all []outboxdb.Slot) {
 	name, want := w.p.Name, w.p.Watch.Slot
 	slots := all
 	if want != "" {
@@ -341,7 +329,7 @@ func (w *Watcher) setSlots(all []postgres.Slot) {
 		} else {
 			w.m.SlotSafeWALSize.DeleteLabelValues(name, s.Name)
 		}
-		for _, status := range postgres.WALStatuses() {
+		for _, status := range outboxdb.WALStatuses() {
 			w.m.SlotWALStatus.WithLabelValues(name, s.Name, status).Set(boolToFloat(status == s.WALStatus))
 		}
 	}
@@ -363,7 +351,7 @@ func (w *Watcher) forgetSlot(slot string) {
 	w.m.SlotRetainedWAL.DeleteLabelValues(name, slot)
 	w.m.SlotUnconfirmedWAL.DeleteLabelValues(name, slot)
 	w.m.SlotSafeWALSize.DeleteLabelValues(name, slot)
-	for _, status := range postgres.WALStatuses() {
+	for _, status := range outboxdb.WALStatuses() {
 		w.m.SlotWALStatus.DeleteLabelValues(name, slot, status)
 	}
 }

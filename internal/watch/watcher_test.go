@@ -22,6 +22,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/outbox-canary/outbox-canary/internal/compactvec"
+	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 	"github.com/outbox-canary/outbox-canary/slo"
@@ -29,6 +30,9 @@ import (
 
 // watchWait bounds every wait for an expected state.
 const watchWait = 30 * time.Second
+
+// pgDB is a PostgreSQL database's watchers' questions on q.
+func pgDB(q postgres.Querier) outboxdb.Watched { return postgres.NewProbes(q, "test") }
 
 // newWatcher builds a watcher with fresh metrics, failing the test on error.
 func newWatcher(t *testing.T, o Options) (*Watcher, *Metrics) {
@@ -63,7 +67,7 @@ func TestWatcherSampleCountsErrorsByWatcherWhenServersAreUnreachable(t *testing.
 	t.Cleanup(pool.Close)
 	client := &kafka.Client{Addr: kafka.TCP(stacktest.ClosedAddr(t)), Timeout: 5 * time.Second}
 	var logs stacktest.SyncBuffer
-	w, m := newWatcher(t, Options{Pipeline: p, DB: pool, Kafka: client, Logger: logs.Logger()})
+	w, m := newWatcher(t, Options{Pipeline: p, DB: pgDB(pool), Kafka: client, Logger: logs.Logger()})
 
 	w.Sample(context.Background())
 	w.Sample(context.Background())
@@ -110,7 +114,7 @@ func TestWatcherSampleSetsTheMetricsOfAPollingPipeline(t *testing.T) {
 	stacktest.InsertRow(t, pool, stacktest.SeedA, false, 0)
 
 	var logs stacktest.SyncBuffer
-	w, m := newWatcher(t, Options{Pipeline: p, DB: pool, Kafka: st.KafkaClient(), Logger: logs.Logger()})
+	w, m := newWatcher(t, Options{Pipeline: p, DB: pgDB(pool), Kafka: st.KafkaClient(), Logger: logs.Logger()})
 	w.Sample(context.Background())
 
 	if got := testutil.ToFloat64(m.BacklogRows.WithLabelValues("orders")); got != 2 {
@@ -334,7 +338,7 @@ func TestWatchSlotConfinesTheSlotWatcherToThePipelinesSlot(t *testing.T) {
 		}
 		p := stacktest.LoadPipeline(t, spec)
 		logs := &stacktest.SyncBuffer{}
-		w, m := newWatcher(t, Options{Pipeline: p, DB: pool, Logger: logs.Logger()})
+		w, m := newWatcher(t, Options{Pipeline: p, DB: pgDB(pool), Logger: logs.Logger()})
 		w.Sample(ctx)
 		w.Sample(ctx)
 		if n := testutil.CollectAndCount(m.Errors); n != 0 {
@@ -399,7 +403,7 @@ func TestWatchSlotConfinesTheSlotWatcherToThePipelinesSlot(t *testing.T) {
 		}
 		p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: dsn, Schema: stacktest.SeedDebezium, IDGen: "uuid"})
 		logs := &stacktest.SyncBuffer{}
-		w, m := newWatcher(t, Options{Pipeline: p, DB: pool, Logger: logs.Logger()})
+		w, m := newWatcher(t, Options{Pipeline: p, DB: pgDB(pool), Logger: logs.Logger()})
 		w.Sample(ctx)
 		if got := testutil.ToFloat64(m.SlotActive.WithLabelValues("orders", gone)); got != 0 {
 			t.Fatalf("slot_active{slot=%s} = %v before the drop, want 0 (inactive)", gone, got)
@@ -427,7 +431,7 @@ func TestAWatcherThatFailsWithdrawsItsSeriesAndSaysWhenItRecovers(t *testing.T) 
 	p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: dsn, Schema: stacktest.SeedA})
 	stacktest.InsertRow(t, pool, stacktest.SeedA, false, 40*time.Second)
 	var logs stacktest.SyncBuffer
-	w, m := newWatcher(t, Options{Pipeline: p, DB: pool, Logger: logs.Logger()})
+	w, m := newWatcher(t, Options{Pipeline: p, DB: pgDB(pool), Logger: logs.Logger()})
 	ctx := context.Background()
 	exec := func(sql string) {
 		t.Helper()
@@ -499,7 +503,7 @@ func TestAWatcherQueryThatHangsIsCutOffByTheSampleTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs stacktest.SyncBuffer
-	w, m := newWatcher(t, Options{Pipeline: p, DB: pool, Logger: logs.Logger()})
+	w, m := newWatcher(t, Options{Pipeline: p, DB: pgDB(pool), Logger: logs.Logger()})
 	done := make(chan struct{})
 	go func() { defer close(done); w.Sample(ctx) }()
 	select {
@@ -524,7 +528,7 @@ func TestTheBacklogWatcherWarnsOnceAboutAMissingPartialIndex(t *testing.T) {
 	}
 	p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: dsn, Schema: stacktest.SeedA})
 	var logs stacktest.SyncBuffer
-	w, _ := newWatcher(t, Options{Pipeline: p, DB: pool, Logger: logs.Logger()})
+	w, _ := newWatcher(t, Options{Pipeline: p, DB: pgDB(pool), Logger: logs.Logger()})
 	w.Sample(context.Background())
 	w.Sample(context.Background())
 	if n := strings.Count(logs.String(), "no partial index on the unpublished rows"); n != 1 {

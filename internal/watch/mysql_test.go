@@ -1,6 +1,7 @@
 package watch
 
-// The watchers of a MySQL pipeline, through the family seam, on the local
+// The watchers of a MySQL pipeline, the same code path as PostgreSQL's
+// through the family seam (outboxdb.Watched), on the local
 // stack's MariaDB as its least-privilege user canary (PROCESS lets it see
 // every session's transactions); skips without it, fails in CI.
 
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	outboxsql "github.com/outbox-canary/outbox-canary/deploy/sql"
+	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/internal/mysql"
 	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
@@ -34,7 +36,7 @@ func TestAMariaDBPipelineHasItsBacklogAndOpenTransactionsWatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	w, mt := newWatcher(t, Options{Pipeline: p, Family: db})
+	w, mt := newWatcher(t, Options{Pipeline: p, DB: db})
 
 	// A transaction that has written a row and stays open.
 	ctx := context.Background()
@@ -79,7 +81,7 @@ func TestAnUnreachableMariaDBBlindsItsWatchersWithoutShowingThePassword(t *testi
 	}
 	t.Cleanup(func() { db.Close() })
 	var logs stacktest.SyncBuffer
-	w, mt := newWatcher(t, Options{Pipeline: p, Family: db, Logger: logs.Logger()})
+	w, mt := newWatcher(t, Options{Pipeline: p, DB: db, Logger: logs.Logger()})
 	w.Sample(context.Background())
 	for _, watcher := range []string{WatcherBacklog, WatcherTransactions} {
 		if got := testutil.ToFloat64(mt.Up.WithLabelValues("orders", watcher)); got != 0 {
@@ -106,7 +108,7 @@ func TestAMariaDBCDCPipelineHasItsBinlogWatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	w, mt := newWatcher(t, Options{Pipeline: p, Family: db})
+	w, mt := newWatcher(t, Options{Pipeline: p, DB: db})
 	ctx := context.Background()
 
 	w.Sample(ctx)
@@ -139,7 +141,7 @@ func TestAMariaDBCDCPipelineHasItsBinlogWatched(t *testing.T) {
 // countingDB counts the questions asked of a database through the family
 // seam, by method, on the way to the real one.
 type countingDB struct {
-	outboxdb.DB
+	outboxdb.Watched
 	mu     sync.Mutex
 	counts map[string]int
 }
@@ -160,22 +162,28 @@ func (c *countingDB) take() map[string]int {
 
 func (c *countingDB) Backlog(ctx context.Context, t outboxdb.Table) (outboxdb.Backlog, error) {
 	c.count("backlog " + t.Name)
-	return c.DB.Backlog(ctx, t)
+	return c.Watched.Backlog(ctx, t)
 }
 
-func (c *countingDB) OpenTransactions(ctx context.Context, threshold time.Duration) (outboxdb.Transactions, error) {
-	c.count("transactions " + threshold.String())
-	return c.DB.OpenTransactions(ctx, threshold)
+func (c *countingDB) UnpublishedIndex(ctx context.Context, t outboxdb.Table) (string, error) {
+	c.count("index " + t.Name)
+	return c.Watched.UnpublishedIndex(ctx, t)
+}
+
+func (c *countingDB) OpenTransactions(ctx context.Context, thresholds []time.Duration) (outboxdb.Transactions, error) {
+	c.count(fmt.Sprint("transactions ", thresholds))
+	return c.Watched.OpenTransactions(ctx, thresholds)
 }
 
 func (c *countingDB) CaptureLog(ctx context.Context) (outboxdb.CaptureLog, error) {
 	c.count("binlog")
-	return c.DB.CaptureLog(ctx)
+	return c.Watched.CaptureLog(ctx)
 }
 
 // Pipelines on one MariaDB database share one sampler, as on PostgreSQL:
-// each sample asks each question once (open transactions once per distinct
-// threshold, the backlog once per outbox table, the binlog once), however
+// each sample asks each question once (open transactions once over every
+// distinct threshold, the backlog once per outbox table, the binlog once,
+// the unpublished index once per table in the first), however
 // many pipelines want the answer, and each pipeline exports its own series
 // from it.
 func TestPipelinesOnOneMariaDBDatabaseAskEachQuestionOncePerInterval(t *testing.T) {
@@ -206,38 +214,44 @@ func TestPipelinesOnOneMariaDBDatabaseAskEachQuestionOncePerInterval(t *testing.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { real.Close() })
-	db := &countingDB{DB: real, counts: map[string]int{}}
+	db := &countingDB{Watched: real, counts: map[string]int{}}
 	mt, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logs stacktest.SyncBuffer
-	set := &Set{log: logs.Logger()}
-	for i := range cfg.Pipelines {
-		w, err := New(Options{Pipeline: &cfg.Pipelines[i], Family: db, Metrics: mt, Logger: logs.Logger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		set.Add(w)
+	set, err := OpenSet(cfg.Pipelines, func(config.Database) (outboxdb.Watched, error) { return db, nil }, nil, mt, logs.Logger())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(set.own) != 0 || len(set.familyDBs) != 1 {
-		t.Fatalf("Add: %d watchers on their own, %d databases; want none on their own, one database", len(set.own), len(set.familyDBs))
+	if len(set.groups) != 1 {
+		t.Fatalf("OpenSet: %d samplers for one database, want 1", len(set.groups))
 	}
-	g := newFamilyGroup(db, set.onFamily[db], logs.Logger())
+	g := set.groups[0]
 
-	// Three thresholds: the polling pipelines' two and the cdc ones'
-	// default. (Whether a transaction over one is counted is
+	// Three thresholds, in one question: the polling pipelines' two and
+	// the cdc ones' default. (Whether a transaction over one is counted is
 	// TestAMariaDBPipelineHasItsBacklogAndOpenTransactionsWatched's: here
 	// a transaction left open by another test on the shared server could
 	// be counted too.)
-	want := map[string]int{"transactions 1s": 1, "transactions 1h0m0s": 1, "transactions 1m0s": 1, "binlog": 1}
+	want := map[string]int{"transactions [1s 1h0m0s 1m0s]": 1, "binlog": 1}
+	first := map[string]int{"transactions [1s 1h0m0s 1m0s]": 1, "binlog": 1}
 	for _, table := range tables {
 		want["backlog "+table] = 1
+		first["backlog "+table] = 1
+		first["index "+table] = 1
+	}
+	g.Sample(ctx)
+	if got := db.take(); fmt.Sprint(got) != fmt.Sprint(first) {
+		t.Fatalf("the first sample of 62 pipelines on one database asked %v, want %v", got, first)
+	}
+	if strings.Contains(logs.String(), "no partial index") {
+		t.Errorf("the watchers warned of a missing unpublished index; the schema has one leading with published_at:\n%s", logs.String())
 	}
 	for i := range 3 {
 		g.Sample(ctx)
 		if got := db.take(); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("sample %d of 62 pipelines on one database asked %v, want %v", i+1, got, want)
+			t.Fatalf("sample %d of 62 pipelines on one database asked %v, want %v", i+2, got, want)
 		}
 	}
 	t.Logf("62 pipelines (60 polling on %d tables, 2 cdc) on one MariaDB database: %d questions per interval", len(tables), len(want))
@@ -269,7 +283,10 @@ func TestPipelinesOnOneMariaDBDatabaseAskEachQuestionOncePerInterval(t *testing.
 	}
 
 	// Set.Run samples the database in one loop: cancelled after its first
-	// sample, it has asked each question once.
+	// sample, a fresh set has asked each question once.
+	if set, err = OpenSet(cfg.Pipelines, func(config.Database) (outboxdb.Watched, error) { return db, nil }, nil, mt, logs.Logger()); err != nil {
+		t.Fatal(err)
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { set.Run(runCtx); close(done) }()
@@ -281,7 +298,7 @@ func TestPipelinesOnOneMariaDBDatabaseAskEachQuestionOncePerInterval(t *testing.
 	})
 	cancel()
 	<-done
-	if got := db.take(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("Run's first sample asked %v, want %v", got, want)
+	if got := db.take(); fmt.Sprint(got) != fmt.Sprint(first) {
+		t.Errorf("Run's first sample asked %v, want %v", got, first)
 	}
 }
