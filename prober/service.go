@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 
@@ -65,16 +64,14 @@ type Options struct {
 // database (pgx for PostgreSQL, database/sql for MySQL) and one Kafka
 // transport per distinct cluster, used by every pipeline on them.
 type Connections struct {
-	Pools    *postgres.Pools // the PostgreSQL databases (the watchers read them)
+	Pools    *postgres.Pools // the PostgreSQL databases
 	MySQL    *mysql.Pools
 	Clusters *kafkaclient.Clusters
-
-	mu sync.Mutex
-	pg map[*pgxpool.Pool]*postgres.OutboxDB
 }
 
 // DB returns the shared outbox database of db, of its family: one value
-// per distinct database, so it also keys what the service shares per
+// per distinct database (each family's Pools keys its databases by the
+// resolved database.dsn), so it also keys what the service shares per
 // database.
 func (c *Connections) DB(db config.Database) (outboxdb.DB, error) {
 	kind, err := db.Family()
@@ -83,24 +80,14 @@ func (c *Connections) DB(db config.Database) (outboxdb.DB, error) {
 	}
 	if kind == config.KindMySQL {
 		if c.MySQL == nil {
-			return nil, errors.New("database.dsn: a MySQL database, and these connections have no MySQL pools")
+			return nil, errMySQLPools
 		}
 		return c.MySQL.DB(db)
 	}
-	pool, err := c.Pools.Pool(db)
+	d, err := c.Pools.DB(db)
 	if err != nil {
-		return nil, err
+		return nil, err // not a nil *OutboxDB in a non-nil interface
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pg == nil {
-		c.pg = map[*pgxpool.Pool]*postgres.OutboxDB{}
-	}
-	if d, ok := c.pg[pool]; ok {
-		return d, nil
-	}
-	d := postgres.NewOutboxDB(pool)
-	c.pg[pool] = d
 	return d, nil
 }
 
@@ -114,7 +101,7 @@ func (c *Connections) Watched(db config.Database) (outboxdb.Watched, error) {
 	}
 	if kind == config.KindMySQL {
 		if c.MySQL == nil {
-			return nil, errors.New("database.dsn: a MySQL database, and these connections have no MySQL pools")
+			return nil, errMySQLPools
 		}
 		return c.MySQL.Watched(db)
 	}
@@ -124,6 +111,8 @@ func (c *Connections) Watched(db config.Database) (outboxdb.Watched, error) {
 	}
 	return w, nil
 }
+
+var errMySQLPools = errors.New("database.dsn: a MySQL database, and these connections have no MySQL pools")
 
 // OpenConnections builds the shared connections of pipelines: each
 // database's pool sized by the pipelines on it (postgres.PoolSize), each
