@@ -227,6 +227,11 @@ func (c amBuilder) inhibitRules() []amInhibitRule {
 		TargetMatchers: []string{ours, matchNot(labelAlertname, AlertProberAbsent), matchRegexp(slo.LabelPipeline, strings.Join(pipelines, "|"))},
 		Equal:          keys,
 	}, {
+		why:            "The prober is gone: a shard's pipelines, unmeasured before the rest went, are part of that outage, and their alert, kept firing, must not read as resolved.",
+		SourceMatchers: []string{match(labelAlertname, AlertProberAbsent)},
+		TargetMatchers: []string{match(labelAlertname, AlertPipelinesUnmeasured)},
+		Equal:          append([]string{labelJob}, keys...),
+	}, {
 		why:            "The prober has lost its own database or Kafka connection: the pipeline is not measured, so its other alerts wait.",
 		SourceMatchers: []string{match(labelAlertname, AlertDependencyDown)},
 		TargetMatchers: []string{ours, matchNot(labelAlertname, AlertDependencyDown)},

@@ -761,10 +761,77 @@ func (g generator) proberAlerts() Group {
 			}),
 		}},
 	}
+	grp.Rules = append(grp.Rules, g.pipelinesUnmeasured())
 	if a.Replicas > 1 {
 		grp.Rules = append(grp.Rules, g.redundancyLost())
 	}
 	return grp
+}
+
+// pipelinesUnmeasured pages when pipelines the rules know have had no
+// prober's series for as long as the dead man waits, while the job is up:
+// with --shard.count every replica of one shard is down, or, sharded or
+// not, the probers run an older configuration than the rules. The dead
+// man cannot see it (the other probers' build info is there), and neither
+// can the redundancy ticket (it counts the replicas of the pipelines some
+// replica measures).
+//
+// It is generated whatever the sharding, since the rules know every
+// pipeline of the file. One alert per scope, valued at the number of
+// pipelines unmeasured, not one per pipeline: a shard takes all of its
+// pipelines with it, and that is one incident.
+//
+// The wait is all in for: (absent() now, for prober_absent_for and the
+// grace), as the redundancy ticket's, not in an absent_over_time window:
+// a pipeline no prober has ever measured is absent over any window at
+// once, and would page a minute after the rules that add it are loaded,
+// in the middle of the rollout that brings the probers the new
+// configuration.
+//
+// While the whole job has been absent for the grace minute the alert is
+// false, in PromQL rather than by an inhibit rule, so that an Alertmanager
+// grouping by alertname gets one page for a total outage, the dead man's:
+// also when the last shard goes minutes after the first (within this
+// for:), and a failed scrape or two of every prober resets nothing. It
+// keeps firing past that moment so its end is not sent as resolved before
+// the dead man inhibits it.
+func (g generator) pipelinesUnmeasured() Rule {
+	a := g.m.Alerting
+	l := map[string]string{labelSeverity: g.severity(config.SeverityPage)}
+	if a.ProberOwner != "" {
+		l[slo.LabelOwner] = a.ProberOwner
+	}
+	var unmeasured []string
+	for i, p := range g.m.Pipelines {
+		line := "absent(" + selector(slo.MetricLastSentTimestamp, scoped(g.m.Scope, labelJob, a.ProberJob, slo.LabelPipeline, p.Name)...) + ")"
+		if i > 0 {
+			line = "or " + line
+		}
+		unmeasured = append(unmeasured, line)
+	}
+	jobAbsent := "absent_over_time(" + selector(slo.MetricBuildInfo, scoped(g.m.Scope, labelJob, a.ProberJob)...) + "[" + slo.PromDuration(proberAbsentGrace) + "])"
+	expr := append(append([]string{"count by (" + joinLabels(g.m.Scope, labelJob) + ") ("}, indent(unmeasured)...),
+		")",
+		"unless on ("+joinLabels(g.m.Scope, labelJob)+") "+jobAbsent,
+	)
+	waits := time.Duration(a.ProberAbsentFor) + proberAbsentGrace
+	// The notification names the pipelines: the query is the rule's own,
+	// without its count.
+	names := "{{ range query `" + strings.Join(unmeasured, " ") + "` | sortByLabel \"" + slo.LabelPipeline + "\" }}{{ .Labels." + slo.LabelPipeline + " }} {{ end }}"
+	return Rule{
+		Alert:         AlertPipelinesUnmeasured,
+		Expr:          lines(expr...),
+		For:           slo.PromDuration(waits),
+		KeepFiringFor: slo.PromDuration(g.keepFiringFor()),
+		Labels:        g.labels(l),
+		Annotations: g.annotate(annotations{
+			alert:   AlertPipelinesUnmeasured,
+			summary: fmt.Sprintf("{{ $value }} of the %d configured pipelines are measured by no outbox-canary prober.", len(g.m.Pipelines)),
+			description: fmt.Sprintf("For %s, Prometheus has had no %s series from job %q for pipelines %swhile other probers of the job are up. No canary goes through them, so none of their alerts can fire. With --shard.count, every replica of the shard that owns them is down (outbox-canary validate --shard.count N prints which shard owns which pipeline); sharded or not, the probers may run an older configuration than these rules. Check that shard's pods (kubectl get pods) and Prometheus's targets page, and that the probers run the configuration the rules were generated from.",
+				slo.PromDuration(waits), slo.MetricLastSentTimestamp, a.ProberJob, names),
+			dashboard: slo.DashboardSLOOverview,
+		}),
+	}
 }
 
 // redundancyLost is the ticket for fewer prober replicas measuring a
@@ -778,16 +845,18 @@ func (g generator) proberAlerts() Group {
 // and it is one alert per scope, valued at the fewest replicas measuring
 // a pipeline, not one per pipeline: one replica down takes every pipeline
 // of its shard with it. A pipeline no replica measures is not counted:
-// the dead man, or OutboxCanaryDependencyDown, pages for it.
+// OutboxCanaryPipelinesUnmeasured, the dead man or
+// OutboxCanaryDependencyDown pages for it.
 //
 // Emitted only when alerting.replicas is above 1: at 1 its condition
 // (fewer than one replica, yet a series to count) can never hold.
 //
 // It waits as long as the dead man does (prober_absent_for and its
 // grace), so a replica's restart or a rolling update is no ticket, and
-// keeps firing for as long as the dead man takes to page when the last
-// replica goes too; the page inhibits it in Alertmanager (a page
-// inhibits the tickets of its owner, and neither has a pipeline label).
+// keeps firing for as long as the dead man (or, for a shard,
+// pipelinesUnmeasured) takes to page when the last replica goes too; the
+// page inhibits it in Alertmanager (a page inhibits the tickets of its
+// owner, and neither has a pipeline label).
 func (g generator) redundancyLost() Rule {
 	a := g.m.Alerting
 	l := map[string]string{labelSeverity: g.severity(config.SeverityTicket)}
@@ -813,7 +882,7 @@ func (g generator) redundancyLost() Rule {
 		Annotations: g.annotate(annotations{
 			alert:   AlertRedundancyLost,
 			summary: fmt.Sprintf("Only {{ $value }} of the %d outbox-canary prober replicas measure some pipelines.", a.Replicas),
-			description: fmt.Sprintf("For %s, some pipelines of job %q have been measured by only {{ $value }} prober replica(s) of the %d configured (alerting.replicas): the others are down, unscraped, or up without their database or Kafka connection. The pipelines are still measured and their alerts still fire, but one more loss leaves holes in their SLIs, and the last one is OutboxCanaryProberAbsent. Find the missing replica (kubectl get pods; Prometheus's targets page; count by (instance) (%s{job=%q}) lists the replicas that are up) and bring it back.",
+			description: fmt.Sprintf("For %s, some pipelines of job %q have been measured by only {{ $value }} prober replica(s) of the %d configured (alerting.replicas): the others are down, unscraped, or up without their database or Kafka connection. The pipelines are still measured and their alerts still fire, but one more loss leaves holes in their SLIs, and the last one is OutboxCanaryPipelinesUnmeasured (a shard's last replica) or OutboxCanaryProberAbsent (the job's). Find the missing replica (kubectl get pods; Prometheus's targets page; count by (instance) (%s{job=%q}) lists the replicas that are up) and bring it back.",
 				slo.PromDuration(waits), a.ProberJob, a.Replicas, slo.MetricBuildInfo, a.ProberJob),
 			dashboard: slo.DashboardSLOOverview,
 		}),

@@ -56,6 +56,7 @@ const (
 	AlertStalled               = "OutboxCanaryStalled"
 	AlertInsertsFailing        = "OutboxCanaryInsertsFailing"
 	AlertProberAbsent          = "OutboxCanaryProberAbsent"
+	AlertPipelinesUnmeasured   = "OutboxCanaryPipelinesUnmeasured"
 	AlertRedundancyLost        = "OutboxCanaryRedundancyLost"
 	AlertClockSkewSuspected    = "OutboxCanaryClockSkewSuspected"
 	AlertOldestUnpublished     = "OutboxOldestUnpublishedTooOld"
@@ -77,7 +78,7 @@ const (
 // docs/alerts.md.
 func AlertNames() []string {
 	return []string{
-		AlertStalled, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent, AlertRedundancyLost,
+		AlertStalled, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent, AlertPipelinesUnmeasured, AlertRedundancyLost,
 		AlertDependencyDown, AlertWatcherFailing,
 		AlertOldestUnpublished, AlertBacklogGrowing,
 		AlertConnectorTaskFailed, AlertSlotInactive, AlertSlotRetainedWALGrowth, AlertSlotWALAtRisk,
