@@ -311,6 +311,10 @@ func relayStall() []map[string]string { return relayStallSince(stallSince) }
 // alerting.prober_owner: no pipeline, one per job and scope.
 var redundancyLost = map[string]string{"alertname": alerts.AlertRedundancyLost, "severity": "ticket", "owner": "team-platform", "job": "outbox-canary"}
 
+// pipelinesUnmeasured is the page for pipelines no prober measures (a
+// shard whose replicas are all gone), labelled as the rules label it.
+var pipelinesUnmeasured = map[string]string{"alertname": alerts.AlertPipelinesUnmeasured, "severity": "page", "owner": "team-platform", "job": "outbox-canary"}
+
 func relayStallSince(since string) []map[string]string {
 	burn := func(segment, owner, severity string) map[string]string {
 		return map[string]string{
@@ -437,6 +441,28 @@ func TestAlertmanagerPagesOncePerIncident(t *testing.T) {
 			states: map[string]string{
 				"OutboxCanaryProberAbsent//page":     "active",
 				"OutboxCanaryRedundancyLost//ticket": "suppressed",
+			},
+			wantReceiver: alerts.ReceiverName("team-platform", "page"),
+			wantAlerts:   []string{"OutboxCanaryProberAbsent//page"},
+		},
+		{
+			name:  "Every replica of one shard gone: the page for its pipelines notifies the prober's owner, and the redundancy ticket, kept firing, is held back.",
+			first: []map[string]string{pipelinesUnmeasured},
+			rest:  []map[string]string{redundancyLost},
+			states: map[string]string{
+				"OutboxCanaryPipelinesUnmeasured//page": "active",
+				"OutboxCanaryRedundancyLost//ticket":    "suppressed",
+			},
+			wantReceiver: alerts.ReceiverName("team-platform", "page"),
+			wantAlerts:   []string{"OutboxCanaryPipelinesUnmeasured//page"},
+		},
+		{
+			name:  "The other shards gone too: the dead man notifies, and the shard's page, kept firing, is held back.",
+			first: []map[string]string{{"alertname": alerts.AlertProberAbsent, "severity": "page", "owner": "team-platform", "job": "outbox-canary"}},
+			rest:  []map[string]string{pipelinesUnmeasured},
+			states: map[string]string{
+				"OutboxCanaryProberAbsent//page":        "active",
+				"OutboxCanaryPipelinesUnmeasured//page": "suppressed",
 			},
 			wantReceiver: alerts.ReceiverName("team-platform", "page"),
 			wantAlerts:   []string{"OutboxCanaryProberAbsent//page"},

@@ -19,6 +19,7 @@ import (
 	"reflect"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -869,6 +870,78 @@ func TestRedundantProberScenariosCatchPerReplicaRules(t *testing.T) {
 				return
 			}
 			t.Logf("the replica scenarios fail, as they must:\n%s", firstLines(out, 12))
+		})
+	}
+}
+
+// TestShardScenariosCatchAnUnwatchedShard mutates the page for pipelines
+// no prober measures and requires testdata/replicas/shards.yml to fail
+// where it should: without the page a dead shard is silent; without its
+// PromQL suppression a total outage pages twice; suppressed only over the
+// dead man's window, an outage that spreads over minutes pages twice.
+func TestShardScenariosCatchAnUnwatchedShard(t *testing.T) {
+	t.Parallel()
+	bin := promtool(t)
+	suppression := regexp.MustCompile(`(?m)^unless on \(job\) absent_over_time\(outbox_canary_build_info\{[^}]*\}\[1m\]\)$`)
+	unmeasured := func(change func(r *alerts.Rule)) func(rf *alerts.RuleFile) int {
+		return rewriteRules(func(r *alerts.Rule) bool {
+			if r.Alert == alerts.AlertPipelinesUnmeasured {
+				change(r)
+			}
+			return true
+		})
+	}
+	for _, tc := range []struct {
+		name  string
+		rules func(rf *alerts.RuleFile) int
+		// fails is what promtool's report must name.
+		fails string
+	}{
+		{
+			name: "Without the page, a shard whose replicas are all gone pages no one.",
+			rules: func(rf *alerts.RuleFile) int {
+				n := 0
+				for i, g := range rf.Groups {
+					rf.Groups[i].Rules = slices.DeleteFunc(slices.Clone(g.Rules), func(r alerts.Rule) bool { return r.Alert == alerts.AlertPipelinesUnmeasured })
+					n += len(g.Rules) - len(rf.Groups[i].Rules)
+				}
+				return n
+			},
+			fails: "alertname: OutboxCanaryPipelinesUnmeasured, time: 46m30s",
+		},
+		{
+			name:  "Without the suppression while the job is absent, a total outage pages twice: the dead man and every pipeline unmeasured.",
+			rules: unmeasured(func(r *alerts.Rule) { r.Expr = suppression.ReplaceAllString(r.Expr, "") }),
+			fails: "alertname: OutboxCanaryPipelinesUnmeasured, time: 37m",
+		},
+		{
+			name:  "Suppressed only once the job has been absent for the dead man's 5m, an outage that takes three minutes to spread pages the first shard too.",
+			rules: unmeasured(func(r *alerts.Rule) { r.Expr = strings.Replace(r.Expr, "[1m])", "[5m])", 1) }),
+			fails: "alertname: OutboxCanaryPipelinesUnmeasured, time: 36m45s",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, m := replicaModel(t)
+			rf, err := alerts.Generate(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.rules(rf) == 0 {
+				t.Fatal("the mutation changed no rule: the test no longer tests what it says")
+			}
+			// The scenario checks the prober group's alerts alone, which
+			// read no other group's recordings: the others only cost
+			// promtool time here.
+			rf.Groups = slices.DeleteFunc(rf.Groups, func(g alerts.Group) bool { return g.Name != "outbox-canary-prober" })
+			dir := t.TempDir()
+			writeRuleFile(t, dir, cfg, rf)
+			out, _ := runScenario(t, bin, dir, filepath.Join(replicaScenarioDir, "shards.yml"))
+			if !strings.Contains(out, "FAILED") || !strings.Contains(out, tc.fails+",") {
+				t.Errorf("the shard scenarios did not fail on %q with mutated rules:\n%s", tc.fails, firstLines(out, 30))
+				return
+			}
+			t.Logf("the shard scenarios fail, as they must:\n%s", firstLines(out, 12))
 		})
 	}
 }

@@ -234,10 +234,18 @@ func TestReviewQueriesOnTheGeneratedRules(t *testing.T) {
 		t.Fatal("no Alerts firing panel")
 	}
 	alertsExpr := targetExprs(firing)[0]
+	// The prober exports every pipeline's last canary sent while it runs:
+	// without them OutboxCanaryPipelinesUnmeasured fires at 30m already.
 	deadMan := promtoolTest{Name: "dead man", Interval: "1m", InputSeries: []inputSeries{{
 		Series: fmt.Sprintf(`%s{job=%q, instance=%q, version="test"}`, slo.MetricBuildInfo, testJob, testInstance),
 		Values: "1x60",
 	}}}
+	for _, p := range m.Pipelines {
+		deadMan.InputSeries = append(deadMan.InputSeries, inputSeries{
+			Series: fmt.Sprintf(`%s{job=%q, instance=%q, pipeline=%q}`, slo.MetricLastSentTimestamp, testJob, testInstance, p.Name),
+			Values: "0+60x60",
+		})
+	}
 	for _, tc := range []struct {
 		pipeline, instance, at string
 		want                   float64
