@@ -49,13 +49,16 @@ type Alerting struct {
 	// is healthy.
 	WALGrowthFor Duration `yaml:"wal_growth_for"`
 	// The Prometheus job label the prober is scraped under; the dead-man
-	// alert watches outbox_canary_build_info in that job.
+	// alert watches outbox_canary_build_info in that job, and the
+	// unmeasured-pipelines page each pipeline's series in it.
 	ProberJob string `yaml:"prober_job"`
 	// How long the prober's series may be missing before the dead-man
-	// alert fires.
+	// alert fires (a minute more for the unmeasured-pipelines page and the
+	// redundancy ticket).
 	ProberAbsentFor Duration `yaml:"prober_absent_for"`
 	// The owner label of the alerts about the prober itself (the dead
-	// man); empty leaves the label out.
+	// man, the unmeasured-pipelines page, the redundancy ticket); empty
+	// leaves the label out.
 	ProberOwner string `yaml:"prober_owner"`
 	// How many prober replicas measure each pipeline (the chart's
 	// replicaCount; with sharding, the replicas of each shard). The rules
