@@ -791,8 +791,9 @@ func (g generator) proberAlerts() Group {
 // While the whole job has been absent for the grace minute the alert is
 // false, in PromQL rather than by an inhibit rule, so that an Alertmanager
 // grouping by alertname gets one page for a total outage, the dead man's:
-// also when the last shard goes minutes after the first (within this
-// for:), and a failed scrape or two of every prober resets nothing. It
+// also when the last shard goes minutes after the first (less than this
+// for: less that minute), and a failed scrape or two of every prober
+// resets nothing. It
 // keeps firing past that moment so its end is not sent as resolved before
 // the dead man inhibits it.
 func (g generator) pipelinesUnmeasured() Rule {
