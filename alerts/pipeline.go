@@ -370,6 +370,7 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 				p.Name, slo.PromDuration(badSignatureWindow))),
 	})
 	grp.Rules = append(grp.Rules, g.clockSkewRules(p, keep)...)
+	grp.Rules = append(grp.Rules, g.unmeasuredRecording(p))
 	return grp
 }
 
@@ -768,6 +769,23 @@ func (g generator) proberAlerts() Group {
 	return grp
 }
 
+// RecordUnmeasured is present while no prober of the job exports the
+// pipeline's last canary sent (absent() of it): one series per pipeline,
+// labelled by the job, the pipeline, the scope and alerting.labels.
+const RecordUnmeasured = "outbox_canary:last_sent_timestamp_seconds:absent"
+
+// unmeasuredRecording records RecordUnmeasured for one pipeline, in the
+// pipeline's own group: the page that counts them (pipelinesUnmeasured)
+// stays one line however many pipelines there are, and the prober's
+// PrometheusRule does not grow with them.
+func (g generator) unmeasuredRecording(p slo.Pipeline) Rule {
+	return Rule{
+		Record: RecordUnmeasured,
+		Expr:   "absent(" + selector(slo.MetricLastSentTimestamp, scoped(p.Scope, labelJob, g.m.Alerting.ProberJob, slo.LabelPipeline, p.Name)...) + ")",
+		Labels: g.labels(map[string]string{}),
+	}
+}
+
 // pipelinesUnmeasured pages when pipelines the rules know have had no
 // prober's series for as long as the dead man waits, while the job is up:
 // with --shard.count every replica of one shard is down, or, sharded or
@@ -777,9 +795,10 @@ func (g generator) proberAlerts() Group {
 // replica measures).
 //
 // It is generated whatever the sharding, since the rules know every
-// pipeline of the file. One alert per scope, valued at the number of
-// pipelines unmeasured, not one per pipeline: a shard takes all of its
-// pipelines with it, and that is one incident.
+// pipeline of the file (each records RecordUnmeasured). One alert per
+// scope, valued at the number of pipelines unmeasured, not one per
+// pipeline: a shard takes all of its pipelines with it, and that is one
+// incident.
 //
 // The wait is all in for: (absent() now, for prober_absent_for and the
 // grace), as the redundancy ticket's, not in an absent_over_time window:
@@ -793,43 +812,32 @@ func (g generator) proberAlerts() Group {
 // grouping by alertname gets one page for a total outage, the dead man's:
 // also when the last shard goes minutes after the first (less than this
 // for: less that minute), and a failed scrape or two of every prober
-// resets nothing. It
-// keeps firing past that moment so its end is not sent as resolved before
-// the dead man inhibits it.
+// resets nothing. It keeps firing past that moment so its end is not sent
+// as resolved before the dead man inhibits it.
 func (g generator) pipelinesUnmeasured() Rule {
 	a := g.m.Alerting
 	l := map[string]string{labelSeverity: g.severity(config.SeverityPage)}
 	if a.ProberOwner != "" {
 		l[slo.LabelOwner] = a.ProberOwner
 	}
-	var unmeasured []string
-	for i, p := range g.m.Pipelines {
-		line := "absent(" + selector(slo.MetricLastSentTimestamp, scoped(g.m.Scope, labelJob, a.ProberJob, slo.LabelPipeline, p.Name)...) + ")"
-		if i > 0 {
-			line = "or " + line
-		}
-		unmeasured = append(unmeasured, line)
-	}
+	unmeasured := selector(RecordUnmeasured, scoped(g.m.Scope, labelJob, a.ProberJob)...)
 	jobAbsent := "absent_over_time(" + selector(slo.MetricBuildInfo, scoped(g.m.Scope, labelJob, a.ProberJob)...) + "[" + slo.PromDuration(proberAbsentGrace) + "])"
-	expr := append(append([]string{"count by (" + joinLabels(g.m.Scope, labelJob) + ") ("}, indent(unmeasured)...),
-		")",
-		"unless on ("+joinLabels(g.m.Scope, labelJob)+") "+jobAbsent,
-	)
 	waits := time.Duration(a.ProberAbsentFor) + proberAbsentGrace
-	// The notification names the pipelines: the query is the rule's own,
-	// without its count.
-	names := "{{ range query `" + strings.Join(unmeasured, " ") + "` | sortByLabel \"" + slo.LabelPipeline + "\" }}{{ .Labels." + slo.LabelPipeline + " }} {{ end }}"
 	return Rule{
-		Alert:         AlertPipelinesUnmeasured,
-		Expr:          lines(expr...),
+		Alert: AlertPipelinesUnmeasured,
+		Expr: lines(
+			"count by ("+joinLabels(g.m.Scope, labelJob)+") ("+unmeasured+")",
+			"unless on ("+joinLabels(g.m.Scope, labelJob)+") "+jobAbsent,
+		),
 		For:           slo.PromDuration(waits),
 		KeepFiringFor: slo.PromDuration(g.keepFiringFor()),
 		Labels:        g.labels(l),
 		Annotations: g.annotate(annotations{
 			alert:   AlertPipelinesUnmeasured,
 			summary: fmt.Sprintf("{{ $value }} of the %d configured pipelines are measured by no outbox-canary prober.", len(g.m.Pipelines)),
-			description: fmt.Sprintf("For %s, Prometheus has had no %s series from job %q for pipelines %swhile other probers of the job are up. No canary goes through them, so none of their alerts can fire. With --shard.count, every replica of the shard that owns them is down (outbox-canary validate --shard.count N prints which shard owns which pipeline); sharded or not, the probers may run an older configuration than these rules. Check that shard's pods (kubectl get pods) and Prometheus's targets page, and that the probers run the configuration the rules were generated from.",
-				slo.PromDuration(waits), slo.MetricLastSentTimestamp, a.ProberJob, names),
+			// The notification names the pipelines.
+			description: fmt.Sprintf("For %s, Prometheus has had no %s series from job %q for pipelines {{ range query `%s` | sortByLabel \"%s\" }}{{ .Labels.%s }} {{ end }}while other probers of the job are up (%s lists them). No canary goes through them, so none of their alerts can fire. With --shard.count, every replica of the shard that owns them is down (outbox-canary validate --shard.count N prints which shard owns which pipeline); sharded or not, the probers may run an older configuration than these rules. Check that shard's pods (kubectl get pods) and Prometheus's targets page, and that the probers run the configuration the rules were generated from.",
+				slo.PromDuration(waits), slo.MetricLastSentTimestamp, a.ProberJob, unmeasured, slo.LabelPipeline, slo.LabelPipeline, unmeasured),
 			dashboard: slo.DashboardSLOOverview,
 		}),
 	}

@@ -876,9 +876,10 @@ func TestRedundantProberScenariosCatchPerReplicaRules(t *testing.T) {
 
 // TestShardScenariosCatchAnUnwatchedShard mutates the page for pipelines
 // no prober measures and requires testdata/replicas/shards.yml to fail
-// where it should: without the page a dead shard is silent; without its
-// PromQL suppression a total outage pages twice; suppressed only over the
-// dead man's window, an outage that spreads over minutes pages twice.
+// where it should: without the page (or without the pipelines'
+// recordings it counts) a dead shard is silent; without its PromQL
+// suppression a total outage pages twice; suppressed only over the dead
+// man's window, an outage that spreads over minutes pages twice.
 func TestShardScenariosCatchAnUnwatchedShard(t *testing.T) {
 	t.Parallel()
 	bin := promtool(t)
@@ -910,6 +911,18 @@ func TestShardScenariosCatchAnUnwatchedShard(t *testing.T) {
 			fails: "alertname: OutboxCanaryPipelinesUnmeasured, time: 46m30s",
 		},
 		{
+			name: "Without the pipelines' recordings of their absence, the page has nothing to count.",
+			rules: func(rf *alerts.RuleFile) int {
+				n := 0
+				for i, g := range rf.Groups {
+					rf.Groups[i].Rules = slices.DeleteFunc(slices.Clone(g.Rules), func(r alerts.Rule) bool { return r.Record == alerts.RecordUnmeasured })
+					n += len(g.Rules) - len(rf.Groups[i].Rules)
+				}
+				return n
+			},
+			fails: "alertname: OutboxCanaryPipelinesUnmeasured, time: 46m30s",
+		},
+		{
 			name:  "Without the suppression while the job is absent, a total outage pages twice: the dead man and every pipeline unmeasured.",
 			rules: unmeasured(func(r *alerts.Rule) { r.Expr = suppression.ReplaceAllString(r.Expr, "") }),
 			fails: "alertname: OutboxCanaryPipelinesUnmeasured, time: 37m",
@@ -931,9 +944,14 @@ func TestShardScenariosCatchAnUnwatchedShard(t *testing.T) {
 				t.Fatal("the mutation changed no rule: the test no longer tests what it says")
 			}
 			// The scenario checks the prober group's alerts alone, which
-			// read no other group's recordings: the others only cost
-			// promtool time here.
-			rf.Groups = slices.DeleteFunc(rf.Groups, func(g alerts.Group) bool { return g.Name != "outbox-canary-prober" })
+			// read no other recordings than the pipelines' RecordUnmeasured:
+			// the other rules only cost promtool time here.
+			for i, g := range rf.Groups {
+				if g.Name != "outbox-canary-prober" {
+					rf.Groups[i].Rules = slices.DeleteFunc(slices.Clone(g.Rules), func(r alerts.Rule) bool { return r.Record != alerts.RecordUnmeasured })
+				}
+			}
+			rf.Groups = slices.DeleteFunc(rf.Groups, func(g alerts.Group) bool { return len(g.Rules) == 0 })
 			dir := t.TempDir()
 			writeRuleFile(t, dir, cfg, rf)
 			out, _ := runScenario(t, bin, dir, filepath.Join(replicaScenarioDir, "shards.yml"))
