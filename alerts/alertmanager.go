@@ -232,11 +232,19 @@ func (c amBuilder) inhibitRules() []amInhibitRule {
 		TargetMatchers: []string{match(labelAlertname, AlertPipelinesUnmeasured)},
 		Equal:          append([]string{labelJob}, keys...),
 	}, {
-		why:            "The prober has lost its own database or Kafka connection: the pipeline is not measured, so its other alerts wait.",
+		why:            "The prober has lost its own database connection: the pipeline is not measured, so its other alerts wait.",
 		SourceMatchers: []string{match(labelAlertname, AlertDependencyDown)},
 		TargetMatchers: []string{ours, matchNot(labelAlertname, AlertDependencyDown)},
 		Equal:          withPipeline,
 	}}
+	for _, k := range KafkaClusters(c.m) {
+		rules = append(rules, amInhibitRule{
+			why:            fmt.Sprintf("The prober has lost Kafka (%s): its pipelines are not measured, so their other alerts wait.", k.Brokers),
+			SourceMatchers: []string{match(labelAlertname, AlertDependencyDown), match(slo.LabelDependency, slo.DependencyKafka), match(LabelBrokers, k.Brokers), match(slo.LabelOwner, k.Owner)},
+			TargetMatchers: []string{ours, matchNot(labelAlertname, AlertDependencyDown), matchRegexp(slo.LabelPipeline, pipelineRegexp(k.Pipelines))},
+			Equal:          keys,
+		})
+	}
 	watchers := watcherAlerts
 	if c.m.CapturesBinlog() {
 		// Only with a binlog pipeline, so a configuration without one

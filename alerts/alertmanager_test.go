@@ -351,7 +351,8 @@ func kafkaOutage() []map[string]string {
 		}
 	}
 	return []map[string]string{
-		with(map[string]string{"alertname": alerts.AlertDependencyDown, "severity": "page", "owner": "team-kafka", "dependency": "kafka"}),
+		// One per cluster: no pipeline, the brokers instead.
+		{"alertname": alerts.AlertDependencyDown, "severity": "page", "owner": "team-kafka", "dependency": "kafka", "brokers": "127.0.0.1:9092"},
 		burn("end_to_end", "team-orders", "page"),
 		burn("end_to_end", "team-orders", "ticket"),
 		burn("commit_to_publish", "team-relay", "page"),

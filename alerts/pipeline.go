@@ -171,32 +171,20 @@ func (g generator) pipelineAlerts(p slo.Pipeline) Group {
 				p.Name, slo.PromDuration(insertWindow))),
 	})
 
-	// The prober's Kafka is the pipeline's brokers: out of the prober's
-	// reach they are most often out of the relay's too, and the relay's
-	// segments are not charged for it (package judge), so the page goes to
-	// the brokers' owner, the owner of publish_to_consume. The database
-	// page goes to whoever runs the prober.
-	brokerOwner := p.Owner(config.SegmentName(config.StampPublish, config.StampConsume))
-	for _, dep := range []struct {
-		name   string
-		labels map[string]string
-	}{
-		{slo.DependencyDatabase, proberSide(config.SeverityPage)},
-		{slo.DependencyKafka, g.labels(map[string]string{labelSeverity: g.severity(config.SeverityPage), slo.LabelPipeline: p.Name, slo.LabelOwner: brokerOwner})},
-	} {
-		grp.Rules = append(grp.Rules, Rule{
-			Alert:  AlertDependencyDown,
-			Expr:   dependencyDownExpr(p.Scope, p.Name, dep.name),
-			For:    slo.PromDuration(dependencyDownFor),
-			Labels: dep.labels,
-			// Its own series vanish with the prober too.
-			KeepFiringFor: keep,
-			Annotations: annotate(AlertDependencyDown, slo.DashboardPipelineHealth,
-				fmt.Sprintf("Pipeline %s: the prober has lost its own connection to {{ $labels.%s }}.", p.Name, slo.LabelDependency),
-				fmt.Sprintf("The prober's connection to the %s of pipeline %s has been down for %s. Canaries can neither be written nor read, so the pipeline is not measured: its stall and SLO alerts are held back, as is everything else of the pipeline in Alertmanager. If the %s is down for everyone, this is the pipeline's incident too.",
-					"{{ $labels."+slo.LabelDependency+" }}", p.Name, slo.PromDuration(dependencyDownFor), "{{ $labels."+slo.LabelDependency+" }}")),
-		})
-	}
+	// The database page goes to whoever runs the prober. Kafka's is one
+	// page per cluster, not per pipeline (kafkaAlerts).
+	grp.Rules = append(grp.Rules, Rule{
+		Alert:  AlertDependencyDown,
+		Expr:   dependencyDownExpr(p.Scope, p.Name, slo.DependencyDatabase),
+		For:    slo.PromDuration(dependencyDownFor),
+		Labels: proberSide(config.SeverityPage),
+		// Its own series vanish with the prober too.
+		KeepFiringFor: keep,
+		Annotations: annotate(AlertDependencyDown, slo.DashboardPipelineHealth,
+			fmt.Sprintf("Pipeline %s: the prober has lost its own connection to {{ $labels.%s }}.", p.Name, slo.LabelDependency),
+			fmt.Sprintf("The prober's connection to the %s of pipeline %s has been down for %s. Canaries can neither be written nor read, so the pipeline is not measured: its stall and SLO alerts are held back, as is everything else of the pipeline in Alertmanager. If the %s is down for everyone, this is the pipeline's incident too.",
+				"{{ $labels."+slo.LabelDependency+" }}", p.Name, slo.PromDuration(dependencyDownFor), "{{ $labels."+slo.LabelDependency+" }}")),
+	})
 	grp.Rules = append(grp.Rules, Rule{
 		Alert: AlertWatcherFailing,
 		// Only when no replica's watcher reads: while one does, its
@@ -701,6 +689,91 @@ func UnlessKafkaOutage(scope slo.Scope, pipeline string, span time.Duration) str
 func dependencyDownExpr(scope slo.Scope, pipeline, dep string) string {
 	up := selector(slo.MetricDependencyUp, scoped(scope, slo.LabelPipeline, pipeline, slo.LabelDependency, dep)...)
 	return "max by (" + joinLabels(scope, slo.LabelPipeline, slo.LabelDependency) + ") (" + up + ") == 0"
+}
+
+// LabelBrokers names a Kafka cluster on OutboxCanaryDependencyDown: its
+// pipelines' bootstrap brokers, sorted and comma-separated.
+const LabelBrokers = "brokers"
+
+// KafkaCluster is the pipelines that list the same Kafka brokers and whose
+// publish_to_consume has the same owner: one Kafka page.
+type KafkaCluster struct {
+	Brokers   string
+	Owner     string
+	Pipelines []string
+}
+
+// KafkaClusters groups a model's pipelines by their brokers and the owner
+// of their publish_to_consume, in the pipelines' order.
+func KafkaClusters(m *slo.Model) []KafkaCluster {
+	var out []KafkaCluster
+	index := map[[2]string]int{}
+	for _, p := range m.Pipelines {
+		key := [2]string{strings.Join(p.Brokers, ","), p.Owner(config.SegmentName(config.StampPublish, config.StampConsume))}
+		i, ok := index[key]
+		if !ok {
+			i = len(out)
+			index[key] = i
+			out = append(out, KafkaCluster{Brokers: key[0], Owner: key[1]})
+		}
+		out[i].Pipelines = append(out[i].Pipelines, p.Name)
+	}
+	return out
+}
+
+// pipelineRegexp matches the label value of any of the pipelines.
+func pipelineRegexp(pipelines []string) string {
+	quoted := make([]string, len(pipelines))
+	for i, p := range pipelines {
+		quoted[i] = regexp.QuoteMeta(p)
+	}
+	return strings.Join(quoted, "|")
+}
+
+// kafkaAlerts page the brokers' owner when the prober has lost Kafka. The
+// prober's Kafka is the pipelines' brokers: out of the prober's reach they
+// are most often out of the relays' too, and the relays' segments are not
+// charged for it (package judge), so the page goes to the brokers' owner,
+// the owner of publish_to_consume. It is one alert per cluster (the
+// pipelines that list the same brokers) and owner, valued at the number of
+// its pipelines the prober cannot reach it from, with no pipeline label:
+// one outage of a broker that three pipelines share paged the owner three
+// times, once per pipeline, with an Alertmanager that groups by pipeline.
+// A pipeline counts when every prober replica has lost Kafka, as the
+// pipeline's own rules hold its alerts back (dependencyDownExpr).
+func (g generator) kafkaAlerts() Group {
+	grp := Group{Name: "outbox-canary-kafka"}
+	keep := slo.PromDuration(g.keepFiringFor())
+	for _, c := range KafkaClusters(g.m) {
+		up := slo.MetricDependencyUp + `{` + slo.LabelDependency + `="` + slo.DependencyKafka + `", ` +
+			slo.LabelPipeline + `=~"` + pipelineRegexp(c.Pipelines) + `"` + scopeMatchers(g.m.Scope) + `}`
+		count := "count"
+		if by := joinLabels(g.m.Scope); by != "" {
+			count += " by (" + by + ")"
+		}
+		grp.Rules = append(grp.Rules, Rule{
+			Alert: AlertDependencyDown,
+			Expr: lines(
+				count+" (",
+				"  max by ("+joinLabels(g.m.Scope, slo.LabelPipeline)+") ("+up+") == 0",
+				")",
+			),
+			For: slo.PromDuration(dependencyDownFor),
+			Labels: g.labels(map[string]string{
+				labelSeverity: g.severity(config.SeverityPage), slo.LabelOwner: c.Owner,
+				slo.LabelDependency: slo.DependencyKafka, LabelBrokers: c.Brokers,
+			}),
+			KeepFiringFor: keep,
+			Annotations: g.annotate(annotations{
+				alert:   AlertDependencyDown,
+				summary: "The prober has lost Kafka (" + c.Brokers + ") for {{ $value }} pipeline(s).",
+				description: fmt.Sprintf("The prober's connections to the Kafka brokers %s have been down for %s, for {{ $value }} of the pipelines that use them (%s). Canaries can be neither published nor read there, so those pipelines are not measured: their stall and SLO alerts, and the relays' alerts the outage sets off, are held back. Brokers out of the prober's reach are most often out of the relays' too: check the brokers (kafka-broker-api-versions.sh --bootstrap-server %s), then the network between the prober and them. Which pipelines: max by (pipeline) (%s) == 0.",
+					c.Brokers, slo.PromDuration(dependencyDownFor), strings.Join(c.Pipelines, ", "), c.Brokers, up),
+				dashboard: slo.DashboardPipelineHealth,
+			}),
+		})
+	}
+	return grp
 }
 
 // stallKeepFiringFor is the stall alert's keep_firing_for: that of the

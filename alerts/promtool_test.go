@@ -963,3 +963,40 @@ func TestShardScenariosCatchAnUnwatchedShard(t *testing.T) {
 		})
 	}
 }
+
+// kafkaClustersConfig has two Kafka clusters: pipelines a and b on
+// k1:9092, c on k2:9092, the brokers owned by team-kafka throughout.
+const kafkaClustersConfig = `
+instance_id: test
+signing_key: {env: KEY}
+alerting:
+  prober_owner: team-platform
+pipelines:
+  - {name: a, database: {dsn: {env: DSN}}, kafka: {brokers: ["k1:9092"]}, canary: {schedule: "@every 10s"}, budgets: {end_to_end: 2s}, owners: {default: team-a, publish_to_consume: team-kafka}}
+  - {name: b, database: {dsn: {env: DSN}}, kafka: {brokers: ["k1:9092"]}, canary: {schedule: "@every 10s"}, budgets: {end_to_end: 2s}, owners: {default: team-b, publish_to_consume: team-kafka}}
+  - {name: c, database: {dsn: {env: DSN}}, kafka: {brokers: ["k2:9092"]}, canary: {schedule: "@every 10s"}, budgets: {end_to_end: 2s}, owners: {default: team-c, publish_to_consume: team-kafka}}
+`
+
+// TestAKafkaOutagePagesOncePerClusterWithPromtool runs testdata/kafka: a
+// broker that several pipelines share is one page to its owner when the
+// prober loses it, not one per pipeline.
+func TestAKafkaOutagePagesOncePerClusterWithPromtool(t *testing.T) {
+	t.Parallel()
+	bin := promtool(t)
+	cfg, err := config.Load([]byte(kafkaClustersConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := slo.FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeRules(t, dir, cfg, m)
+	sc := filepath.Join("testdata", "kafka", "one-page-per-cluster.yml")
+	out, err := runScenario(t, bin, dir, sc)
+	t.Logf("promtool test rules %s:\n%s", filepath.Base(sc), out)
+	if err != nil {
+		t.Errorf("scenario failed: %v", err)
+	}
+}

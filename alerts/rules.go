@@ -129,7 +129,7 @@ func Generate(m *slo.Model) (*RuleFile, error) {
 		grp.Pipeline = p.Name
 		rf.Groups = append(rf.Groups, grp)
 	}
-	rf.Groups = append(rf.Groups, g.proberAlerts())
+	rf.Groups = append(rf.Groups, g.kafkaAlerts(), g.proberAlerts())
 	seen := map[string]bool{}
 	for _, grp := range rf.Groups {
 		if seen[grp.Name] {

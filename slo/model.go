@@ -2,6 +2,7 @@ package slo
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,6 +47,10 @@ type Pipeline struct {
 	DefaultOwner string
 	// Scope is the model's scope (alerting.selector).
 	Scope Scope
+	// Brokers are the pipeline's Kafka bootstrap brokers, sorted:
+	// pipelines that list the same brokers share a Kafka cluster, and an
+	// outage of it is one incident, not one per pipeline.
+	Brokers []string
 }
 
 // Owner returns the owner of a segment, or the default owner.
@@ -150,6 +155,7 @@ func FromConfig(cfg *config.Config) (*Model, error) {
 			Owners:         map[string]string{},
 			DefaultOwner:   p.Owner("default"),
 			Scope:          m.Scope,
+			Brokers:        slices.Sorted(slices.Values(p.Kafka.Brokers)),
 		}
 		for _, seg := range mp.Segments {
 			mp.Owners[seg] = p.Owner(seg)
