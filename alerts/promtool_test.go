@@ -662,6 +662,18 @@ func firstLines(s string, n int) string {
 
 // rewriteRules applies a change to every rule and counts the rules it
 // changed.
+// dropRules removes the rules drop selects and returns how many it did.
+func dropRules(drop func(r alerts.Rule) bool) func(rf *alerts.RuleFile) int {
+	return func(rf *alerts.RuleFile) int {
+		n := 0
+		for i, g := range rf.Groups {
+			rf.Groups[i].Rules = slices.DeleteFunc(slices.Clone(g.Rules), drop)
+			n += len(g.Rules) - len(rf.Groups[i].Rules)
+		}
+		return n
+	}
+}
+
 func rewriteRules(change func(r *alerts.Rule) bool) func(rf *alerts.RuleFile) int {
 	return func(rf *alerts.RuleFile) int {
 		n := 0
@@ -899,27 +911,13 @@ func TestShardScenariosCatchAnUnwatchedShard(t *testing.T) {
 		fails string
 	}{
 		{
-			name: "Without the page, a shard whose replicas are all gone pages no one.",
-			rules: func(rf *alerts.RuleFile) int {
-				n := 0
-				for i, g := range rf.Groups {
-					rf.Groups[i].Rules = slices.DeleteFunc(slices.Clone(g.Rules), func(r alerts.Rule) bool { return r.Alert == alerts.AlertPipelinesUnmeasured })
-					n += len(g.Rules) - len(rf.Groups[i].Rules)
-				}
-				return n
-			},
+			name:  "Without the page, a shard whose replicas are all gone pages no one.",
+			rules: dropRules(func(r alerts.Rule) bool { return r.Alert == alerts.AlertPipelinesUnmeasured }),
 			fails: "alertname: OutboxCanaryPipelinesUnmeasured, time: 46m30s",
 		},
 		{
-			name: "Without the pipelines' recordings of their absence, the page has nothing to count.",
-			rules: func(rf *alerts.RuleFile) int {
-				n := 0
-				for i, g := range rf.Groups {
-					rf.Groups[i].Rules = slices.DeleteFunc(slices.Clone(g.Rules), func(r alerts.Rule) bool { return r.Record == alerts.RecordUnmeasured })
-					n += len(g.Rules) - len(rf.Groups[i].Rules)
-				}
-				return n
-			},
+			name:  "Without the pipelines' recordings of their absence, the page has nothing to count.",
+			rules: dropRules(func(r alerts.Rule) bool { return r.Record == alerts.RecordUnmeasured }),
 			fails: "alertname: OutboxCanaryPipelinesUnmeasured, time: 46m30s",
 		},
 		{
