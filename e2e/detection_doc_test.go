@@ -205,12 +205,14 @@ type deliveryRecord struct {
 const inhibitOnlyReceiver = "outbox-canary-inhibit-only"
 
 // about says whether a notification concerns the faulted pipeline (any
-// pipeline when none was faulted) and came after the fault. A call to the
-// inhibit-only receiver is none: it has no integration in production, so
-// Alertmanager sends nothing (runs before the harness left it empty
-// recorded the call).
+// pipeline when none was faulted) and came after the fault. Alerts with no
+// pipeline label concern every pipeline: a Kafka cluster's page (one for
+// all the pipelines on its brokers), the dead man, the unmeasured
+// pipelines. A call to the inhibit-only receiver is none: it has no
+// integration in production, so Alertmanager sends nothing (runs before
+// the harness left it empty recorded the call).
 func (r *scenarioResult) about(d deliveryRecord) bool {
-	return d.At >= 0 && (r.Pipeline == "" || slices.Contains(d.Pipelines, r.Pipeline)) && d.Receiver != inhibitOnlyReceiver
+	return d.At >= 0 && (r.Pipeline == "" || len(d.Pipelines) == 0 || slices.Contains(d.Pipelines, r.Pipeline)) && d.Receiver != inhibitOnlyReceiver
 }
 
 // causedByFault says whether an alert started after the fault: alerts the
@@ -1025,4 +1027,19 @@ func flappingVerdict(r *scenarioResult) string {
 	}
 	return fmt.Sprintf("%s: generated configuration %d page notification(s) (to %s) and %d other; grouped by alertname and pipeline %d page notification(s), %d other, %d to its default receiver; resolved: generated %t, grouped %t; %s; watched %.0f s.",
 		word, genPages, strings.Join(genTo, ", "), genOther, teamPages, teamOther, defaults, genResolved, teamResolved, life, r.ObservedSeconds)
+}
+
+// TestAPageWithoutAPipelineLabelConcernsTheFaultedPipeline: a Kafka
+// cluster's page names no pipeline (it is one for every pipeline on the
+// brokers), and the kafka-down scenario must count it; another pipeline's
+// page is not the faulted one's.
+func TestAPageWithoutAPipelineLabelConcernsTheFaultedPipeline(t *testing.T) {
+	r := &scenarioResult{Pipeline: "orders", Deliveries: []deliveryRecord{
+		{At: 174.5, Receiver: "team-kafka-page", Status: "firing", Owners: []string{"team-kafka"}, Alerts: []string{"OutboxCanaryDependencyDown (page) firing"}},
+		{At: 180, Receiver: "team-payments-page", Status: "firing", Pipelines: []string{"payments"}, Owners: []string{"team-payments"}, Alerts: []string{"OutboxCanaryStalled (payments, end_to_end, page) firing"}},
+	}}
+	pages := r.pages()
+	if len(pages) != 1 || pages[0].Receiver != "team-kafka-page" {
+		t.Errorf("pages about orders = %+v, want the Kafka cluster's page alone", pages)
+	}
 }
