@@ -88,6 +88,18 @@ func inAny(ss []span, t time.Duration) (span, bool) {
 	return span{}, false
 }
 
+// crashBetween says whether a span of ss begins in (from, to]: the prober
+// crashed then. Being down at to is not the question: a crash 0.3 s after
+// the last failed sample, and a restart before to, lose the sample too.
+func crashBetween(ss []span, from, to time.Duration) bool {
+	for _, s := range ss {
+		if s.from > from && s.from <= to {
+			return true
+		}
+	}
+	return false
+}
+
 // pushOut returns the first moment at or after t outside every span.
 func pushOut(ss []span, t time.Duration) time.Duration {
 	for {
@@ -1139,7 +1151,7 @@ func observedOutage(w *world, from, to, widen time.Duration) (span, bool) {
 		if last < 0 || last+widen < from || first-widen > to {
 			continue
 		}
-		if _, crashed := inAny(w.proberDown, last+unwrittenOutage); widen == 0 && crashed {
+		if widen == 0 && crashBetween(w.proberDown, last, last+unwrittenOutage) {
 			continue
 		}
 		return span{first, last}, true
