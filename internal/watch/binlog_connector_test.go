@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outbox-canary/outbox-canary/internal/connect"
-	"github.com/outbox-canary/outbox-canary/internal/mysql"
 	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
@@ -69,11 +68,7 @@ func TestAMariaDBConnectorsBinlogPositionIsWatchedFallingBehindAndCatchingUp(t *
 
 	p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: dsn, Schema: stacktest.MySQLSeedDebezium, IDGen: "uuid"})
 	p.Watch.ConnectURL, p.Watch.Connector = url, names.Name
-	db, err := mysql.Open(p.Database, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openMySQL(t, p.Database, 2)
 	w, mt := newWatcher(t, Options{Pipeline: p, DB: db})
 	ctx := context.Background()
 	insert := func() {

@@ -23,6 +23,18 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
+// openMySQL opens a pipeline's MariaDB with conns connections, closed
+// when the test ends.
+func openMySQL(t *testing.T, d config.Database, conns int) *mysql.DB {
+	t.Helper()
+	db, err := mysql.Open(d, conns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
 func TestAMariaDBPipelineHasItsBacklogAndOpenTransactionsWatched(t *testing.T) {
 	s := stacktest.Load(t)
 	m := s.MySQL(t)
@@ -31,11 +43,7 @@ func TestAMariaDBPipelineHasItsBacklogAndOpenTransactionsWatched(t *testing.T) {
 	stacktest.InsertMySQLRow(t, admin, stacktest.MySQLSeedA, false, time.Second)
 	stacktest.InsertMySQLRow(t, admin, stacktest.MySQLSeedA, true, time.Hour)
 	p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: dsn, Schema: stacktest.MySQLSeedA, Watch: "{long_transaction_threshold: 1s}"})
-	db, err := mysql.Open(p.Database, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openMySQL(t, p.Database, 2)
 	w, mt := newWatcher(t, Options{Pipeline: p, DB: db})
 
 	// A transaction that has written a row and stays open.
@@ -75,11 +83,7 @@ func TestAMariaDBPipelineHasItsBacklogAndOpenTransactionsWatched(t *testing.T) {
 func TestAnUnreachableMariaDBBlindsItsWatchersWithoutShowingThePassword(t *testing.T) {
 	t.Parallel()
 	p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: "mysql://canary:sQcret@" + stacktest.ClosedAddr(t) + "/orders", Schema: stacktest.MySQLSeedA})
-	db, err := mysql.Open(p.Database, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openMySQL(t, p.Database, 1)
 	var logs stacktest.SyncBuffer
 	w, mt := newWatcher(t, Options{Pipeline: p, DB: db, Logger: logs.Logger()})
 	w.Sample(context.Background())
@@ -103,11 +107,7 @@ func TestAMariaDBCDCPipelineHasItsBinlogWatched(t *testing.T) {
 	m := s.MySQL(t)
 	dsn, admin := m.FreshOutbox(t, stacktest.MySQLSeedDebezium)
 	p := stacktest.LoadPipeline(t, stacktest.PipelineSpec{DSN: dsn, Schema: stacktest.MySQLSeedDebezium, IDGen: "uuid"})
-	db, err := mysql.Open(p.Database, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openMySQL(t, p.Database, 2)
 	w, mt := newWatcher(t, Options{Pipeline: p, DB: db})
 	ctx := context.Background()
 
@@ -209,11 +209,7 @@ func TestPipelinesOnOneMariaDBDatabaseAskEachQuestionOncePerInterval(t *testing.
 	exec(strings.Replace(outboxsql.MySQLDebeziumOutbox, "CREATE TABLE outbox", "CREATE TABLE cdc_outbox", 1))
 	cfg := fleetSpec{dsn: dsn, polling: 60, tables: tables, cdc: []string{"", ""}, thresholds: []string{"1s", "1h"}}.load(t)
 
-	real, err := mysql.Open(cfg.Pipelines[0].Database, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { real.Close() })
+	real := openMySQL(t, cfg.Pipelines[0].Database, 4)
 	db := &countingDB{Watched: real, counts: map[string]int{}}
 	mt, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
