@@ -237,7 +237,7 @@ func (c amBuilder) inhibitRules() []amInhibitRule {
 		TargetMatchers: []string{ours, matchNot(labelAlertname, AlertDependencyDown)},
 		Equal:          withPipeline,
 	}}
-	for _, k := range KafkaClusters(c.m) {
+	for _, k := range kafkaClusters(c.m) {
 		rules = append(rules, amInhibitRule{
 			why:            fmt.Sprintf("The prober has lost Kafka (%s): its pipelines are not measured, so their other alerts wait.", k.Brokers),
 			SourceMatchers: []string{match(labelAlertname, AlertDependencyDown), match(slo.LabelDependency, slo.DependencyKafka), match(LabelBrokers, k.Brokers), match(slo.LabelOwner, k.Owner)},

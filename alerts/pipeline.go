@@ -695,18 +695,18 @@ func dependencyDownExpr(scope slo.Scope, pipeline, dep string) string {
 // pipelines' bootstrap brokers, sorted and comma-separated.
 const LabelBrokers = "brokers"
 
-// KafkaCluster is the pipelines that list the same Kafka brokers and whose
+// kafkaCluster is the pipelines that list the same Kafka brokers and whose
 // publish_to_consume has the same owner: one Kafka page.
-type KafkaCluster struct {
+type kafkaCluster struct {
 	Brokers   string
 	Owner     string
 	Pipelines []string
 }
 
-// KafkaClusters groups a model's pipelines by their brokers and the owner
+// kafkaClusters groups a model's pipelines by their brokers and the owner
 // of their publish_to_consume, in the pipelines' order.
-func KafkaClusters(m *slo.Model) []KafkaCluster {
-	var out []KafkaCluster
+func kafkaClusters(m *slo.Model) []kafkaCluster {
+	var out []kafkaCluster
 	index := map[[2]string]int{}
 	for _, p := range m.Pipelines {
 		key := [2]string{strings.Join(p.Brokers, ","), p.Owner(config.SegmentName(config.StampPublish, config.StampConsume))}
@@ -714,7 +714,7 @@ func KafkaClusters(m *slo.Model) []KafkaCluster {
 		if !ok {
 			i = len(out)
 			index[key] = i
-			out = append(out, KafkaCluster{Brokers: key[0], Owner: key[1]})
+			out = append(out, kafkaCluster{Brokers: key[0], Owner: key[1]})
 		}
 		out[i].Pipelines = append(out[i].Pipelines, p.Name)
 	}
@@ -744,7 +744,7 @@ func pipelineRegexp(pipelines []string) string {
 func (g generator) kafkaAlerts() Group {
 	grp := Group{Name: "outbox-canary-kafka"}
 	keep := slo.PromDuration(g.keepFiringFor())
-	for _, c := range KafkaClusters(g.m) {
+	for _, c := range kafkaClusters(g.m) {
 		up := slo.MetricDependencyUp + `{` + slo.LabelDependency + `="` + slo.DependencyKafka + `", ` +
 			slo.LabelPipeline + `=~"` + pipelineRegexp(c.Pipelines) + `"` + scopeMatchers(g.m.Scope) + `}`
 		count := "count"

@@ -874,16 +874,23 @@ func TestRedundantProberScenariosCatchPerReplicaRules(t *testing.T) {
 			if tc.rules(rf) == 0 {
 				t.Fatal("the mutation changed no rule: the test no longer tests what it says")
 			}
-			dir := t.TempDir()
-			writeRuleFile(t, dir, cfg, rf)
-			out, _ := runScenario(t, bin, dir, filepath.Join(replicaScenarioDir, "two-replicas.yml"))
-			if !strings.Contains(out, "FAILED") || !strings.Contains(out, tc.fails) {
-				t.Errorf("the replica scenarios did not fail on %q with mutated rules:\n%s", tc.fails, firstLines(out, 30))
-				return
-			}
-			t.Logf("the replica scenarios fail, as they must:\n%s", firstLines(out, 12))
+			requireScenarioFails(t, bin, cfg, rf, filepath.Join(replicaScenarioDir, "two-replicas.yml"), tc.fails)
 		})
 	}
+}
+
+// requireScenarioFails runs a scenario on mutated rules and requires
+// promtool's report to fail naming fails (an alert and a time).
+func requireScenarioFails(t *testing.T, bin string, cfg *config.Config, rf *alerts.RuleFile, scenario, fails string) {
+	t.Helper()
+	dir := t.TempDir()
+	writeRuleFile(t, dir, cfg, rf)
+	out, _ := runScenario(t, bin, dir, scenario)
+	if !strings.Contains(out, "FAILED") || !strings.Contains(out, fails) {
+		t.Errorf("%s did not fail on %q with mutated rules:\n%s", filepath.Base(scenario), fails, firstLines(out, 30))
+		return
+	}
+	t.Logf("%s fails, as it must:\n%s", filepath.Base(scenario), firstLines(out, 12))
 }
 
 // TestShardScenariosCatchAnUnwatchedShard mutates the page for pipelines
@@ -950,14 +957,7 @@ func TestShardScenariosCatchAnUnwatchedShard(t *testing.T) {
 				}
 			}
 			rf.Groups = slices.DeleteFunc(rf.Groups, func(g alerts.Group) bool { return len(g.Rules) == 0 })
-			dir := t.TempDir()
-			writeRuleFile(t, dir, cfg, rf)
-			out, _ := runScenario(t, bin, dir, filepath.Join(replicaScenarioDir, "shards.yml"))
-			if !strings.Contains(out, "FAILED") || !strings.Contains(out, tc.fails+",") {
-				t.Errorf("the shard scenarios did not fail on %q with mutated rules:\n%s", tc.fails, firstLines(out, 30))
-				return
-			}
-			t.Logf("the shard scenarios fail, as they must:\n%s", firstLines(out, 12))
+			requireScenarioFails(t, bin, cfg, rf, filepath.Join(replicaScenarioDir, "shards.yml"), tc.fails+",")
 		})
 	}
 }
