@@ -241,7 +241,7 @@ func (c amBuilder) inhibitRules() []amInhibitRule {
 		rules = append(rules, amInhibitRule{
 			why:            fmt.Sprintf("The prober has lost Kafka (%s): its pipelines are not measured, so their other alerts wait.", k.Brokers),
 			SourceMatchers: []string{match(labelAlertname, AlertDependencyDown), match(slo.LabelDependency, slo.DependencyKafka), match(LabelBrokers, k.Brokers), match(slo.LabelOwner, k.Owner)},
-			TargetMatchers: []string{ours, matchNot(labelAlertname, AlertDependencyDown), matchRegexp(slo.LabelPipeline, pipelineRegexp(k.Pipelines))},
+			TargetMatchers: []string{ours, matchNot(labelAlertname, AlertDependencyDown), matchAny(slo.LabelPipeline, k.Pipelines)},
 			Equal:          keys,
 		})
 	}

@@ -721,15 +721,6 @@ func kafkaClusters(m *slo.Model) []kafkaCluster {
 	return out
 }
 
-// pipelineRegexp matches the label value of any of the pipelines.
-func pipelineRegexp(pipelines []string) string {
-	quoted := make([]string, len(pipelines))
-	for i, p := range pipelines {
-		quoted[i] = regexp.QuoteMeta(p)
-	}
-	return strings.Join(quoted, "|")
-}
-
 // kafkaAlerts page the brokers' owner when the prober has lost Kafka. The
 // prober's Kafka is the pipelines' brokers: out of the prober's reach they
 // are most often out of the relays' too, and the relays' segments are not
@@ -746,7 +737,7 @@ func (g generator) kafkaAlerts() Group {
 	keep := slo.PromDuration(g.keepFiringFor())
 	for _, c := range kafkaClusters(g.m) {
 		up := slo.MetricDependencyUp + `{` + slo.LabelDependency + `="` + slo.DependencyKafka + `", ` +
-			slo.LabelPipeline + `=~"` + pipelineRegexp(c.Pipelines) + `"` + scopeMatchers(g.m.Scope) + `}`
+			promMatchAny(slo.LabelPipeline, c.Pipelines) + scopeMatchers(g.m.Scope) + `}`
 		count := "count"
 		if by := joinLabels(g.m.Scope); by != "" {
 			count += " by (" + by + ")"
