@@ -866,17 +866,25 @@ func TestRedundantProberScenariosCatchPerReplicaRules(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, m := replicaModel(t)
-			rf, err := alerts.Generate(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.rules(rf) == 0 {
-				t.Fatal("the mutation changed no rule: the test no longer tests what it says")
-			}
+			cfg, rf := mutatedReplicaRules(t, tc.rules)
 			requireScenarioFails(t, bin, cfg, rf, filepath.Join(replicaScenarioDir, "two-replicas.yml"), tc.fails)
 		})
 	}
+}
+
+// mutatedReplicaRules generates the rules for two replicas and mutates
+// them; a mutation that changes no rule fails the test.
+func mutatedReplicaRules(t *testing.T, mutate func(rf *alerts.RuleFile) int) (*config.Config, *alerts.RuleFile) {
+	t.Helper()
+	cfg, m := replicaModel(t)
+	rf, err := alerts.Generate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mutate(rf) == 0 {
+		t.Fatal("the mutation changed no rule: the test no longer tests what it says")
+	}
+	return cfg, rf
 }
 
 // requireScenarioFails runs a scenario on mutated rules and requires
@@ -940,14 +948,7 @@ func TestShardScenariosCatchAnUnwatchedShard(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, m := replicaModel(t)
-			rf, err := alerts.Generate(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.rules(rf) == 0 {
-				t.Fatal("the mutation changed no rule: the test no longer tests what it says")
-			}
+			cfg, rf := mutatedReplicaRules(t, tc.rules)
 			// The scenario checks the prober group's alerts alone, which
 			// read no other recordings than the pipelines' RecordUnmeasured:
 			// the other rules only cost promtool time here.
@@ -962,33 +963,13 @@ func TestShardScenariosCatchAnUnwatchedShard(t *testing.T) {
 	}
 }
 
-// kafkaClustersConfig has two Kafka clusters: pipelines a and b on
-// k1:9092, c on k2:9092, the brokers owned by team-kafka throughout.
-const kafkaClustersConfig = `
-instance_id: test
-signing_key: {env: KEY}
-alerting:
-  prober_owner: team-platform
-pipelines:
-  - {name: a, database: {dsn: {env: DSN}}, kafka: {brokers: ["k1:9092"]}, canary: {schedule: "@every 10s"}, budgets: {end_to_end: 2s}, owners: {default: team-a, publish_to_consume: team-kafka}}
-  - {name: b, database: {dsn: {env: DSN}}, kafka: {brokers: ["k1:9092"]}, canary: {schedule: "@every 10s"}, budgets: {end_to_end: 2s}, owners: {default: team-b, publish_to_consume: team-kafka}}
-  - {name: c, database: {dsn: {env: DSN}}, kafka: {brokers: ["k2:9092"]}, canary: {schedule: "@every 10s"}, budgets: {end_to_end: 2s}, owners: {default: team-c, publish_to_consume: team-kafka}}
-`
-
 // TestAKafkaOutagePagesOncePerClusterWithPromtool runs testdata/kafka: a
 // broker that several pipelines share is one page to its owner when the
 // prober loses it, not one per pipeline.
 func TestAKafkaOutagePagesOncePerClusterWithPromtool(t *testing.T) {
 	t.Parallel()
 	bin := promtool(t)
-	cfg, err := config.Load([]byte(kafkaClustersConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := slo.FromConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, m := loadModel(t, filepath.Join("testdata", "kafka", "config.yml"))
 	dir := t.TempDir()
 	writeRules(t, dir, cfg, m)
 	sc := filepath.Join("testdata", "kafka", "one-page-per-cluster.yml")
