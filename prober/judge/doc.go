@@ -98,13 +98,21 @@
 // The price: a relay that stalls while the prober cannot reach the
 // brokers is not charged for it either.
 //
+// An outage that begins and ends while the prober is down leaves no failed
+// sample, yet the relay re-reads what it failed to send then. So a
+// publish-side segment near a downtime counts the relay's time only from
+// the downtime's end plus the grace: within budget from there, it is
+// unjudged as prober_down; past it, charged as ever, only later (by at
+// most the grace after a restart). The judge's model found the gap
+// (go test ./prober/judge -run TestModelJudge -model.runs=6000).
+//
 // A segment unjudged for the prober's own trouble (prober_down,
 // prober_lag) is not observed in the latency histograms either: its
 // duration holds our downtime or backlog, not the pipeline's latency.
 //
-// Segments that only the relay's side can slow down keep their verdict
-// whatever the prober did: a canary proven unpublished after the prober's
-// restart was unpublished during its downtime too.
+// Otherwise segments that only the relay's side can slow down keep their
+// verdict whatever the prober did: a canary proven unpublished after the
+// prober's restart was unpublished during its downtime too.
 //
 // Each canary gets at most one outcome per segment it entered, and none for
 // a segment it never entered: good, bad, or unjudged with a reason

@@ -402,16 +402,25 @@ func (j *Judge) publishMayBeHeld(c *Canary, asOf time.Time) bool {
 	return false
 }
 
-// brokersOutDuring says whether a publish-side segment of a canary (one
-// that ends at publish or before it) overlapped a time the prober could
-// not reach the brokers, widened by brokerReconnectGrace on both sides:
-// the relay may have been waiting on them (a polling relay that fails to
-// send re-reads the row later and stamps the later read). end is the
-// latest the segment can have ended.
-func (j *Judge) brokersOutDuring(c *Canary, s Segment, end time.Time) bool {
+// relayExcuse says why a publish-side segment of a canary (one that ends
+// at publish or before it) over its budget is not the relay's to answer
+// for, or "" when it is. The relay may have been waiting on the brokers (a
+// polling relay that fails to send re-reads the row later and stamps the
+// later read):
+//   - ReasonBrokersUnreachable: the segment overlapped a time the prober
+//     could not reach the brokers, widened by brokerReconnectGrace on both
+//     sides;
+//   - ReasonProberDown: the prober was down within that grace of the
+//     segment, so an outage may have begun and ended unseen, and the
+//     segment's time after the downtime (and the grace) is within budget.
+//     Past that, the wait is the relay's: a relay that stalls or drops a
+//     row across a prober restart is still charged, only later.
+//
+// end is the latest the segment can have ended.
+func (j *Judge) relayExcuse(c *Canary, s Segment, end time.Time) string {
 	p := j.cfg.Plan
 	if i := p.index(s.To); i < 1 || i > p.index(StampPublish) {
-		return false
+		return ""
 	}
 	from := j.commitPoint(c)
 	if s.From != StampCommit {
@@ -420,7 +429,29 @@ func (j *Judge) brokersOutDuring(c *Canary, s Segment, end time.Time) bool {
 	if t, ok := j.point(c, s.To); ok && t.Before(end) {
 		end = t
 	}
-	return j.brokersOutBetween(from, end)
+	if j.brokersOutBetween(from, end) {
+		return ReasonBrokersUnreachable
+	}
+	if start := j.relayClockFrom(from, end); start.After(from) && !end.After(start.Add(s.Budget)) {
+		return ReasonProberDown
+	}
+	return ""
+}
+
+// relayClockFrom is when the relay's time in a publish-side segment that
+// spans [from, to] starts to count: from, or, when the prober was down
+// within brokerReconnectGrace of the span, the end of that downtime plus
+// the grace. A broker outage that began and ended while the prober was
+// down leaves no trace it can read, yet the relay re-reads what it failed
+// to send then; after the grace, the relay had the brokers back.
+func (j *Judge) relayClockFrom(from, to time.Time) time.Time {
+	start := from
+	for _, d := range j.st.Downtimes {
+		if !d.To.Add(brokerReconnectGrace).Before(from) && !d.From.Add(-brokerReconnectGrace).After(to) && d.To.Add(brokerReconnectGrace).After(start) {
+			start = d.To.Add(brokerReconnectGrace)
+		}
+	}
+	return start
 }
 
 // brokersOutBetween says whether the prober failed to reach the brokers
@@ -844,8 +875,11 @@ func (j *Judge) judgeArrived(c *Canary, now time.Time) {
 			// put our downtime into Kafka's histogram. Likewise a relay's
 			// wait on brokers out of reach is no latency of the relay's.
 			ours := endsAtConsume && c.Tainted != "" && (!s.Budgeted || m.duration > s.Budget)
-			brokers := !ours && s.Budgeted && m.duration > s.Budget && j.brokersOutDuring(c, s, c.Consumed)
-			if ours || brokers {
+			excuse := ""
+			if !ours && s.Budgeted && m.duration > s.Budget {
+				excuse = j.relayExcuse(c, s, c.Consumed)
+			}
+			if ours || excuse != "" {
 				j.markObserved(c, s)
 			} else {
 				j.observe(c, s, m.duration)
@@ -855,8 +889,8 @@ func (j *Judge) judgeArrived(c *Canary, now time.Time) {
 				switch {
 				case ours:
 					out, reason = Unjudged, c.Tainted
-				case brokers:
-					out, reason = Unjudged, ReasonBrokersUnreachable
+				case excuse != "":
+					out, reason = Unjudged, excuse
 				}
 				j.decide(c, s.Name, out, reason, now)
 			}
@@ -1110,7 +1144,7 @@ func (j *Judge) blame(c *Canary, now time.Time) {
 		} else {
 			seg = p.Chain[last]
 		}
-		if seg.Budgeted && !c.decided(seg.Name) && asOf.After(lastAt.Add(seg.Budget)) && !j.brokersOutBetween(lastAt, asOf) {
+		if seg.Budgeted && !c.decided(seg.Name) && asOf.After(j.relayClockFrom(lastAt, asOf).Add(seg.Budget)) && !j.brokersOutBetween(lastAt, asOf) {
 			j.decide(c, seg.Name, Bad, "", now)
 			return
 		}
@@ -1169,12 +1203,13 @@ func (j *Judge) Where(c *Canary) (segment string, deadline time.Time) {
 	if j.brokersOutBetween(lastAt, farFuture) {
 		return "", time.Time{} // the relay may be waiting on the brokers
 	}
+	start := j.relayClockFrom(lastAt, farFuture)
 	if last == pub {
 		s := p.segmentTo(pub) // a claim the topic contradicts
-		return s.Name, deadlineOf(s, lastAt)
+		return s.Name, deadlineOf(s, start)
 	}
 	s := p.Chain[last]
-	return s.Name, deadlineOf(s, lastAt)
+	return s.Name, deadlineOf(s, start)
 }
 
 // startOf is the latest a canary can have passed stamp, as the blame

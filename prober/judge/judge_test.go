@@ -386,6 +386,51 @@ func TestJudgeRestartsWithoutLosingOrRepeatingAVerdict(t *testing.T) {
 	}
 }
 
+// A broker outage that begins and ends while the prober is down leaves no
+// failed position sample, yet the relay re-reads what it failed to send
+// then. Across the downtime and brokerReconnectGrace after it, the relay's
+// wait is not charged; past that it is, only later (model seeds 3451 and
+// 5662 at -model.runs=6000 before this rule).
+func TestARelayWaitAcrossTheProbersDowntimeIsChargedOnlyPastTheGrace(t *testing.T) {
+	h := newJH(t, "schemaB") // a published_at stamp: taken after the ack, never held by a producer
+	h.send("a", 0, ms(2))
+	h.arrive("a", ms(300), nil)
+	h.found("a", ms(400), ms(200))
+	h.j.MarkPersisted(t0.Add(ms(500)))
+	data, err := json.Marshal(h.j.State())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st State
+	if err := json.Unmarshal(data, &st); err != nil {
+		t.Fatal(err)
+	}
+	down := 10 * time.Second // down from 0.5s to 10s
+	h.j = New(h.cfg, &st, t0.Add(down))
+	// The relay's time starts to count at down + grace: commit_to_publish's
+	// 1s budget runs out at 21s for a canary committed before then.
+	chargeable := down + brokerReconnectGrace + time.Second
+	h.send("b", down+ms(200), ms(2))
+	h.send("c", down+ms(300), ms(2))
+	h.send("d", down+ms(400), ms(2))
+	h.ticksWithPositions(down+ms(500), down+ms(1500), true)
+	h.arrive("b", down+ms(2100), nil)
+	h.found("b", down+ms(2200), down+ms(2000))
+	h.want("b", "commit_to_publish=unjudged(prober_down) end_to_end=good insert_to_commit=good publish_to_consume=good")
+	h.ticksWithPositions(down+ms(1600), chargeable-ms(500), true)
+	if got := h.verdicts("d"); strings.Contains(got, "commit_to_publish") {
+		t.Errorf("d charged before the relay had the brokers back for its budget: %s", got)
+	}
+	if seg, deadline := h.j.Where(h.j.st.Canaries["d"]); seg != "commit_to_publish" || !deadline.Equal(t0.Add(chargeable)) {
+		t.Errorf("Where(d) = %s, %s; want commit_to_publish, %s", seg, deadline.Sub(t0), chargeable)
+	}
+	h.ticksWithPositions(chargeable-ms(400), chargeable+ms(1000), true)
+	h.want("d", "commit_to_publish=bad end_to_end=bad insert_to_commit=good")
+	h.arrive("c", chargeable+ms(1100), nil)
+	h.found("c", chargeable+ms(1200), chargeable+ms(1000))
+	h.want("c", "commit_to_publish=bad end_to_end=bad insert_to_commit=good publish_to_consume=good")
+}
+
 // A published_at marked after consumption but within the skew tolerance
 // is measured as the consumption: reports must not show its segments as
 // an exact latency and a 0s segment.

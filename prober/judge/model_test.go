@@ -1183,7 +1183,17 @@ func (s *simulation) reasonHolds(e Effect, c *canaryTruth, seg Segment) bool {
 	w := s.w
 	switch e.Reason {
 	case ReasonProberDown:
-		return len(w.proberDown) > 0
+		if !publishSide(w.cfg.Plan, seg) {
+			return len(w.proberDown) > 0
+		}
+		// On the relay's side: an outage the prober could not see may
+		// have held the relay, so the prober was down within the grace of
+		// the segment.
+		f, t := s.segTruthBy(c, seg, reading{stampedRead: true})
+		t = min(t, e.At.Sub(m0))
+		return slices.ContainsFunc(w.proberDown, func(d span) bool {
+			return d.to+brokersExcuse(w) >= f && d.from-brokersExcuse(w) <= t
+		})
 	case ReasonProberLag:
 		return len(w.floods) > 0
 	case ReasonUnknown:

@@ -105,7 +105,8 @@ func (p *Plan) segmentTo(i int) Segment { return p.Chain[i-1] }
 // invalid, missing, late or skewed, and a lost canary may leave it unknown
 // or lost; the prober's trouble excuses only the segment that ends at
 // consume (the wait in the topic), the brokers' outage only one that ends
-// at or before publish (the relay's wait on them).
+// at or before publish (the relay's wait on them), and the prober's
+// downtime both (it cannot tell whether the brokers were out meanwhile).
 func (p *Plan) UnjudgedReasons(segment string) []string {
 	if segment == p.EndToEnd.Name {
 		return []string{ReasonProberDown, ReasonProberLag, ReasonLost}
@@ -117,8 +118,12 @@ func (p *Plan) UnjudgedReasons(segment string) []string {
 	out := make([]string, 0, len(Reasons()))
 	for _, r := range Reasons() {
 		switch r {
-		case ReasonProberDown, ReasonProberLag:
+		case ReasonProberLag:
 			if p.Chain[i].To != StampConsume {
+				continue
+			}
+		case ReasonProberDown:
+			if p.Chain[i].To != StampConsume && p.index(p.Chain[i].To) > p.index(StampPublish) {
 				continue
 			}
 		case ReasonBrokersUnreachable:

@@ -15,8 +15,8 @@ func TestUnjudgedReasonsFollowWhereASegmentLies(t *testing.T) {
 	}{
 		{"insert_to_commit", nil},
 		{"end_to_end", []string{ReasonProberDown, ReasonProberLag, ReasonLost}},
-		{"commit_to_read", []string{ReasonUnknown, ReasonInvalidStamp, ReasonMissingStamp, ReasonStampOrder, ReasonClockSkew, ReasonLost, ReasonBrokersUnreachable}},
-		{"read_to_publish", []string{ReasonUnknown, ReasonInvalidStamp, ReasonMissingStamp, ReasonStampOrder, ReasonClockSkew, ReasonLost, ReasonBrokersUnreachable}},
+		{"commit_to_read", []string{ReasonProberDown, ReasonUnknown, ReasonInvalidStamp, ReasonMissingStamp, ReasonStampOrder, ReasonClockSkew, ReasonLost, ReasonBrokersUnreachable}},
+		{"read_to_publish", []string{ReasonProberDown, ReasonUnknown, ReasonInvalidStamp, ReasonMissingStamp, ReasonStampOrder, ReasonClockSkew, ReasonLost, ReasonBrokersUnreachable}},
 		{"publish_to_consume", []string{ReasonProberDown, ReasonProberLag, ReasonUnknown, ReasonInvalidStamp, ReasonMissingStamp, ReasonStampOrder, ReasonClockSkew, ReasonLost}},
 	} {
 		if got := p.UnjudgedReasons(tc.segment); !slices.Equal(got, tc.want) {

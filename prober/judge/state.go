@@ -13,7 +13,9 @@ const (
 // Reasons a segment the canary entered is not an SLI event.
 const (
 	// ReasonProberDown: the prober was down, or catching up after a
-	// restart, while the canary waited to be consumed.
+	// restart, while the canary waited to be consumed; or, for a
+	// publish-side segment, it was down while the relay may have waited
+	// on brokers it could not see (an outage within its downtime).
 	ReasonProberDown = "prober_down"
 	// ReasonProberLag: the prober's readers were behind because of a flood
 	// of messages that are not its canaries.
