@@ -1,0 +1,429 @@
+package alerts_test
+
+// A pipeline's rules read only their own pipeline's series and write
+// only series of their own pipeline, so another pipeline's series, fed or
+// recorded, can never make them fire. Proven here once, statically, it
+// lets a promtool scenario run without the rules of the pipelines it
+// does not feed.
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/prometheus/model/labels"
+	promql "github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/outbox-canary/outbox-canary/alerts"
+	"github.com/outbox-canary/outbox-canary/slo"
+)
+
+// labelSloth is the label of an SLO's recordings that names its pipeline
+// (Sloth's service); they are read by it and by sloth_id.
+const labelSloth = "sloth_service"
+
+// parseExpr parses a rule's expression.
+func parseExpr(t *testing.T, expr string) promql.Expr {
+	t.Helper()
+	e, err := promql.NewParser(promql.Options{}).ParseExpr(expr)
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	return e
+}
+
+// selectorsOf lists the series selectors of an expression.
+func selectorsOf(t *testing.T, expr string) []*promql.VectorSelector {
+	t.Helper()
+	var sels []*promql.VectorSelector
+	promql.Inspect(parseExpr(t, expr), func(node promql.Node, _ []promql.Node) error {
+		if vs, ok := node.(*promql.VectorSelector); ok {
+			sels = append(sels, vs)
+		}
+		return nil
+	})
+	return sels
+}
+
+func equalMatcher(vs *promql.VectorSelector, name string) (string, bool) {
+	for _, m := range vs.LabelMatchers {
+		if m.Name == name && m.Type == labels.MatchEqual {
+			return m.Value, true
+		}
+	}
+	return "", false
+}
+
+// labelValue is what an expression's series hold in one label: one known
+// value (fixed), never the label (none), or either, as far as the rules
+// tell (unknown); bottom is a recording not inferred yet.
+type labelValue struct {
+	known, none, bottom bool
+	value               string
+}
+
+var bottomValue = labelValue{bottom: true}
+
+var unknownValue = labelValue{}
+
+func fixedValue(v string) labelValue { return labelValue{known: true, value: v} }
+
+var noValue = labelValue{known: true, none: true}
+
+func (v labelValue) String() string {
+	switch {
+	case !v.known:
+		return "unknown"
+	case v.none:
+		return "none"
+	}
+	return fmt.Sprintf("%q", v.value)
+}
+
+// either is the value of series that come from a or from b.
+func either(a, b labelValue) labelValue {
+	if a.bottom {
+		return b
+	}
+	if b.bottom || a == b {
+		return a
+	}
+	return unknownValue
+}
+
+// matched is the value of series matched on the label: both sides hold
+// the same, so whichever side tells.
+func matched(a, b labelValue) labelValue {
+	if a.known || a.bottom {
+		return a
+	}
+	return b
+}
+
+// recorded tells the value of a label in the series a selector reads,
+// from the rules that record them; unknownValue for series no rule
+// records.
+type recorded func(vs *promql.VectorSelector, label string) labelValue
+
+// valueOf infers the value of label in the series an expression returns,
+// following PromQL's rules for which labels each operation keeps.
+func valueOf(node promql.Node, label string, rec recorded) labelValue {
+	valueOf := func(node promql.Node, label string) labelValue { return valueOf(node, label, rec) }
+	switch n := node.(type) {
+	case *promql.VectorSelector:
+		if v, ok := equalMatcher(n, label); ok {
+			return fixedValue(v)
+		}
+		return rec(n, label)
+	case *promql.MatrixSelector:
+		return valueOf(n.VectorSelector, label)
+	case *promql.SubqueryExpr:
+		return valueOf(n.Expr, label)
+	case *promql.ParenExpr:
+		return valueOf(n.Expr, label)
+	case *promql.UnaryExpr:
+		return valueOf(n.Expr, label)
+	case *promql.StepInvariantExpr:
+		return valueOf(n.Expr, label)
+	case *promql.NumberLiteral, *promql.StringLiteral:
+		return noValue
+	case *promql.Call:
+		switch n.Func.Name {
+		case "absent", "absent_over_time":
+			// absent() labels its series with the selector's equality
+			// matchers.
+			var vs *promql.VectorSelector
+			switch a := n.Args[0].(type) {
+			case *promql.VectorSelector:
+				vs = a
+			case *promql.MatrixSelector:
+				vs, _ = a.VectorSelector.(*promql.VectorSelector)
+			}
+			if vs == nil {
+				return unknownValue
+			}
+			if v, ok := equalMatcher(vs, label); ok {
+				return fixedValue(v)
+			}
+			return noValue
+		case "label_replace", "label_join":
+			return unknownValue
+		}
+		for _, a := range n.Args {
+			if a.Type() == promql.ValueTypeVector || a.Type() == promql.ValueTypeMatrix {
+				return valueOf(a, label)
+			}
+		}
+		return noValue // vector(), time(): no labels
+	case *promql.AggregateExpr:
+		if n.Op == promql.COUNT_VALUES {
+			return unknownValue
+		}
+		if n.Op == promql.TOPK || n.Op == promql.BOTTOMK {
+			return valueOf(n.Expr, label)
+		}
+		if slices.Contains(n.Grouping, label) != n.Without {
+			return valueOf(n.Expr, label)
+		}
+		return noValue
+	case *promql.BinaryExpr:
+		lt, rt := n.LHS.Type(), n.RHS.Type()
+		switch {
+		case lt == promql.ValueTypeScalar && rt == promql.ValueTypeScalar:
+			return noValue
+		case lt == promql.ValueTypeScalar:
+			return valueOf(n.RHS, label)
+		case rt == promql.ValueTypeScalar:
+			return valueOf(n.LHS, label)
+		}
+		l, r := valueOf(n.LHS, label), valueOf(n.RHS, label)
+		vm := n.VectorMatching
+		switch n.Op {
+		case promql.LAND, promql.LUNLESS:
+			return l
+		case promql.LOR:
+			return either(l, r)
+		}
+		onLabel := vm != nil && vm.On && slices.Contains(vm.MatchingLabels, label)
+		matchedOn := vm == nil || (vm.On && onLabel) || (!vm.On && !slices.Contains(vm.MatchingLabels, label))
+		switch {
+		case vm != nil && vm.Card == promql.CardManyToOne:
+			if slices.Contains(vm.Include, label) {
+				return r
+			}
+			if matchedOn {
+				return matched(l, r)
+			}
+			return l
+		case vm != nil && vm.Card == promql.CardOneToMany:
+			if slices.Contains(vm.Include, label) {
+				return l
+			}
+			if matchedOn {
+				return matched(r, l)
+			}
+			return r
+		case vm != nil && vm.On:
+			// One-to-one on a list keeps that list alone.
+			if onLabel {
+				return matched(l, r)
+			}
+			return noValue
+		case matchedOn:
+			return matched(l, r)
+		}
+		return noValue // ignoring the label drops it
+	}
+	return unknownValue
+}
+
+// ruleValue is the value of label in the series a rule writes: its own
+// labels override the expression's.
+func ruleValue(t *testing.T, r alerts.Rule, label string, rec recorded) labelValue {
+	t.Helper()
+	if v, ok := r.Labels[label]; ok {
+		return fixedValue(v)
+	}
+	return valueOf(parseExpr(t, r.Expr), label, rec)
+}
+
+// ruleValues infers the pipeline and sloth_service of every rule's series
+// (by group and rule index), the recordings' in turn from the rules that
+// write them, until nothing changes: a recording may read itself.
+func ruleValues(t *testing.T, rf *alerts.RuleFile) map[[2]int]map[string]labelValue {
+	t.Helper()
+	values := map[[2]int]map[string]labelValue{}
+	for i, g := range rf.Groups {
+		for j := range g.Rules {
+			values[[2]int{i, j}] = map[string]labelValue{slo.LabelPipeline: bottomValue, labelSloth: bottomValue}
+		}
+	}
+	rec := func(vs *promql.VectorSelector, label string) labelValue {
+		v, written := bottomValue, false
+		pipeline, selects := equalMatcher(vs, slo.LabelPipeline)
+		for i, g := range rf.Groups {
+			for j, r := range g.Rules {
+				if r.Record != vs.Name {
+					continue
+				}
+				written = true
+				if wp := values[[2]int{i, j}][slo.LabelPipeline]; selects && wp.known && (wp.none || wp.value != pipeline) {
+					continue // the selector cannot read this rule's series
+				}
+				v = either(v, values[[2]int{i, j}][label])
+			}
+		}
+		if !written {
+			return unknownValue
+		}
+		return v
+	}
+	for changed := true; changed; {
+		changed = false
+		for i, g := range rf.Groups {
+			for j, r := range g.Rules {
+				for label, old := range values[[2]int{i, j}] {
+					if v := ruleValue(t, r, label, rec); v != old {
+						values[[2]int{i, j}][label] = v
+						changed = true
+					}
+				}
+			}
+		}
+	}
+	return values
+}
+
+func ruleName(g alerts.Group, r alerts.Rule) string {
+	return g.Name + "/" + r.Alert + r.Record
+}
+
+// pipelineLeaks lists how the rules of a file break the isolation of
+// pipelines:
+//
+//   - a pipeline's rule writes series of its pipeline: its pipeline label
+//     is the pipeline's, its sloth_service the pipeline's or none;
+//   - a rule of no pipeline (the prober's, the Kafka clusters') writes
+//     series of no pipeline: neither label;
+//   - a pipeline's rule reads series of its pipeline alone: each selector
+//     matches its pipeline label or its sloth_service.
+//
+// A scenario that feeds no series of a pipeline (none labelled with it)
+// therefore gives the pipeline's rules nothing to read but their own
+// recordings, and nothing another rule reads comes from them unless it
+// selects that pipeline.
+func pipelineLeaks(t *testing.T, rf *alerts.RuleFile) []string {
+	t.Helper()
+	var leaks []string
+	values := ruleValues(t, rf)
+	for i, g := range rf.Groups {
+		for j, r := range g.Rules {
+			name := ruleName(g, r)
+			pipeline, sloth := values[[2]int{i, j}][slo.LabelPipeline], values[[2]int{i, j}][labelSloth]
+			own := noValue
+			if g.Pipeline != "" {
+				own = fixedValue(g.Pipeline)
+			}
+			if pipeline != own {
+				leaks = append(leaks, fmt.Sprintf("%s writes pipeline %s, not %s", name, pipeline, own))
+			}
+			if sloth != noValue && sloth != own {
+				leaks = append(leaks, fmt.Sprintf("%s writes %s %s, not %s", name, labelSloth, sloth, own))
+			}
+		}
+	}
+	for _, g := range rf.Groups {
+		if g.Pipeline == "" {
+			continue
+		}
+		for _, r := range g.Rules {
+			for _, vs := range selectorsOf(t, r.Expr) {
+				if v, ok := equalMatcher(vs, slo.LabelPipeline); ok && v == g.Pipeline {
+					continue
+				}
+				if v, ok := equalMatcher(vs, labelSloth); ok && v == g.Pipeline {
+					continue
+				}
+				leaks = append(leaks, fmt.Sprintf("%s reads %s, not only pipeline %s's series", ruleName(g, r), vs, g.Pipeline))
+			}
+		}
+	}
+	return leaks
+}
+
+func TestPipelineRulesReadAndWriteOnlyTheirPipeline(t *testing.T) {
+	generate := func(t *testing.T, path string, replicas int, scope map[string]string) *alerts.RuleFile {
+		cfg, _ := loadModel(t, path)
+		cfg.Alerting.Replicas = replicas
+		cfg.Alerting.Selector = scope
+		m, err := slo.FromConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rf, err := alerts.Generate(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rf
+	}
+	for _, tc := range []struct {
+		name     string
+		config   string
+		replicas int
+		scope    map[string]string
+	}{
+		{"the test configuration", testConfig, 0, nil},
+		{"the test configuration with two replicas", testConfig, 2, nil},
+		{"the test configuration scoped to an environment", testConfig, 0, map[string]string{"env": "prod"}},
+		{"the Kafka scenario's configuration", filepath.Join("testdata", "kafka", "config.yml"), 0, nil},
+		{"the example configuration", exampleConfig, 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, leak := range pipelineLeaks(t, generate(t, tc.config, tc.replicas, tc.scope)) {
+				t.Error(leak)
+			}
+		})
+	}
+
+	// The check must see a leak where there is one.
+	for _, tc := range []struct {
+		name   string
+		mutate func(rf *alerts.RuleFile) int
+	}{
+		{
+			name: "A stall alert that lost a pipeline matcher reads every pipeline's canaries sent.",
+			mutate: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertStalled {
+					return false
+				}
+				r.Expr = regexp.MustCompile(`(outbox_canary_last_sent_timestamp_seconds)\{pipeline="[^"]*"\}`).ReplaceAllString(r.Expr, "$1")
+				return true
+			}),
+		},
+		{
+			name: "A stall recording that aggregates away its pipeline writes a series of no pipeline.",
+			mutate: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Record != alerts.RecordStall {
+					return false
+				}
+				r.Expr = strings.Replace(r.Expr, "max by (pipeline) (", "max(", 1)
+				return true
+			}),
+		},
+		{
+			name: "A burn alert labelled with another pipeline writes that pipeline's alert.",
+			mutate: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertErrorBudgetBurn || r.Labels[slo.LabelPipeline] != "events" {
+					return false
+				}
+				r.Labels = map[string]string{slo.LabelPipeline: "orders"}
+				return true
+			}),
+		},
+		{
+			name: "A prober alert kept by pipeline writes series of the pipelines.",
+			mutate: rewriteRules(func(r *alerts.Rule) bool {
+				if r.Alert != alerts.AlertPipelinesUnmeasured {
+					return false
+				}
+				r.Expr = strings.Replace(r.Expr, "count by (job) (", "count by (job, pipeline) (", 1)
+				return true
+			}),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rf := generate(t, testConfig, 0, nil)
+			if tc.mutate(rf) == 0 {
+				t.Fatal("the mutation changed no rule: the test no longer tests what it says")
+			}
+			leaks := pipelineLeaks(t, rf)
+			if len(leaks) == 0 {
+				t.Fatal("the mutated rules pass the check; it must catch them")
+			}
+			t.Logf("caught, as it must be:\n%s", strings.Join(leaks, "\n"))
+		})
+	}
+}
