@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
+	promql "github.com/prometheus/prometheus/promql/parser"
 	"gopkg.in/yaml.v3"
 
 	"github.com/outbox-canary/outbox-canary/alerts"
@@ -260,17 +262,21 @@ func runScenarios(t *testing.T, bin, rulesDir string, scenarios ...string) map[s
 	return reports
 }
 
+// TestScenariosWithPromtool runs each scenario of testdata/scenarios on
+// the rules of the pipelines it feeds (keepPipelinesOf).
 func TestScenariosWithPromtool(t *testing.T) {
 	t.Parallel()
 	bin := promtool(t)
 	cfg, m := loadModel(t, testConfig)
-	dir := t.TempDir()
-	writeRules(t, dir, cfg, m)
+	rf, err := alerts.Generate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, sc := range scenarios(t) {
 		name := strings.TrimSuffix(filepath.Base(sc), ".yml")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			out, err := runScenario(t, bin, dir, sc)
+			out, err := runScenario(t, bin, writeScenarioRules(t, cfg, rf, sc), sc)
 			t.Logf("promtool test rules %s:\n%s", filepath.Base(sc), out)
 			if err != nil {
 				t.Errorf("scenario %s failed: %v", name, err)
@@ -598,10 +604,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 			for _, name := range tc.mustFail {
 				files = append(files, filepath.Join(scenarioDir, name+".yml"))
 			}
-			keepPipelinesOf(t, rf, files)
-			dir := t.TempDir()
-			writeRuleFile(t, dir, cfg, rf)
-			reports := runScenarios(t, bin, dir, files...)
+			reports := runScenarios(t, bin, writeScenarioRules(t, cfg, rf, files...), files...)
 			for _, name := range tc.mustFail {
 				report := reports[name+".yml"]
 				if !strings.Contains(report, "FAILED") {
@@ -614,41 +617,105 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 	}
 }
 
-var pipelineMatcher = regexp.MustCompile(`pipeline="([^"]*)"`)
+// fedMatcher finds the pipelines a scenario has series of: any series
+// labelled with a pipeline, or with an SLO's sloth_service.
+var fedMatcher = regexp.MustCompile(`\b(?:pipeline|` + labelSloth + `)="([^"]*)"`)
 
-// keepPipelinesOf drops the rule groups of pipelines that no scenario in
-// files has series of, keeping those that select no pipeline (the
-// prober's): promtool evaluates every group at every step, and most
-// scenarios feed one of the test config's pipelines, so the mutation runs
-// take about 40% less CPU. Only mutation runs do this: the full scenario
-// runs keep every group, so a rule that fires on another pipeline's
-// series is still caught there.
+// keepPipelinesOf drops the rules of the pipelines that no scenario in
+// files has series of: promtool evaluates every group at every step, and
+// most scenarios feed one of the test config's three pipelines, so this
+// halves what a scenario costs. It keeps the groups of no pipeline (the
+// prober's, the Kafka clusters'), and of a dropped pipeline the
+// recordings that a kept rule or a scenario's promql_expr_test may read
+// (every pipeline's RecordUnmeasured, which the prober's page counts).
+//
+// What running every pipeline's groups proved, that a rule never fires
+// on another pipeline's series and a pipeline without series raises
+// nothing, TestPipelineRulesReadAndWriteOnlyTheirPipeline and
+// TestPipelinesWithoutSeriesRaiseNothing prove once.
 func keepPipelinesOf(t *testing.T, rf *alerts.RuleFile, files []string) {
 	t.Helper()
 	fed := map[string]bool{}
+	var reads []*promql.VectorSelector
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range pipelineMatcher.FindAllStringSubmatch(string(data), -1) {
+		for _, m := range fedMatcher.FindAllStringSubmatch(string(data), -1) {
 			fed[m[1]] = true
 		}
-	}
-	var kept []alerts.Group
-	for _, g := range rf.Groups {
-		selects, keep := false, false
-		for _, r := range g.Rules {
-			for _, m := range pipelineMatcher.FindAllStringSubmatch(r.Expr, -1) {
-				selects = true
-				keep = keep || fed[m[1]]
+		for _, tc := range readScenario(t, f).Tests {
+			for _, e := range tc.PromQL {
+				reads = append(reads, selectorsOf(t, e.Expr)...)
 			}
 		}
-		if keep || !selects {
-			kept = append(kept, g)
+	}
+	kept := make([][]bool, len(rf.Groups))
+	for i, g := range rf.Groups {
+		kept[i] = make([]bool, len(g.Rules))
+		for j, r := range g.Rules {
+			if g.Pipeline == "" || fed[g.Pipeline] {
+				kept[i][j] = true
+				reads = append(reads, selectorsOf(t, r.Expr)...)
+			}
 		}
 	}
-	rf.Groups = kept
+	// A dropped pipeline's recordings carry its pipeline label
+	// (TestPipelineRulesReadAndWriteOnlyTheirPipeline) and their own
+	// labels: a selector that matches neither does not read them.
+	mayRead := func(vs *promql.VectorSelector, g alerts.Group, r alerts.Rule) bool {
+		ls := maps.Clone(r.Labels)
+		if ls == nil {
+			ls = map[string]string{}
+		}
+		ls[slo.LabelPipeline] = g.Pipeline
+		ls[labels.MetricName] = r.Record
+		for _, m := range vs.LabelMatchers {
+			if v, ok := ls[m.Name]; ok && !m.Matches(v) {
+				return false
+			}
+		}
+		return true
+	}
+	for changed := true; changed; {
+		changed = false
+		for i, g := range rf.Groups {
+			for j, r := range g.Rules {
+				if kept[i][j] || r.Record == "" || !slices.ContainsFunc(reads, func(vs *promql.VectorSelector) bool { return mayRead(vs, g, r) }) {
+					continue
+				}
+				kept[i][j], changed = true, true
+				reads = append(reads, selectorsOf(t, r.Expr)...)
+			}
+		}
+	}
+	var groups []alerts.Group
+	for i, g := range rf.Groups {
+		g2 := g
+		g2.Rules = nil
+		for j, r := range g.Rules {
+			if kept[i][j] {
+				g2.Rules = append(g2.Rules, r)
+			}
+		}
+		if len(g2.Rules) > 0 {
+			groups = append(groups, g2)
+		}
+	}
+	rf.Groups = groups
+}
+
+// writeScenarioRules writes the rules of the pipelines that scenarios
+// feed (keepPipelinesOf) into a new directory, as writeRuleFile does, and
+// returns it; rf is left as it was.
+func writeScenarioRules(t *testing.T, cfg *config.Config, rf *alerts.RuleFile, scenarios ...string) string {
+	t.Helper()
+	trimmed := alerts.RuleFile{Groups: slices.Clone(rf.Groups)}
+	keepPipelinesOf(t, &trimmed, scenarios)
+	dir := t.TempDir()
+	writeRuleFile(t, dir, cfg, &trimmed)
+	return dir
 }
 
 // firstLines keeps a long promtool report readable in the test log.
@@ -699,9 +766,12 @@ func TestSlotScenarioNeedsTheSlotSelector(t *testing.T) {
 	for i := range m.Pipelines {
 		m.Pipelines[i].Slot = ""
 	}
-	dir := t.TempDir()
-	writeRules(t, dir, cfg, m)
-	out, err := runScenario(t, bin, dir, filepath.Join(scenarioDir, "h-slot-of-another-pipeline.yml"))
+	rf, err := alerts.Generate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := filepath.Join(scenarioDir, "h-slot-of-another-pipeline.yml")
+	out, err := runScenario(t, bin, writeScenarioRules(t, cfg, rf, sc), sc)
 	if err == nil {
 		t.Fatalf("the slot scenario passed with rules that ignore watch.slot; it must fail:\n%s", out)
 	}
@@ -788,8 +858,10 @@ func TestRedundantProbersWithPromtool(t *testing.T) {
 	t.Parallel()
 	bin := promtool(t)
 	cfg, m := replicaModel(t)
-	dir := t.TempDir()
-	writeRules(t, dir, cfg, m)
+	rf, err := alerts.Generate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
 	files, err := filepath.Glob(filepath.Join(replicaScenarioDir, "*.yml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no scenarios in %s: %v", replicaScenarioDir, err)
@@ -797,7 +869,7 @@ func TestRedundantProbersWithPromtool(t *testing.T) {
 	for _, sc := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(sc), ".yml"), func(t *testing.T) {
 			t.Parallel()
-			out, err := runScenario(t, bin, dir, sc)
+			out, err := runScenario(t, bin, writeScenarioRules(t, cfg, rf, sc), sc)
 			t.Logf("promtool test rules %s:\n%s", filepath.Base(sc), out)
 			if err != nil {
 				t.Errorf("scenario %s failed: %v", filepath.Base(sc), err)
@@ -891,9 +963,7 @@ func mutatedReplicaRules(t *testing.T, mutate func(rf *alerts.RuleFile) int) (*c
 // promtool's report to fail naming fails (an alert and a time).
 func requireScenarioFails(t *testing.T, bin string, cfg *config.Config, rf *alerts.RuleFile, scenario, fails string) {
 	t.Helper()
-	dir := t.TempDir()
-	writeRuleFile(t, dir, cfg, rf)
-	out, _ := runScenario(t, bin, dir, scenario)
+	out, _ := runScenario(t, bin, writeScenarioRules(t, cfg, rf, scenario), scenario)
 	if !strings.Contains(out, "FAILED") || !strings.Contains(out, fails) {
 		t.Errorf("%s did not fail on %q with mutated rules:\n%s", filepath.Base(scenario), fails, firstLines(out, 30))
 		return

@@ -23,7 +23,8 @@ const scopeScenarioDir = "testdata/scopes"
 var scopeEnvironments = []string{"prod", "staging"}
 
 // writeScopedRules writes the labels-only rules of each environment into
-// dir; scoped false leaves the selector out, as before scopes existed.
+// dir, of the pipelines the scope scenarios feed (keepPipelinesOf);
+// scoped false leaves the selector out, as before scopes existed.
 func writeScopedRules(t *testing.T, dir string, scoped bool) {
 	t.Helper()
 	for _, env := range scopeEnvironments {
@@ -39,7 +40,12 @@ func writeScopedRules(t *testing.T, dir string, scoped bool) {
 		if err := os.MkdirAll(envDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		paths := writeRules(t, envDir, cfg, m)
+		rf, err := alerts.Generate(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keepPipelinesOf(t, rf, scopeScenarios(t))
+		paths := writeRuleFile(t, envDir, cfg, rf)
 		data, err := os.ReadFile(paths[1])
 		if err != nil {
 			t.Fatal(err)
