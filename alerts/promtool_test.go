@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	promql "github.com/prometheus/prometheus/promql/parser"
 	"gopkg.in/yaml.v3"
@@ -960,15 +961,96 @@ func mutatedReplicaRules(t *testing.T, mutate func(rf *alerts.RuleFile) int) (*c
 }
 
 // requireScenarioFails runs a scenario on mutated rules and requires
-// promtool's report to fail naming fails (an alert and a time).
+// promtool's report to fail naming fails (an alert and a time). It runs
+// the scenario's tests that check that alert at that time alone
+// (testsChecking): the others cannot fail there, and a scenario of
+// several hours-long tests costs minutes of CPU.
 func requireScenarioFails(t *testing.T, bin string, cfg *config.Config, rf *alerts.RuleFile, scenario, fails string) {
 	t.Helper()
-	out, _ := runScenario(t, bin, writeScenarioRules(t, cfg, rf, scenario), scenario)
+	m := regexp.MustCompile(`alertname: (\w+), time: (\w+)`).FindStringSubmatch(fails)
+	if m == nil {
+		t.Fatalf("%q names no alert and time", fails)
+	}
+	checking := testsChecking(t, scenario, m[1], m[2])
+	out, _ := runScenario(t, bin, writeScenarioRules(t, cfg, rf, scenario), checking)
 	if !strings.Contains(out, "FAILED") || !strings.Contains(out, fails) {
 		t.Errorf("%s did not fail on %q with mutated rules:\n%s", filepath.Base(scenario), fails, firstLines(out, 30))
 		return
 	}
 	t.Logf("%s fails, as it must:\n%s", filepath.Base(scenario), firstLines(out, 12))
+}
+
+// testsChecking writes a copy of scenario, under its name in a new
+// directory, that keeps the tests with an alert_rule_test of alertname
+// at evalTime, and returns its path.
+func testsChecking(t *testing.T, scenario, alertname, evalTime string) string {
+	t.Helper()
+	data, err := os.ReadFile(scenario)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("%s: %v", scenario, err)
+	}
+	// Tests left out may hold the anchors of the kept ones' aliases.
+	var resolve func(n *yaml.Node) *yaml.Node
+	resolve = func(n *yaml.Node) *yaml.Node {
+		if n.Kind == yaml.AliasNode {
+			return resolve(n.Alias)
+		}
+		c := *n
+		c.Anchor = ""
+		c.Content = nil
+		for _, k := range n.Content {
+			c.Content = append(c.Content, resolve(k))
+		}
+		return &c
+	}
+	root := resolve(doc.Content[0])
+	want, err := model.ParseDuration(evalTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func(mapping *yaml.Node, key string) *yaml.Node {
+		for i := 0; i+1 < len(mapping.Content); i += 2 {
+			if mapping.Content[i].Value == key {
+				return mapping.Content[i+1]
+			}
+		}
+		return nil
+	}
+	tests := value(root, "tests")
+	if tests == nil {
+		t.Fatalf("%s: no tests", scenario)
+	}
+	var kept []*yaml.Node
+	for _, tc := range tests.Content {
+		checks := value(tc, "alert_rule_test")
+		if checks != nil && slices.ContainsFunc(checks.Content, func(c *yaml.Node) bool {
+			name, at := value(c, "alertname"), value(c, "eval_time")
+			if name == nil || at == nil || name.Value != alertname {
+				return false
+			}
+			d, err := model.ParseDuration(at.Value)
+			return err == nil && d == want
+		}) {
+			kept = append(kept, tc)
+		}
+	}
+	if len(kept) == 0 {
+		t.Fatalf("%s checks %s at %s in no test", scenario, alertname, evalTime)
+	}
+	tests.Content = kept
+	out, err := yaml.Marshal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), filepath.Base(scenario))
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // TestShardScenariosCatchAnUnwatchedShard mutates the page for pipelines
