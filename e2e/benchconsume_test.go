@@ -106,7 +106,7 @@ func (b *bench) runConsume(t *testing.T) *benchResult {
 				fmtMs(cc.DiffP50), fmtMs(cc.DiffP99))
 		})
 	}
-	res.Notes = append(res.Notes, "kcat's receive time is when the harness read kcat's line from its stdout (kcat -u), so it includes the pipe and a goroutine's wake-up; the prober's consume stamp is taken in the process when the fetch's record is handled.")
+	res.Notes = append(res.Notes, "kcat's receive time is when the harness read kcat's line from its stdout (kcat -u), so it includes the pipe and a goroutine's wake-up; the prober's consume stamp is taken in the process when the fetch's answer is read, before its records are decoded and handed to the pipeline's goroutine.")
 	return res
 }
 

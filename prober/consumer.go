@@ -281,6 +281,8 @@ func (c *Consumer) samplePosition(last time.Time) time.Time {
 func (c *Consumer) Run(ctx context.Context) error {
 	reader := c.cluster.Fetcher().NewReader()
 	defer reader.Close()
+	c.tracker.FenceFetched(reader.Unhandled)
+	defer c.tracker.FenceFetched(nil)
 	checked := make(chan error, 1)
 	check := func() { checked <- c.check(ctx, reader) }
 	go check()
@@ -597,7 +599,7 @@ func (r *partitionReader) handle(ctx context.Context, rec kafkaclient.Message) {
 		r.skip(msg, reason, skipDetail{err: err, value: msg.Value, signer: c.signer})
 		return
 	}
-	token, consumed := c.tracker.BeginArrival()
+	token, consumed := c.tracker.BeginArrival(rec.Received)
 	payload, err := c.signer.DecodeMessage(msg.Value)
 	if err != nil {
 		c.tracker.EndArrival(token)

@@ -141,6 +141,9 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 	}
 	read := now.Add(-200 * time.Millisecond).Format(time.RFC3339Nano)
 	published := now.Add(-100 * time.Millisecond)
+	// The fetch read its answer before the handler ran: that is the
+	// consume stamp, not the clock at handling.
+	received := now.Add(-50 * time.Millisecond)
 	cases := []struct {
 		name   string
 		value  []byte
@@ -165,7 +168,7 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 			if tc.reason != "" {
 				skippedBefore = testutil.ToFloat64(m.MessagesSkipped.WithLabelValues("orders", tc.reason))
 			}
-			c.Handle(context.Background(), kafkaclient.Message{TimestampType: kafkaclient.LogAppendTime,
+			c.Handle(context.Background(), kafkaclient.Message{TimestampType: kafkaclient.LogAppendTime, Received: received,
 				Message: kafka.Message{Partition: 0, Offset: int64(i), Key: []byte("k"), Value: tc.value, Time: published,
 					Headers: []kafka.Header{{Key: "outbox-relay-read-at", Value: []byte(read)}}}})
 			if tc.reason != "" {
@@ -187,6 +190,9 @@ func TestConsumerClassifiesEveryMessageAndNeverStops(t *testing.T) {
 			}
 			if seg := rep.Segments["commit_to_read"]; !seg.Measured || seg.Duration != 100*time.Millisecond {
 				t.Errorf("commit_to_read = %+v, want 100ms from the read header", seg)
+			}
+			if !rep.Consumed.Equal(received) {
+				t.Errorf("consumed %s, want %s: when the fetch's answer was read, not when it was handled (%s)", rep.Consumed, received, now)
 			}
 			if typ, seen := c.RecordTimestampType(); !seen || typ != kafkaclient.LogAppendTime {
 				t.Errorf("record timestamp type %s (seen %t), want the canary's LogAppendTime", typ, seen)

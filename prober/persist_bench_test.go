@@ -382,7 +382,7 @@ func (r *commitRun) until(t time.Time) {
 		case 1:
 			a := r.arrivals[0]
 			r.arrivals = r.arrivals[1:]
-			token, _ := r.tr.BeginArrival()
+			token, _ := r.tr.BeginArrival(time.Time{})
 			r.tr.Arrived(token, a)
 		case 2:
 			r.roundAt, r.lastRound = time.Time{}, r.roundStart

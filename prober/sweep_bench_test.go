@@ -43,7 +43,7 @@ func BenchmarkSweepRound(b *testing.B) {
 				b.Fatal(err)
 			}
 			if k < remembered {
-				token, _ := tr.BeginArrival()
+				token, _ := tr.BeginArrival(time.Time{})
 				tr.Arrived(token, Arrival{CanaryID: id, Seq: uint64(k + 1), Key: "k", Offset: int64(k), Consumed: at.Add(50 * time.Millisecond),
 					Stamps: map[string]time.Time{config.StampPublish: at.Add(20 * time.Millisecond)}})
 			}

@@ -223,10 +223,13 @@ type Tracker struct {
 	// (every sweep): resolved once rather than by its label each time.
 	inFlight prometheus.Gauge
 
-	// fence: consume stamps taken and not yet handed to the judge.
-	fenceMu sync.Mutex
-	fence   map[uint64]time.Time
-	fenceN  uint64
+	// fence: consume stamps taken and not yet handed to the judge;
+	// unhandled, those of messages its reader fetched and has not yet
+	// handed to BeginArrival (FenceFetched).
+	fenceMu   sync.Mutex
+	fence     map[uint64]time.Time
+	fenceN    uint64
+	unhandled func() (time.Time, bool)
 
 	mu      sync.Mutex
 	j       *judge.Judge
@@ -333,14 +336,28 @@ const floodSkips = 1000
 
 // BeginArrival takes the consume stamp of a message just fetched and
 // raises the fence: until EndArrival or Arrived hands it over, no deadline
-// later than this stamp is judged.
-func (t *Tracker) BeginArrival() (token uint64, consumed time.Time) {
+// later than this stamp is judged. The stamp is received, when the fetch
+// stamped the message as its answer was read (the reader's fence,
+// FenceFetched, held it until now), else now.
+func (t *Tracker) BeginArrival(received time.Time) (token uint64, consumed time.Time) {
 	t.fenceMu.Lock()
 	defer t.fenceMu.Unlock()
 	t.fenceN++
 	consumed = t.now()
+	if !received.IsZero() {
+		consumed = wallClock(received)
+	}
 	t.fence[t.fenceN] = consumed
 	return t.fenceN, consumed
+}
+
+// FenceFetched makes the sweeps' clock wait for the messages a reader has
+// stamped and not yet handed to BeginArrival: unhandled returns the
+// earliest of their stamps (kafkaclient.Reader.Unhandled); nil stops.
+func (t *Tracker) FenceFetched(unhandled func() (time.Time, bool)) {
+	t.fenceMu.Lock()
+	t.unhandled = unhandled
+	t.fenceMu.Unlock()
 }
 
 // EndArrival lowers a fence without an arrival (the message was not one
@@ -359,6 +376,13 @@ func (t *Tracker) fencedNow() time.Time {
 	for _, c := range t.fence {
 		if c.Before(now) {
 			now = c
+		}
+	}
+	// Read after now: a message stamped after this call is stamped no
+	// earlier than now.
+	if t.unhandled != nil {
+		if c, ok := t.unhandled(); ok && c.Before(now) {
+			now = wallClock(c)
 		}
 	}
 	return now

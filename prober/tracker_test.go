@@ -155,7 +155,7 @@ func (h *harness) send(id string, seq uint64) Canary {
 // arrive delivers c at the next offset, consumed now, with stamps given as
 // offsets from its commit.
 func (h *harness) arrive(c Canary, stamps map[string]time.Duration) Outcome {
-	token, consumed := h.tr.BeginArrival()
+	token, consumed := h.tr.BeginArrival(time.Time{})
 	a := Arrival{CanaryID: c.ID, Seq: c.Seq, Key: c.Key, Partition: 0, Offset: h.offset, Consumed: consumed,
 		Stamps: map[string]time.Time{}}
 	h.offset++
@@ -182,7 +182,7 @@ func TestTheFenceKeepsASweepFromJudgingPastAnArrivalNotYetHandedOver(t *testing.
 	// at 2.5s before the arrival reaches the tracker (the consumer was
 	// descheduled, or waited for the lock).
 	h.at(1900 * time.Millisecond)
-	token, consumed := h.tr.BeginArrival()
+	token, consumed := h.tr.BeginArrival(time.Time{})
 	h.sweep(2500 * time.Millisecond)
 	if got := h.sli(config.SegmentEndToEnd); got != [2]float64{0, 0} {
 		t.Fatalf("end_to_end events %v before the fenced arrival was handed over, want none", got)
@@ -191,6 +191,30 @@ func TestTheFenceKeepsASweepFromJudgingPastAnArrivalNotYetHandedOver(t *testing.
 		Stamps: map[string]time.Time{config.StampPublish: t0.Add(time.Second)}})
 	if got := h.sli(config.SegmentEndToEnd); got != [2]float64{1, 0} {
 		t.Errorf("end_to_end events %v, want one good: it was consumed inside its budget", got)
+	}
+}
+
+func TestTheFenceHoldsASweepAtAMessageItsReaderReceivedAndHasNotHandedOver(t *testing.T) {
+	h := newHarness(t, plainPipeline(), false)
+	c := h.send("a", 1)
+	// The fetch's answer is read at 1.9s (end_to_end budget 2s); the
+	// reader's goroutine hands the message over at 2.5s, after a sweep.
+	received := t0.Add(1900 * time.Millisecond)
+	handedOver := false
+	h.tr.FenceFetched(func() (time.Time, bool) { return received, !handedOver })
+	h.sweep(2500 * time.Millisecond)
+	if got := h.sli(config.SegmentEndToEnd); got != [2]float64{0, 0} {
+		t.Fatalf("end_to_end events %v before the received message was handed over, want none", got)
+	}
+	token, consumed := h.tr.BeginArrival(received)
+	handedOver = true
+	if !consumed.Equal(received) {
+		t.Errorf("consume stamp %s, want the reader's %s", consumed, received)
+	}
+	h.tr.Arrived(token, Arrival{CanaryID: c.ID, Seq: 1, Key: "k", Offset: 0, Consumed: consumed,
+		Stamps: map[string]time.Time{config.StampPublish: t0.Add(time.Second)}})
+	if got := h.sli(config.SegmentEndToEnd); got != [2]float64{1, 0} {
+		t.Errorf("end_to_end events %v, want one good: it was received inside its budget", got)
 	}
 }
 

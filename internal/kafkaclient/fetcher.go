@@ -105,6 +105,12 @@ type subscription struct {
 
 	// pending holds the fetched batches its Reader has not taken yet.
 	pending []batch
+	// receiving counts the answers with records for it that were stamped
+	// and not yet queued (two only while two broker loops fetch it);
+	// receivedAt is the earliest of their stamps.
+	receiving  int
+	receivedAt time.Time
+
 	next    int64     // the offset of the next fetch
 	queued  int       // batches fetched for it and not yet handled
 	retryAt time.Time // no fetch before
@@ -146,11 +152,12 @@ func (s *subscription) freeze() {
 // batch is what one fetch returned for a subscription's partition: its
 // records are read on the Reader's goroutine, not the broker's.
 type batch struct {
-	records recordSet
-	topic   string
-	hwm     int64
-	from    int64 // the first offset wanted: the fetch's offset
-	err     error
+	records  recordSet
+	topic    string
+	hwm      int64
+	from     int64     // the first offset wanted: the fetch's offset
+	received time.Time // when the fetch's answer was read: Message.Received
+	err      error
 }
 
 func newFetcher(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, client *kafka.Client) *Fetcher {
@@ -274,8 +281,11 @@ type Reader struct {
 	f     *Fetcher
 	ready chan struct{} // a batch waits; buffered, a send never blocks
 	subs  []*subscription
-	// taken is HandleReady's round of batches, reused.
-	taken []takenBatch
+	// taken is HandleReady's round of batches, reused; handing the
+	// earliest Received of its messages until the round is handed over
+	// (zero between rounds). Guarded by Fetcher.mu.
+	taken   []takenBatch
+	handing time.Time
 }
 
 type takenBatch struct {
@@ -311,13 +321,15 @@ func (r *Reader) Ready() <-chan struct{} { return r.ready }
 // done.
 func (r *Reader) HandleReady(ctx context.Context) {
 	f := r.f
-	for ctx.Err() == nil {
+	for {
 		f.mu.Lock()
-		r.taken = r.taken[:0]
+		r.taken, r.handing = r.taken[:0], time.Time{}
 		for _, s := range r.subs {
-			if len(s.pending) > 0 {
-				r.taken = append(r.taken, takenBatch{s, s.pending[0]})
+			if len(s.pending) > 0 && ctx.Err() == nil {
+				b := s.pending[0]
+				r.taken = append(r.taken, takenBatch{s, b})
 				s.pending = slices.Delete(s.pending, 0, 1)
+				r.handing = earliest(r.handing, b.received)
 			}
 		}
 		f.mu.Unlock()
@@ -335,11 +347,43 @@ func (r *Reader) HandleReady(ctx context.Context) {
 	}
 }
 
+// Unhandled returns the earliest Received of the messages fetched for the
+// Reader and not yet handed to their Handle (whose batch is not handled
+// yet), from the instant the stamp is taken. A clock read before calling
+// it and not after the earliest is one a message stamped later cannot
+// precede: the prober's judge holds its clock there, so that no deadline
+// passes a canary already received.
+func (r *Reader) Unhandled() (time.Time, bool) {
+	r.f.mu.Lock()
+	defer r.f.mu.Unlock()
+	at := r.handing
+	for _, s := range r.subs {
+		at = earliest(at, s.receivedAt)
+		for _, b := range s.pending {
+			at = earliest(at, b.received)
+		}
+	}
+	return at, !at.IsZero()
+}
+
+// earliest is the earlier of a and b, ignoring a zero one.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
 func (r *Reader) handle(s *subscription, b batch) {
 	f, o := r.f, &s.opts
 	err := b.err
 	if err == nil {
-		if err = eachMessage(b.records, b.topic, o.Partition, b.hwm, b.from, o.Handle); err != nil {
+		received := b.received
+		err = eachMessage(b.records, b.topic, o.Partition, b.hwm, b.from, func(m Message) {
+			m.Received = received
+			o.Handle(m)
+		})
+		if err != nil {
 			err = fmt.Errorf("topic %s partition %d: %w", b.topic, o.Partition, err)
 		}
 	}
@@ -802,6 +846,11 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 	}
 	var answers []answer
 	f.mu.Lock()
+	// The consume stamp of the answer's records: as it is read, before
+	// they are decoded and handed to their readers' goroutines, and under
+	// the lock Reader.Unhandled reads, so that the stamp is seen there
+	// from the instant it is taken.
+	received := want[0].s.now()
 	// Every partition of the session is as the broker last said, as of
 	// this fetch: the marks of those with a known high watermark move on
 	// with it.
@@ -817,13 +866,17 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 			if rp.ErrorCode == 0 {
 				sp.hwm = rp.HighWatermark
 				sp.sub.live = sp
+				if len(rp.Records) > 0 {
+					sp.sub.receiving++
+					sp.sub.receivedAt = earliest(sp.sub.receivedAt, received)
+				}
 			}
 			answers = append(answers, answer{rp, sp})
 		}
 	}
 	f.mu.Unlock()
 	for _, a := range answers {
-		if f.deliver(a.sp.sub, a.p, sess.sentAt) {
+		if f.deliver(a.sp.sub, a.p, sess.sentAt, received) {
 			sess.moved = append(sess.moved, a.sp.sub.part)
 		}
 	}
@@ -881,9 +934,9 @@ func forgottenTopics(parts []*partition) []fetch.RequestForgottenTopic {
 	return topics
 }
 
-// deliver hands a partition's answer to a fetch sent at sentAt to s, and
-// reports whether it moved s's offset.
-func (f *Fetcher) deliver(s *subscription, p *fetchResponsePartition, sentAt time.Time) bool {
+// deliver hands a partition's answer to a fetch sent at sentAt, read at
+// received, to s, and reports whether it moved s's offset.
+func (f *Fetcher) deliver(s *subscription, p *fetchResponsePartition, sentAt, received time.Time) bool {
 	topic := s.part.tp.topic
 	if p.ErrorCode != 0 {
 		err := kafka.Error(p.ErrorCode)
@@ -903,18 +956,22 @@ func (f *Fetcher) deliver(s *subscription, p *fetchResponsePartition, sentAt tim
 		return false
 	}
 	rs, err := scanRecords(p.Records)
+	f.mu.Lock()
+	if s.receiving--; s.receiving == 0 {
+		s.receivedAt = time.Time{}
+	}
 	if err != nil {
+		f.mu.Unlock()
 		f.retryLater([]*subscription{s}, fmt.Errorf("topic %s partition %d: %w", topic, p.Partition, err), sentAt, fetchBackoffMin)
 		return false
 	}
-	f.mu.Lock()
 	defer f.mu.Unlock()
 	// A full queue: only when two broker loops fetched it (its leader
 	// moved); the records are fetched again.
 	if s.removed || rs.next <= s.next || s.queued >= subscriptionQueue {
 		return false
 	}
-	f.queue(s, batch{records: rs, topic: topic, hwm: p.HighWatermark, from: s.next})
+	f.queue(s, batch{records: rs, topic: topic, hwm: p.HighWatermark, from: s.next, received: received})
 	s.next = rs.next
 	if len(s.part.subs) > 1 {
 		f.changes.Add(1) // another reader of the partition may be furthest behind now

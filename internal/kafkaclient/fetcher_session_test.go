@@ -694,3 +694,91 @@ func TestFetcherFeedsTwoReadersOfOnePartition(t *testing.T) {
 		}
 	}
 }
+
+// TestFetcherStampsAMessageWhenItsAnswerIsReadAndFencesItUntilHandedOver:
+// the consume stamp is the clock when the fetch's answer came back, not
+// when the Reader's goroutine, busy with another partition, hands the
+// message over; Unhandled holds the earliest such stamp until then.
+func TestFetcherStampsAMessageWhenItsAnswerIsReadAndFencesItUntilHandedOver(t *testing.T) {
+	t.Parallel()
+	const topic = "canaries"
+	b := newFakeBroker(topic, 2)
+	base := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	var clock atomic.Int64
+	at := func(d time.Duration) time.Time { return base.Add(d) }
+	now := func() time.Time { return at(time.Duration(clock.Load())) }
+
+	fctx, stop := context.WithCancel(context.Background())
+	addr := kafka.TCP("fake:9092")
+	f := newFetcher(fctx, b, addr, &kafka.Client{Addr: addr, Transport: b})
+	r := f.NewReader()
+	got := make(chan Message, 2)
+	blocked, release := make(chan struct{}), make(chan struct{})
+	for p := range 2 {
+		r.Add(ReadOptions{Topic: topic, Partition: p, Now: now, Handle: func(m Message) {
+			got <- m
+			if m.Partition == 0 {
+				close(blocked)
+				<-release
+			}
+		}})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.Ready():
+				r.HandleReady(ctx)
+			}
+		}
+	}()
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(func() {
+		free()
+		cancel()
+		wg.Wait()
+		r.Close()
+		stop()
+		f.wait()
+	})
+	stacktest.Eventually(t, serverWait, "both partitions fetched", func() (bool, string) {
+		return len(f.Marks(topic)) == 2, fmt.Sprint(f.Marks(topic))
+	})
+	if at, ok := r.Unhandled(); ok {
+		t.Fatalf("unhandled since %s before any record, want nothing", at)
+	}
+
+	clock.Store(int64(time.Second))
+	b.produce(t, topicPartition{topic, 0}, 1, false)
+	<-blocked // partition 0's message is being handed over, and waits
+	if m := <-got; !m.Received.Equal(at(time.Second)) {
+		t.Errorf("partition 0: received %s, want %s", m.Received, at(time.Second))
+	}
+	clock.Store(int64(2 * time.Second))
+	b.produce(t, topicPartition{topic, 1}, 1, false)
+	stacktest.Eventually(t, serverWait, "partition 1's record fetched and waiting", func() (bool, string) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(r.subs[1].pending) == 1, ""
+	})
+	if got, ok := r.Unhandled(); !ok || !got.Equal(at(time.Second)) {
+		t.Errorf("unhandled since %s (%t), want %s: partition 0's message is not handed over yet", got, ok, at(time.Second))
+	}
+
+	clock.Store(int64(3 * time.Second))
+	free()
+	if m := <-got; m.Partition != 1 || !m.Received.Equal(at(2*time.Second)) {
+		t.Errorf("partition %d: received %s, want partition 1 at %s, when its answer was read, not %s, when it was handed over",
+			m.Partition, m.Received, at(2*time.Second), now())
+	}
+	stacktest.Eventually(t, serverWait, "nothing unhandled", func() (bool, string) {
+		at, ok := r.Unhandled()
+		return !ok, fmt.Sprint(at)
+	})
+}

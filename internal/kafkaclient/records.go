@@ -114,6 +114,13 @@ func (t TimestampType) String() string {
 type Message struct {
 	kafka.Message
 	TimestampType TimestampType
+	// Received is when the fetch that brought it was answered, on the
+	// Reader's clock (ReadOptions.Now): its consume stamp, taken as the
+	// answer is read, before its records are decoded and handed to the
+	// Reader's goroutine, which may be busy with other partitions or wait
+	// for a core (Reader.Unhandled fences it meanwhile). Zero when it was
+	// not read by a Fetcher.
+	Received time.Time
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

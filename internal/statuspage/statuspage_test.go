@@ -82,7 +82,7 @@ func drive(t *testing.T, svc *prober.Service, now *time.Time, canaries []canary)
 			tr.Sweep()
 		case c.after > 0:
 			*now = committed.Add(c.after)
-			token, _ := tr.BeginArrival()
+			token, _ := tr.BeginArrival(time.Time{})
 			if k := tr.Arrived(token, prober.Arrival{CanaryID: id, Seq: uint64(i + 1), Key: "k", Partition: 0, Offset: int64(i),
 				Consumed: committed.Add(c.after),
 				Stamps:   map[string]time.Time{"read": committed.Add(50 * time.Millisecond), "publish": committed.Add(70 * time.Millisecond)},
