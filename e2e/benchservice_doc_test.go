@@ -32,6 +32,8 @@ type benchDoc struct {
 	Compare *benchCompare `json:"compare,omitempty"`
 	// Series is issue 27's count of the series per pipeline (benchseries_test.go).
 	Series *seriesCount `json:"series,omitempty"`
+	// RuleEval is the last TestBenchRuleEvaluation (benchrules_test.go).
+	RuleEval *ruleEval `json:"rule_evaluation,omitempty"`
 }
 
 func readBenchDoc(path string) (*benchDoc, error) {
@@ -205,6 +207,9 @@ func renderBench(d *benchDoc) []byte {
 	if d.Series != nil {
 		renderSeriesTarget(p, d.Series)
 	}
+	if d.RuleEval != nil {
+		renderRuleEvalTarget(p, d.RuleEval)
+	}
 	p("\n")
 
 	if d.Compare != nil {
@@ -215,6 +220,9 @@ func renderBench(d *benchDoc) []byte {
 	}
 	for _, r := range d.Scenarios {
 		renderBenchScenario(p, r)
+	}
+	if d.RuleEval != nil {
+		renderRuleEval(p, d.RuleEval)
 	}
 
 	p("## How the figures are taken\n\n")
