@@ -32,8 +32,9 @@ type benchDoc struct {
 	Compare *benchCompare `json:"compare,omitempty"`
 	// Series is issue 27's count of the series per pipeline (benchseries_test.go).
 	Series *seriesCount `json:"series,omitempty"`
-	// RuleEval is the last TestBenchRuleEvaluation (benchrules_test.go).
-	RuleEval *ruleEval `json:"rule_evaluation,omitempty"`
+	// RuleEval is the last TestBenchRuleEvaluation of each history
+	// backfilled (benchrules_test.go), shortest first.
+	RuleEval []*ruleEval `json:"rule_evaluation,omitempty"`
 }
 
 func readBenchDoc(path string) (*benchDoc, error) {
@@ -207,7 +208,7 @@ func renderBench(d *benchDoc) []byte {
 	if d.Series != nil {
 		renderSeriesTarget(p, d.Series)
 	}
-	if d.RuleEval != nil {
+	if len(d.RuleEval) > 0 {
 		renderRuleEvalTarget(p, d.RuleEval)
 	}
 	p("\n")
@@ -221,7 +222,7 @@ func renderBench(d *benchDoc) []byte {
 	for _, r := range d.Scenarios {
 		renderBenchScenario(p, r)
 	}
-	if d.RuleEval != nil {
+	if len(d.RuleEval) > 0 {
 		renderRuleEval(p, d.RuleEval)
 	}
 
