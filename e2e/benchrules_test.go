@@ -102,6 +102,16 @@ type ruleEval struct {
 	LoadBefore  float64  `json:"load_before"`
 	LoadMax     float64  `json:"load_max"`
 	Notes       []string `json:"notes,omitempty"`
+	// ByRule is the last evaluation time of every rule (/api/v1/rules
+	// at the window's end), summed by the name it records or alerts,
+	// largest first.
+	ByRule []ruleCost `json:"by_rule,omitempty"`
+}
+
+type ruleCost struct {
+	Name    string  `json:"name"`
+	Rules   int     `json:"rules"`
+	Seconds float64 `json:"seconds"`
 }
 
 func TestBenchRuleEvaluation(t *testing.T) {
@@ -239,6 +249,9 @@ func TestBenchRuleEvaluation(t *testing.T) {
 	res.RSSMaxBytes = rssMax
 	res.Compactions = last.compactions - first.compactions
 	res.LiveMinutes = roundTenth(time.Since(live).Minutes())
+	if res.ByRule, err = ruleCosts(context.Background(), prom.addr); err != nil {
+		t.Errorf("rule costs: %v", err)
+	}
 	if float64(res.Rules) != last.rules {
 		t.Errorf("Prometheus loaded %.0f rules, the file holds %d", last.rules, res.Rules)
 	}
@@ -640,6 +653,39 @@ func historyOf(r *ruleEval) string {
 	return fmt.Sprintf("%s backfilled at one sample per %s (%d series: the SLI event counters and the two recordings the 30d rules read, %d samples), then %s", r.History, r.HistoryStep, r.HistorySeries, r.HistorySamples, live)
 }
 
+// ruleCosts sums the last evaluation time of the rules by name.
+func ruleCosts(ctx context.Context, addr string) ([]ruleCost, error) {
+	var out struct {
+		Groups []struct {
+			Rules []struct {
+				Name           string  `json:"name"`
+				EvaluationTime float64 `json:"evaluationTime"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := promAPI(ctx, addr, "/api/v1/rules", &out); err != nil {
+		return nil, err
+	}
+	byName := map[string]*ruleCost{}
+	for _, g := range out.Groups {
+		for _, r := range g.Rules {
+			c := byName[r.Name]
+			if c == nil {
+				c = &ruleCost{Name: r.Name}
+				byName[r.Name] = c
+			}
+			c.Rules++
+			c.Seconds += r.EvaluationTime
+		}
+	}
+	var costs []ruleCost
+	for _, c := range byName {
+		costs = append(costs, *c)
+	}
+	sort.Slice(costs, func(i, j int) bool { return costs[i].Seconds > costs[j].Seconds })
+	return costs, nil
+}
+
 // mergeRuleEval keeps r in place of an earlier run with the same
 // history, the runs ordered by the history backfilled.
 func (d *benchDoc) mergeRuleEval(r *ruleEval) {
@@ -740,6 +786,24 @@ func renderRuleEval(p func(string, ...any), runs []*ruleEval) {
 	})
 	row("Prometheus's RSS (`process_resident_memory_bytes`), largest sample", func(r *ruleEval) string { return fmt.Sprintf("%.0f MiB", r.RSSMaxBytes/(1<<20)) })
 	p("\n")
+	for _, r := range runs {
+		if len(r.ByRule) == 0 {
+			continue
+		}
+		var total float64
+		for _, c := range r.ByRule {
+			total += c.Seconds
+		}
+		p("Where the time goes, %s: each rule's last evaluation time (`/api/v1/rules` at the window's end, a wall time, so it includes waits for a CPU as the durations above do), summed by the series it records or the alert it raises, the largest first:\n\n", historyShort(r))
+		p("| rule | rules | seconds | share |\n|---|---:|---:|---:|\n")
+		for i, c := range r.ByRule {
+			if i == 12 {
+				break
+			}
+			p("| `%s` | %d | %.2f | %.0f %% |\n", c.Name, c.Rules, c.Seconds, 100*c.Seconds/total)
+		}
+		p("\n")
+	}
 	for _, r := range runs {
 		for _, n := range r.Notes {
 			p("%s\n\n", n)
