@@ -32,6 +32,9 @@ type benchDoc struct {
 	Compare *benchCompare `json:"compare,omitempty"`
 	// Series is issue 27's count of the series per pipeline (benchseries_test.go).
 	Series *seriesCount `json:"series,omitempty"`
+	// RuleEval is the last TestBenchRuleEvaluation of each history
+	// backfilled (benchrules_test.go), shortest first.
+	RuleEval []*ruleEval `json:"rule_evaluation,omitempty"`
 }
 
 func readBenchDoc(path string) (*benchDoc, error) {
@@ -205,6 +208,9 @@ func renderBench(d *benchDoc) []byte {
 	if d.Series != nil {
 		renderSeriesTarget(p, d.Series)
 	}
+	if len(d.RuleEval) > 0 {
+		renderRuleEvalTarget(p, d.RuleEval)
+	}
 	p("\n")
 
 	if d.Compare != nil {
@@ -215,6 +221,9 @@ func renderBench(d *benchDoc) []byte {
 	}
 	for _, r := range d.Scenarios {
 		renderBenchScenario(p, r)
+	}
+	if len(d.RuleEval) > 0 {
+		renderRuleEval(p, d.RuleEval)
 	}
 
 	p("## How the figures are taken\n\n")
