@@ -1,7 +1,6 @@
 package judge
 
 import (
-	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -27,16 +26,7 @@ func TestTickVisitsOnlyOpenCanariesAndForgetsEachByItsCommitTime(t *testing.T) {
 	}
 
 	// Resumed from the persisted state: the indexes are rebuilt from it.
-	h.j.MarkPersisted(t0.Add(3 * time.Second))
-	data, err := json.Marshal(h.j.State())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st State
-	if err := json.Unmarshal(data, &st); err != nil {
-		t.Fatal(err)
-	}
-	h.j = New(h.cfg, &st, t0.Add(4*time.Second))
+	h.restart(3*time.Second, 4*time.Second)
 	if got := openIDs(); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("after a restart the judge visits %v, want only a", got)
 	}

@@ -79,6 +79,23 @@ func (h *jh) arrive(id string, at time.Duration, stamps map[string]time.Duration
 	return kind
 }
 
+// restart persists the judge's state at persisted, as the prober writes it
+// (through JSON), and starts a new judge from it at at: the prober was down
+// in between.
+func (h *jh) restart(persisted, at time.Duration) {
+	h.t.Helper()
+	h.j.MarkPersisted(t0.Add(persisted))
+	data, err := json.Marshal(h.j.State())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var st State
+	if err := json.Unmarshal(data, &st); err != nil {
+		h.t.Fatal(err)
+	}
+	h.j = New(h.cfg, &st, t0.Add(at))
+}
+
 func (h *jh) tick(at time.Duration) { h.add(h.j.Tick(t0.Add(at))) }
 
 func (h *jh) pos(at time.Duration, caughtUp bool, lag int64) {
@@ -351,19 +368,10 @@ func TestJudgeRestartsWithoutLosingOrRepeatingAVerdict(t *testing.T) {
 	h.send("a", 0, ms(2))
 	h.send("b", ms(100), ms(2))
 	h.arrive("a", ms(300), map[string]time.Duration{StampPublish: ms(200)})
-	h.j.MarkPersisted(t0.Add(ms(500)))
-	data, err := json.Marshal(h.j.State())
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The prober is down from 0.5s to 10s; b was published at 150ms and
 	// waited in the topic.
-	var st State
-	if err := json.Unmarshal(data, &st); err != nil {
-		t.Fatal(err)
-	}
 	before := len(h.fx)
-	h.j = New(h.cfg, &st, t0.Add(10*time.Second))
+	h.restart(ms(500), 10*time.Second)
 	if k, fx := h.j.Arrived(Arrival{CanaryID: "a", Offset: 0, Consumed: t0.Add(10 * time.Second)}); k != KindReplay || len(fx) != 0 {
 		t.Errorf("a replay after the restart: %v %v", k, fx)
 	}
@@ -396,17 +404,8 @@ func TestARelayWaitAcrossTheProbersDowntimeIsChargedOnlyPastTheGrace(t *testing.
 	h.send("a", 0, ms(2))
 	h.arrive("a", ms(300), nil)
 	h.found("a", ms(400), ms(200))
-	h.j.MarkPersisted(t0.Add(ms(500)))
-	data, err := json.Marshal(h.j.State())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st State
-	if err := json.Unmarshal(data, &st); err != nil {
-		t.Fatal(err)
-	}
 	down := 10 * time.Second // down from 0.5s to 10s
-	h.j = New(h.cfg, &st, t0.Add(down))
+	h.restart(ms(500), down)
 	// The relay's time starts to count at down + grace: commit_to_publish's
 	// 1s budget runs out at 21s for a canary committed before then.
 	chargeable := down + brokerReconnectGrace + time.Second
@@ -478,16 +477,7 @@ func TestLateCountsOnlyCanariesCountedBad(t *testing.T) {
 
 	h = newJH(t, "cdc")
 	h.send("b", ms(100), ms(2))
-	h.j.MarkPersisted(t0.Add(ms(500)))
-	data, err := json.Marshal(h.j.State())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st State
-	if err := json.Unmarshal(data, &st); err != nil {
-		t.Fatal(err)
-	}
-	h.j = New(h.cfg, &st, t0.Add(10*time.Second)) // down from 0.5s to 10s
+	h.restart(ms(500), 10*time.Second) // down from 0.5s to 10s
 	h.tick(10*time.Second + ms(50))
 	h.arrive("b", 10*time.Second+ms(100), map[string]time.Duration{StampPublish: ms(150)})
 	h.want("b", "commit_to_publish=good end_to_end=unjudged(prober_down) insert_to_commit=good publish_to_consume=unjudged(prober_down)")
