@@ -80,10 +80,12 @@ func TestE2EMariaDBPollingPipelineDeliversEveryCanaryGood(t *testing.T) {
 			r := startService(t, cfg, t.TempDir(), false)
 			tr := r.tracker(t)
 			const want = 10
-			waitFor(t, fmt.Sprintf("%d canaries to arrive", want), func() bool { return len(tr.Recent(2*want)) >= want })
+			waitFor(t, fmt.Sprintf("%d canaries to arrive, measured", want), func() bool { m, _ := measuredOf(tr, 3*want); return len(m) >= want })
+			reps, ordered := measuredOf(tr, 3*want)
+			t.Logf("%d canaries measured, %d left out: published_at marked after the prober fetched them", len(reps), ordered)
 
 			bySegment := map[string][]time.Duration{}
-			for _, rep := range tr.Recent(2 * want) {
+			for _, rep := range reps {
 				if rep.State != StateArrived {
 					t.Errorf("canary %s: status %s, want arrived", rep.ID, rep.State)
 				}
