@@ -73,8 +73,9 @@ func TestE2ECanariesGoThroughSASLSSLKafkaAndVerifyFullPostgres(t *testing.T) {
 
 	r := startService(t, cfg, t.TempDir(), false)
 	tr := r.tracker(t)
-	waitFor(t, "three canaries to arrive", func() bool { return len(tr.Recent(10)) >= 3 })
-	for _, rep := range tr.Recent(10) {
+	waitFor(t, "three canaries to arrive, measured", func() bool { m, _ := measuredOf(tr, 10); return len(m) >= 3 })
+	reps, _ := measuredOf(tr, 10)
+	for _, rep := range reps {
 		if rep.State != StateArrived {
 			t.Errorf("canary %s: state %s, want arrived", rep.ID, rep.State)
 		}
