@@ -346,14 +346,7 @@ func TestPipelineRulesReadAndWriteOnlyTheirPipeline(t *testing.T) {
 		cfg, _ := loadModel(t, path)
 		cfg.Alerting.Replicas = replicas
 		cfg.Alerting.Selector = scope
-		m, err := slo.FromConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rf, err := alerts.Generate(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rf := generateRules(t, cfg)
 		return rf
 	}
 	for _, tc := range []struct {

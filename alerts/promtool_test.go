@@ -60,6 +60,20 @@ func promtool(t *testing.T) string {
 	return p
 }
 
+// generateRules is what `outbox-canary rules` generates for cfg.
+func generateRules(t *testing.T, cfg *config.Config) *alerts.RuleFile {
+	t.Helper()
+	m, err := slo.FromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rf, err := alerts.Generate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rf
+}
+
 func loadModel(t *testing.T, path string) (*config.Config, *slo.Model) {
 	t.Helper()
 	cfg, err := config.LoadFile(path)

@@ -105,14 +105,7 @@ func TestScopeIsInEveryRule(t *testing.T) {
 	cfg, _ := loadModel(t, testConfig)
 	cfg.Alerting.Selector = map[string]string{"env": "prod", "cluster": "eu-1"}
 	cfg.Alerting.Replicas = 2 // and so the redundancy ticket
-	m, err := slo.FromConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rf, err := alerts.Generate(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rf := generateRules(t, cfg)
 	selectorRE := regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*\{[^}]*\}`)
 	// An aggregation without by, a by or on that starts with pipeline,
 	// the SLO's identity or the job and ends without the scope, or a join

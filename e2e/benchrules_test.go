@@ -143,14 +143,7 @@ func TestBenchRuleEvaluation(t *testing.T) {
 
 	cfg := repeatedExamplePipelines(t, n)
 	res.Shape = "examples/outbox-canary.yml's four pipelines (orders: polling, 4 budgets and a read stamp; payments: polling, 3 budgets; shipments: Debezium on PostgreSQL with a slot and a connector; invoices: Debezium on MariaDB) repeated"
-	m, err := slo.FromConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rf, err := alerts.Generate(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, rf := generateRules(t, cfg)
 	ruleData, err := alerts.Marshal(rf, alerts.FormatRules, nil)
 	if err != nil {
 		t.Fatal(err)

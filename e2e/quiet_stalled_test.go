@@ -582,7 +582,9 @@ func (p *proberProcess) kill(t *testing.T) {
 
 // writeRules generates the rule file of cfg with the alerts package and
 // returns what the test reads from it about pipelineName.
-func writeRules(t *testing.T, cfg *config.Config, path string) generated {
+// generateRules is what `outbox-canary rules` generates for cfg, and the
+// model it generates from.
+func generateRules(t *testing.T, cfg *config.Config) (*slo.Model, *alerts.RuleFile) {
 	t.Helper()
 	m, err := slo.FromConfig(cfg)
 	if err != nil {
@@ -592,6 +594,12 @@ func writeRules(t *testing.T, cfg *config.Config, path string) generated {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m, rf
+}
+
+func writeRules(t *testing.T, cfg *config.Config, path string) generated {
+	t.Helper()
+	m, rf := generateRules(t, cfg)
 	var buf bytes.Buffer
 	if err := alerts.Write(&buf, rf, alerts.FormatRules, cfg.Alerting.Labels); err != nil {
 		t.Fatal(err)
