@@ -742,8 +742,6 @@ func firstLines(s string, n int) string {
 	return strings.Join(ls, "\n")
 }
 
-// rewriteRules applies a change to every rule and counts the rules it
-// changed.
 // dropRules removes the rules drop selects and returns how many it did.
 func dropRules(drop func(r alerts.Rule) bool) func(rf *alerts.RuleFile) int {
 	return func(rf *alerts.RuleFile) int {
@@ -756,6 +754,8 @@ func dropRules(drop func(r alerts.Rule) bool) func(rf *alerts.RuleFile) int {
 	}
 }
 
+// rewriteRules applies a change to every rule and counts the rules it
+// changed.
 func rewriteRules(change func(r *alerts.Rule) bool) func(rf *alerts.RuleFile) int {
 	return func(rf *alerts.RuleFile) int {
 		n := 0
