@@ -457,7 +457,8 @@ type scenarioFile struct {
 	EvaluationInterval string `yaml:"evaluation_interval"`
 	Tests              []struct {
 		Alerts []struct {
-			EvalTime string `yaml:"eval_time"`
+			EvalTime  string `yaml:"eval_time"`
+			Alertname string `yaml:"alertname"`
 		} `yaml:"alert_rule_test"`
 		PromQL []struct {
 			Expr     string `yaml:"expr"`
