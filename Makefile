@@ -45,25 +45,30 @@ build: ## build bin/outbox-canary and bin/outbox-relay
 # after the others, one package at a time.
 # The image test (e2e/image_test.go) runs the image `make image` built.
 test: export OUTBOX_CANARY_IMAGE = $(IMAGE)
-test: stack-up test-deploy image ## start the local stack (installing what it needs), build the image and run every test on it
-	$(GO) vet ./...
+test: stack-up ## start the local stack (installing what it needs), build the image and run every test on it
 	@mkdir -p $(TEST_OUTPUT)
-	@# The promtool suites (alerts/) are CPU; the other packages mostly wait
-	@# on the servers: side by side, make test takes the longer of the two,
-	@# not their sum. -parallel 8: the Alertmanager tests wait on real time
-	@# beside the promtool runs, which alerts/promtool_test.go holds to one
-	@# per CPU.
+	@# The promtool suites (alerts/) are CPU and need no server but their
+	@# own Alertmanagers: they start first and run beside everything else
+	@# (the deploy checks, the image build, vet, the packages on the stack,
+	@# and the disruptive tests, which restart servers alerts/ does not
+	@# use), so make test takes about the longer of the two, not their
+	@# sum, and the CPU the stack's tests leave idle while they wait on
+	@# servers goes to promtool. -parallel 8: the Alertmanager tests wait
+	@# on real time beside the promtool runs, which
+	@# alerts/promtool_test.go holds to one per CPU.
 	@echo "== alerts/ (promtool: generated rules checked, scenario suites; Alertmanager routing) in the background: $(TEST_OUTPUT)/alerts.log =="
-	@echo "== every other package, on the local stack (what tests save, such as the status page's screenshot: $(TEST_OUTPUT)/) =="
 	@set +e; \
 	$(GO) test -count=1 -timeout 30m -parallel 8 -v ./alerts/ >$(TEST_OUTPUT)/alerts.log 2>&1 & alerts=$$!; \
-	$(GO) test -count=1 -timeout 15m -skip 'TestDisruptive' -outputdir $(TEST_OUTPUT) $$($(GO) list ./... | grep -v '/alerts$$'); rc=$$?; \
+	$(MAKE) --no-print-directory test-deploy image && \
+	$(GO) vet ./... && \
+	echo "== every other package, on the local stack (what tests save, such as the status page's screenshot: $(TEST_OUTPUT)/) ==" && \
+	$(GO) test -count=1 -timeout 15m -skip 'TestDisruptive' -outputdir $(TEST_OUTPUT) $$($(GO) list ./... | grep -v '/alerts$$') && \
+	echo "== tests that stop or restart the shared servers, one package at a time ==" && \
+	$(GO) test -count=1 -timeout 10m -p 1 -run 'TestDisruptive' $$($(GO) list ./... | grep -v '/alerts$$'); rc=$$?; \
 	wait $$alerts; alerts_rc=$$?; \
 	echo "== alerts/ (the whole log: $(TEST_OUTPUT)/alerts.log) =="; \
 	if [ $$alerts_rc -ne 0 ]; then cat $(TEST_OUTPUT)/alerts.log; else grep -E '^(--- |ok|PASS)' $(TEST_OUTPUT)/alerts.log; fi; \
 	[ $$rc -eq 0 ] && [ $$alerts_rc -eq 0 ]
-	@echo "== tests that stop or restart the shared servers, one package at a time =="
-	$(GO) test -count=1 -timeout 10m -p 1 -run 'TestDisruptive' ./...
 
 .PHONY: test-deploy
 # deploy/check is a Go module of its own, so Helm and client-go never reach
