@@ -770,12 +770,19 @@ func keepPipelinesOf(t *testing.T, rf *alerts.RuleFile, files []string) {
 	rf.Groups = keptGroups(rf.Groups, kept)
 }
 
-// keepWhatTheChecksRead drops the rules that no check of files reads,
-// directly or through the recordings and alerts it reads: the alerts an
+// groupRule names a rule by its group and its record or alert: the rules
+// of a name in a group are kept or dropped together, so that mutated
+// rules and the rules as generated keep alike (requireScenariosFail).
+type groupRule struct{ group, name string }
+
+func nameOf(g alerts.Group, r alerts.Rule) groupRule { return groupRule{g.Name, r.Record + r.Alert} }
+
+// rulesTheChecksRead are the rules that a check of files reads, directly
+// or through the recordings and alerts it reads: the alerts an
 // alert_rule_test names, and whatever a promql_expr_test's selectors may
-// match (an alert through ALERTS or ALERTS_FOR_STATE). A rule that a
-// check does not read cannot change its result.
-func keepWhatTheChecksRead(t *testing.T, rf *alerts.RuleFile, files []string) {
+// match (an alert through ALERTS or ALERTS_FOR_STATE). A rule that no
+// check reads cannot change a check's result.
+func rulesTheChecksRead(t *testing.T, rf *alerts.RuleFile, files []string) map[groupRule]bool {
 	t.Helper()
 	alertnames := map[string]bool{}
 	var reads []*promql.VectorSelector
@@ -791,11 +798,14 @@ func keepWhatTheChecksRead(t *testing.T, rf *alerts.RuleFile, files []string) {
 	}
 	// A selector may read a rule's output unless one of its matchers
 	// rules out a label the output is known to have: its name, its
-	// static labels, its group's pipeline.
+	// static labels (an alert's templated ones are not known), its
+	// group's pipeline.
 	mayRead := func(vs *promql.VectorSelector, g alerts.Group, r alerts.Rule, name string) bool {
-		ls := maps.Clone(r.Labels)
-		if ls == nil {
-			ls = map[string]string{}
+		ls := map[string]string{}
+		for k, v := range r.Labels {
+			if !strings.Contains(v, "{{") {
+				ls[k] = v
+			}
 		}
 		if g.Pipeline != "" {
 			ls[slo.LabelPipeline] = g.Pipeline
@@ -823,30 +833,38 @@ func keepWhatTheChecksRead(t *testing.T, rf *alerts.RuleFile, files []string) {
 			return slices.ContainsFunc(names, func(name string) bool { return mayRead(vs, g, r, name) })
 		})
 	}
-	kept := make([][]bool, len(rf.Groups))
-	for i, g := range rf.Groups {
-		kept[i] = make([]bool, len(g.Rules))
-	}
+	kept := map[groupRule]bool{}
+	followed := map[[2]int]bool{} // the rules whose selectors are in reads
 	for changed := true; changed; {
 		changed = false
 		for i, g := range rf.Groups {
 			for j, r := range g.Rules {
-				if kept[i][j] || !read(g, r) {
+				if followed[[2]int{i, j}] || !kept[nameOf(g, r)] && !read(g, r) {
 					continue
 				}
-				kept[i][j], changed = true, true
+				kept[nameOf(g, r)], followed[[2]int{i, j}], changed = true, true, true
 				reads = append(reads, selectorsOf(t, r.Expr)...)
 			}
 		}
 	}
-	groups := keptGroups(rf.Groups, kept)
-	if len(groups) == 0 {
-		// A mutation dropped the alert a check names: the rules stay as
-		// they are (a rule file holds a group at least), which is
-		// slower, not wrong.
-		return
+	return kept
+}
+
+// keepRulesNamed drops the rules not named in keep. Where it would drop
+// every rule (a mutation dropped the alert that a check names, and the
+// rules as generated were not asked), it drops none: a rule file holds
+// a group at least, and more rules are slower, not wrong.
+func keepRulesNamed(rf *alerts.RuleFile, keep map[groupRule]bool) {
+	kept := make([][]bool, len(rf.Groups))
+	for i, g := range rf.Groups {
+		kept[i] = make([]bool, len(g.Rules))
+		for j, r := range g.Rules {
+			kept[i][j] = keep[nameOf(g, r)]
+		}
 	}
-	rf.Groups = groups
+	if groups := keptGroups(rf.Groups, kept); len(groups) > 0 {
+		rf.Groups = groups
+	}
 }
 
 // keptGroups is groups less the rules kept does not mark, and less the
@@ -1149,9 +1167,13 @@ func requireScenariosFail(t *testing.T, bin string, cfg *config.Config, mutated,
 		checks[name+".yml"] = check
 		files = append(files, checkedUpTo(t, filepath.Join(dir, name+".yml"), check))
 	}
+	// Both rule sets keep the rules that either's checks read, so that
+	// the two runs differ by the mutation alone.
+	keep := rulesTheChecksRead(t, unmutated, files)
+	maps.Copy(keep, rulesTheChecksRead(t, mutated, files))
 	cutDown := func(rf *alerts.RuleFile) string {
 		trimmed := alerts.RuleFile{Groups: slices.Clone(rf.Groups)}
-		keepWhatTheChecksRead(t, &trimmed, files)
+		keepRulesNamed(&trimmed, keep)
 		return writeScenarioRules(t, cfg, &trimmed, files...)
 	}
 	for file, report := range runScenarios(t, bin, cutDown(unmutated), files...) {
@@ -1192,6 +1214,9 @@ func checkedUpTo(t *testing.T, scenario, check string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if want.String() != m[3] {
+		t.Fatalf("%q: write the time as promtool's report does, %s", check, want)
+	}
 	data, err := os.ReadFile(scenario)
 	if err != nil {
 		t.Fatal(err)
@@ -1226,7 +1251,7 @@ func checkedUpTo(t *testing.T, scenario, check string) string {
 	at := func(c *yaml.Node) time.Duration {
 		v := value(c, "eval_time")
 		if v == nil {
-			t.Fatalf("%s: a check without eval_time", scenario)
+			return 0 // as promtool reads it
 		}
 		d, err := model.ParseDuration(v.Value)
 		if err != nil {
