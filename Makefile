@@ -42,7 +42,10 @@ build: ## build bin/outbox-canary and bin/outbox-relay
 
 .PHONY: test
 # Tests named TestDisruptive* stop or restart the shared servers, so they run
-# after the others, one package at a time.
+# after the other packages, one package at a time.
+# SUBMAKE is $(MAKE) under a name make does not look for: a recipe line that
+# names $(MAKE) runs even under make -n, and this one runs every test.
+SUBMAKE = $(MAKE)
 # The image test (e2e/image_test.go) runs the image `make image` built.
 test: export OUTBOX_CANARY_IMAGE = $(IMAGE)
 test: stack-up ## start the local stack (installing what it needs), build the image and run every test on it
@@ -59,7 +62,8 @@ test: stack-up ## start the local stack (installing what it needs), build the im
 	@echo "== alerts/ (promtool: generated rules checked, scenario suites; Alertmanager routing) in the background: $(TEST_OUTPUT)/alerts.log =="
 	@set +e; \
 	$(GO) test -count=1 -timeout 30m -parallel 8 -v ./alerts/ >$(TEST_OUTPUT)/alerts.log 2>&1 & alerts=$$!; \
-	$(MAKE) --no-print-directory test-deploy image && \
+	trap 'kill $$alerts 2>/dev/null' INT TERM; \
+	$(SUBMAKE) --no-print-directory IMAGE=$(IMAGE) test-deploy image && \
 	$(GO) vet ./... && \
 	echo "== every other package, on the local stack (what tests save, such as the status page's screenshot: $(TEST_OUTPUT)/) ==" && \
 	$(GO) test -count=1 -timeout 15m -skip 'TestDisruptive' -outputdir $(TEST_OUTPUT) $$($(GO) list ./... | grep -v '/alerts$$') && \

@@ -20,8 +20,8 @@
 #
 # Environment: STACK_DIR, PG_WAIT (s, default 60), KAFKA_WAIT (s, default 120),
 # KAFKA_HEAP (default -Xmx512m -Xms512m), JAVA (java binary, default: java on
-# PATH), MYSQL_WAIT (s, default 60), PG_PORT_BASE (54320), KAFKA_PORT_BASE
-# (19092) and MYSQL_PORT_BASE (33306): the first ports tried.
+# PATH), MYSQL_WAIT (s, default 60), PG_PORT_BASE (25432), KAFKA_PORT_BASE
+# (19092) and MYSQL_PORT_BASE (23306): the first ports tried.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -33,10 +33,14 @@ STOP_WAIT=${STOP_WAIT:-60}
 KAFKA_HEAP=${KAFKA_HEAP:--Xmx512m -Xms512m}
 # Where the search for free ports starts. A second stack beside the default
 # one should start elsewhere: while the first one restarts a server, its ports
-# are free for a moment and the second stack could take them.
-PG_PORT_BASE=${PG_PORT_BASE:-54320}
+# are free for a moment and the second stack could take them. All below
+# Linux's ephemeral range (32768-60999 by default): while a disruptive test
+# has a server stopped, the servers and clients the other tests start on
+# port 0 (alerts/'s Alertmanagers, beside them in make test) could be given
+# its port, and it would not start again.
+PG_PORT_BASE=${PG_PORT_BASE:-25432}
 KAFKA_PORT_BASE=${KAFKA_PORT_BASE:-19092}
-MYSQL_PORT_BASE=${MYSQL_PORT_BASE:-33306}
+MYSQL_PORT_BASE=${MYSQL_PORT_BASE:-23306}
 MYSQL_WAIT=${MYSQL_WAIT:-60}
 KAFKA_VERSION=4.4.0
 PG_BIN=/usr/lib/postgresql/15/bin
