@@ -59,6 +59,32 @@ type Fetcher struct {
 	// handler full or no longer full, a retry set): a loop looks over
 	// every partition again only after one. Bumped under mu.
 	changes atomic.Uint64
+	// onAnswer, when set, hears of every answer with records (TraceAnswers).
+	onAnswer atomic.Pointer[func(FetchAnswer)]
+}
+
+// FetchAnswer is what one fetch's answer with records went through, for
+// a trace of where a consume stamp's time went: a record the broker
+// appended after Sent waited in the broker until it answered; one
+// appended before Sent waited for this fetch to be sent.
+type FetchAnswer struct {
+	Broker int
+	Fetch  uint64 // counts the broker loop's fetches
+	// Began: the fetch was begun (before the lock its request is built
+	// under); Sent: the request was built; Returned: the transport
+	// handed its decoded answer back; Received: the consume stamp of its
+	// records (Message.Received); Delivered: every partition of it was
+	// queued to its reader, and the next fetch may be sent.
+	Began, Sent, Returned, Received, Delivered time.Time
+	// Partitions in the answer, and how many of them had records.
+	Partitions, WithRecords int
+}
+
+// TraceAnswers has f call trace, on its broker loops' goroutines, with
+// every answer that carried records. The first call sets it; later ones
+// are ignored (the pipelines of a cluster share its Fetcher).
+func (f *Fetcher) TraceAnswers(trace func(FetchAnswer)) {
+	f.onAnswer.CompareAndSwap(nil, &trace)
 }
 
 // Fetch sizes. A fetch returns as soon as one partition has a record;
@@ -575,6 +601,7 @@ func (f *Fetcher) resolveLeaders() {
 func (f *Fetcher) brokerLoop(id int, wake chan struct{}) {
 	backoff := fetchBackoffMin
 	sess := newFetchSession()
+	sess.broker = id
 	var want []wanted
 	var retryAt time.Time
 	scanned := uint64(math.MaxUint64)
@@ -695,7 +722,8 @@ func (f *Fetcher) retryLater(subs []*subscription, err error, sentAt time.Time, 
 // fetchSession is a broker loop's fetch session: what the broker holds of
 // it, as of the last answer.
 type fetchSession struct {
-	id int32
+	broker int
+	id     int32
 	// epoch of the next request; 0: a full fetch, which opens a new
 	// session (and closes id's, if any).
 	epoch int32
@@ -761,6 +789,7 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 	full := sess.epoch == 0
 	sess.fetch++
 	var sent, forgotten []*partition
+	began := want[0].s.now()
 	f.mu.Lock()
 	sess.sentAt = want[0].s.now()
 	if full || sess.rescanned {
@@ -817,6 +846,7 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 	ctx, cancel := context.WithTimeout(f.ctx, FetchMaxWait+10*time.Second)
 	defer cancel()
 	m, err := f.rt.RoundTrip(ctx, f.addr, req)
+	returned := want[0].s.now()
 	res, ok := m.(*fetchResponse)
 	switch {
 	case err != nil:
@@ -845,6 +875,7 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 		sp *sessionPart
 	}
 	var answers []answer
+	withRecords := 0
 	f.mu.Lock()
 	// The consume stamp of the answer's records: as it is read, before
 	// they are decoded and handed to their readers' goroutines, and under
@@ -867,6 +898,7 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 				sp.hwm = rp.HighWatermark
 				sp.sub.live = sp
 				if len(rp.Records) > 0 {
+					withRecords++
 					sp.sub.receiving++
 					sp.sub.receivedAt = earliest(sp.sub.receivedAt, received)
 				}
@@ -879,6 +911,10 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 		if f.deliver(a.sp.sub, a.p, sess.sentAt, received) {
 			sess.moved = append(sess.moved, a.sp.sub.part)
 		}
+	}
+	if trace := f.onAnswer.Load(); trace != nil && withRecords > 0 {
+		(*trace)(FetchAnswer{Broker: sess.broker, Fetch: sess.fetch, Began: began, Sent: sess.sentAt, Returned: returned, Received: received,
+			Delivered: want[0].s.now(), Partitions: len(answers), WithRecords: withRecords})
 	}
 	return nil
 }
