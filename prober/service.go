@@ -319,7 +319,7 @@ func (s *Service) newDatabases(pipelines []config.Pipeline) (map[outboxdb.DB]*da
 // its times as Unix nanoseconds, so a canary's consume stamp (its
 // Report.Consumed) finds its answer (the consume benchmark reads them).
 func (s *Service) logFetchAnswer(a kafkaclient.FetchAnswer) {
-	s.log.Debug("kafka fetch answered", "broker", a.Broker, "fetch", a.Fetch, "began_ns", a.Began.UnixNano(), "sent_ns", a.Sent.UnixNano(),
+	s.log.Debug("kafka fetch answered", "broker", a.Broker, "session", a.Session, "fetch", a.Fetch, "began_ns", a.Began.UnixNano(), "sent_ns", a.Sent.UnixNano(),
 		"returned_ns", a.Returned.UnixNano(), "received_ns", a.Received.UnixNano(), "delivered_ns", a.Delivered.UnixNano(),
 		"partitions", a.Partitions, "with_records", a.WithRecords)
 }
