@@ -26,9 +26,12 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -64,7 +67,36 @@ type benchConsumeCase struct {
 	DiffP99 float64 `json:"diff_p99"`
 	// LoadDuring is the 1-minute load average at the case's end.
 	LoadDuring float64 `json:"load_during"`
+	// Worst are the canaries of the largest differences, where their time
+	// went.
+	Worst []consumeTail `json:"worst,omitempty"`
 }
+
+// consumeTail is one canary of the tail: its times in milliseconds after
+// the broker's append time, kcat's and the prober's, and the prober's
+// fetch answer that carried it, from the prober's debug log ("kafka
+// fetch answered", matched by its consume stamp).
+type consumeTail struct {
+	Canary string  `json:"canary"`
+	Kcat   float64 `json:"kcat_ms"`
+	Prober float64 `json:"prober_ms"`
+	// The answer's fetch (the broker loop's count), and when it was begun,
+	// sent, returned by the transport and delivered, and the previous
+	// fetch's delivery when it too had records (-1000000 otherwise); the
+	// partitions in the answer and those with records.
+	Fetch         uint64  `json:"fetch"`
+	Began         float64 `json:"began_ms"`
+	Sent          float64 `json:"sent_ms"`
+	Returned      float64 `json:"returned_ms"`
+	Delivered     float64 `json:"delivered_ms"`
+	PrevDelivered float64 `json:"prev_delivered_ms"`
+	Partitions    int     `json:"partitions"`
+	WithRecords   int     `json:"with_records"`
+	Traced        bool    `json:"traced"`
+}
+
+// consumeWorst is how many canaries of the tail a case details.
+const consumeWorst = 6
 
 // consumeTarget is issue 25's: the prober within 5 ms of kcat at p99,
 // read on the same records: the p99 of the per-canary difference (the
@@ -94,20 +126,73 @@ func (b *bench) runConsume(t *testing.T) *benchResult {
 		t.Run(c.tag, func(t *testing.T) {
 			st := b.setUpPipelinesWith(t, c.tag, c.pipelines, min(c.pipelines, 10), b.settings.Partitions, c.schedule,
 				benchPipelineKnobs{topicConfig: map[string]string{"message.timestamp.type": "LogAppendTime"}, publishedStamp: config.PublishedFromRecordTimestamp})
-			_, addr := b.startProber(t, c.tag, st.configPath)
+			// At debug level the prober logs its fetch answers' times
+			// (measureConsume reads them for the tail).
+			_, addr := b.startProberLogging(t, c.tag, st.configPath, "debug")
 			first := b.awaitFirstCanaries(t, addr, c.pipelines)
 			t.Log(first)
-			cc := b.measureConsume(t, addr, st.topics[:c.measured], st.names[:c.measured], c.statusEvery, want)
+			cc := b.measureConsume(t, addr, st.topics[:c.measured], st.names[:c.measured], c.statusEvery, want,
+				filepath.Join(b.dir, c.tag+"-prober.log"))
 			cc.Pipelines, cc.Measured, cc.Schedule = c.pipelines, c.measured, c.schedule
 			res.Consume.Cases = append(res.Consume.Cases, cc)
 			res.LoadDuring = append(res.LoadDuring, cc.LoadDuring)
 			t.Logf("%d pipelines (%d measured): %d canaries; after the broker's append: prober p50 %s p99 %s, kcat p50 %s p99 %s; prober minus kcat p50 %s p99 %s",
 				c.pipelines, c.measured, cc.Canaries, fmtMs(cc.ProberP50), fmtMs(cc.ProberP99), fmtMs(cc.KcatP50), fmtMs(cc.KcatP99),
 				fmtMs(cc.DiffP50), fmtMs(cc.DiffP99))
+			for _, w := range cc.Worst {
+				t.Logf("tail: %+v", w)
+			}
 		})
 	}
 	res.Notes = append(res.Notes, "kcat's receive time is when the harness read kcat's line from its stdout (kcat -u), so it includes the pipe and a goroutine's wake-up; the prober's consume stamp is taken in the process when the fetch's answer is read, before its records are decoded and handed to the pipeline's goroutine.")
 	return res
+}
+
+type kcatSeen struct{ appended, received time.Time }
+
+var fetchAnsweredRE = regexp.MustCompile(`(\w+)=(-?\d+)`)
+
+// consumeTails details the consumeWorst canaries of the largest
+// differences, prober minus kcat, from the fetch answers in the prober's
+// log at logPath.
+func consumeTails(t *testing.T, logPath string, consumed map[string]time.Time, seen map[string]kcatSeen) []consumeTail {
+	type answer map[string]int64
+	byStamp := map[int64]answer{}
+	byFetch := map[[3]int64]answer{}
+	if data, err := os.ReadFile(logPath); err != nil {
+		t.Logf("the prober's log: %v", err)
+	} else {
+		for _, line := range strings.Split(string(data), "\n") {
+			if !strings.Contains(line, `msg="kafka fetch answered"`) {
+				continue
+			}
+			a := answer{}
+			for _, m := range fetchAnsweredRE.FindAllStringSubmatch(line, -1) {
+				a[m[1]], _ = strconv.ParseInt(m[2], 10, 64)
+			}
+			byStamp[a["received_ns"]] = a
+			byFetch[[3]int64{a["broker"], a["session"], a["fetch"]}] = a
+		}
+	}
+	var tails []consumeTail
+	for id, at := range consumed {
+		k, ok := seen[id]
+		if !ok {
+			continue
+		}
+		ms := func(ns int64) float64 { return float64(ns-k.appended.UnixNano()) / 1e6 }
+		c := consumeTail{Canary: id, Kcat: ms(k.received.UnixNano()), Prober: ms(at.UnixNano()), PrevDelivered: -1e6}
+		if a, ok := byStamp[at.UnixNano()]; ok {
+			c.Traced, c.Fetch, c.Partitions, c.WithRecords = true, uint64(a["fetch"]), int(a["partitions"]), int(a["with_records"])
+			c.Began, c.Sent, c.Returned, c.Delivered = ms(a["began_ns"]), ms(a["sent_ns"]), ms(a["returned_ns"]), ms(a["delivered_ns"])
+			if p, ok := byFetch[[3]int64{a["broker"], a["session"], a["fetch"] - 1}]; ok {
+				c.PrevDelivered = ms(p["delivered_ns"])
+			}
+		}
+		tails = append(tails, c)
+	}
+	slices.SortFunc(tails, func(a, b consumeTail) int { return cmp.Compare(b.Prober-b.Kcat, a.Prober-a.Kcat) })
+	return tails[:min(len(tails), consumeWorst)]
 }
 
 var canaryIDRE = regexp.MustCompile(`"outbox_canary_id"\s*:\s*"([^"]+)"`)
@@ -115,8 +200,7 @@ var canaryIDRE = regexp.MustCompile(`"outbox_canary_id"\s*:\s*"([^"]+)"`)
 // measureConsume reads topics with kcat and the prober's recent canaries of
 // pipelines from /api/status every statusEvery, until want canaries were
 // seen by both.
-func (b *bench) measureConsume(t *testing.T, addr string, topics, pipelines []string, statusEvery time.Duration, want int) benchConsumeCase {
-	type kcatSeen struct{ appended, received time.Time }
+func (b *bench) measureConsume(t *testing.T, addr string, topics, pipelines []string, statusEvery time.Duration, want int, logPath string) benchConsumeCase {
 	var mu sync.Mutex
 	seen := map[string]kcatSeen{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -197,6 +281,9 @@ func (b *bench) measureConsume(t *testing.T, addr string, topics, pipelines []st
 		}
 	}
 	cc.Canaries, cc.Seconds, cc.LoadDuring = len(diff), time.Since(start).Seconds(), loadAvg()
+	mu.Lock()
+	cc.Worst = consumeTails(t, logPath, consumed, seen)
+	mu.Unlock()
 	cc.ProberP50, cc.ProberP99 = quantileOf(proberLat, 0.5), quantileOf(proberLat, 0.99)
 	cc.KcatP50, cc.KcatP99 = quantileOf(kcatLat, 0.5), quantileOf(kcatLat, 0.99)
 	cc.DiffP50, cc.DiffP99 = quantileOf(diff, 0.5), quantileOf(diff, 0.99)
@@ -253,4 +340,25 @@ func renderConsumeCases(p func(string, ...any), r *benchResult) {
 			fmtMs(c.ProberP50), fmtMs(c.ProberP99), fmtMs(c.KcatP50), fmtMs(c.KcatP99), fmtMs(c.DiffP50), fmtMs(c.DiffP99), c.LoadDuring)
 	}
 	p("\nLatencies are after the broker's append time (the record timestamp of a LogAppendTime topic, whole milliseconds), on the canaries both the prober and kcat received; prober − kcat is per canary.\n\n")
+	if !slices.ContainsFunc(r.Consume.Cases, func(c benchConsumeCase) bool { return len(c.Worst) > 0 }) {
+		return
+	}
+	p("The tail, canary by canary: the %d largest differences of each case, and the prober's fetch answer that carried each (from its debug log), in ms after the broker's append time. A fetch sent after the append found the record waiting; one sent before was answered when it came.\n\n", consumeWorst)
+	p("| pipelines | kcat | prober | prober − kcat | fetch begun / sent | returned by the transport | delivered | previous answer delivered | partitions (with records) |\n")
+	p("|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range r.Consume.Cases {
+		for _, w := range c.Worst {
+			if !w.Traced {
+				p("| %d | %.1f | %.1f | %.1f | not traced | | | | |\n", c.Pipelines, w.Kcat, w.Prober, w.Prober-w.Kcat)
+				continue
+			}
+			prev := "—"
+			if w.PrevDelivered > -1e6 {
+				prev = strconv.FormatFloat(w.PrevDelivered, 'f', 1, 64)
+			}
+			p("| %d | %.1f | %.1f | %.1f | %.1f / %.1f | %.1f | %.1f | %s | %d (%d) |\n", c.Pipelines, w.Kcat, w.Prober, w.Prober-w.Kcat,
+				w.Began, w.Sent, w.Returned, w.Delivered, prev, w.Partitions, w.WithRecords)
+		}
+	}
+	p("\n")
 }

@@ -706,13 +706,18 @@ func (b *bench) createTopics(t *testing.T, topics []string, partitions int, conf
 
 // startProber starts `outbox-canary run` and returns its pid and address.
 func (b *bench) startProber(t *testing.T, tag, configPath string) (int, string) {
+	return b.startProberLogging(t, tag, configPath, b.settings.ProberLogLevel)
+}
+
+// startProberLogging is startProber at log level level.
+func (b *bench) startProberLogging(t *testing.T, tag, configPath, level string) (int, string) {
 	addr := stacktest.FreeAddr(t)
 	logPath := filepath.Join(b.dir, tag+"-prober.log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"run", "--config.file", configPath, "--web.listen-address", addr, "--log.level", b.settings.ProberLogLevel}
+	args := []string{"run", "--config.file", configPath, "--web.listen-address", addr, "--log.level", level}
 	if b.settings.ProfileSeconds > 0 {
 		args = append(args, "--web.enable-pprof")
 	}

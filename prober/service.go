@@ -315,6 +315,15 @@ func (s *Service) newDatabases(pipelines []config.Pipeline) (map[outboxdb.DB]*da
 	return byDB, nil
 }
 
+// logFetchAnswer logs, at debug level, where a fetch answer's time went;
+// its times as Unix nanoseconds, so a canary's consume stamp (its
+// Report.Consumed) finds its answer (the consume benchmark reads them).
+func (s *Service) logFetchAnswer(a kafkaclient.FetchAnswer) {
+	s.log.Debug("kafka fetch answered", "broker", a.Broker, "session", a.Session, "fetch", a.Fetch, "began_ns", a.Began.UnixNano(), "sent_ns", a.Sent.UnixNano(),
+		"returned_ns", a.Returned.UnixNano(), "received_ns", a.Received.UnixNano(), "delivered_ns", a.Delivered.UnixNano(),
+		"partitions", a.Partitions, "with_records", a.WithRecords)
+}
+
 func (s *Service) newPipeline(p *config.Pipeline, stateDir string, dbs map[outboxdb.DB]*database) (*pipelineRunner, error) {
 	log := s.log.With("pipeline", p.Name)
 	pool, err := s.conns.DB(p.Database)
@@ -324,6 +333,9 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string, dbs map[outbo
 	cluster, err := s.conns.Clusters.For(p.Kafka)
 	if err != nil {
 		return nil, err
+	}
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		cluster.Fetcher().TraceAnswers(s.logFetchAnswer)
 	}
 	db := dbs[pool]
 	pr := &pipelineRunner{p: p, db: db, clock: db.clock, log: log}

@@ -19,18 +19,18 @@ import (
 )
 
 // Fetcher reads partitions, of any number of topics, of one cluster with
-// one fetch request per broker at a time on the cluster's shared
-// transport: every partition led by a broker is in the same fetch
-// session, so the canary readers of hundreds of pipelines hold one
-// connection per broker, where a kafka-go Reader per partition holds one
-// each (and buffers of its own).
+// one fetch request per fetch session at a time on the cluster's shared
+// transport: the partitions led by a broker are in its fetch sessions of
+// up to sessionPartitions each, so the canary readers of hundreds of
+// pipelines hold a connection per session (9 at 300 pipelines of 3
+// partitions), where a kafka-go Reader per partition holds one each (and
+// buffers of its own).
 //
 // A fetch session (KIP-227) keeps the partitions and their offsets on the
 // broker: after the first fetch, a request names only the partitions
 // whose offset moved, and the answer only those with records or a new
 // high watermark. A canary's arrival then costs a request and an answer
-// of one partition, not of every partition the broker leads (900 at 300
-// pipelines).
+// of one partition, not of every partition of the session.
 //
 // Like a partition Reader without a group, a Fetcher only reads: where a
 // partition starts, and what was read, is its caller's (the tracker
@@ -51,14 +51,43 @@ type Fetcher struct {
 	list    []*partition
 	byTopic map[string][]*partition // for Marks
 	leaders map[topicPartition]int
-	loops   map[int]chan struct{} // broker id -> wakes its loop
-	wakeSup chan struct{}
-	started bool
+	loops   map[loopKey]chan struct{} // wakes the loop of a broker's session
+	// sessionPartitions: the partitions of one fetch session at most
+	// (partition.session).
+	sessionPartitions int
+	wakeSup           chan struct{}
+	started           bool
 	// changes counts the events that may change which partitions a
 	// broker loop fetches (a reader added or removed, a leader moved, a
 	// handler full or no longer full, a retry set): a loop looks over
 	// every partition again only after one. Bumped under mu.
 	changes atomic.Uint64
+	// onAnswer, when set, hears of every answer with records (TraceAnswers).
+	onAnswer atomic.Pointer[func(FetchAnswer)]
+}
+
+// FetchAnswer is what one fetch's answer with records went through, for
+// a trace of where a consume stamp's time went: a record the broker
+// appended after Sent waited in the broker until it answered; one
+// appended before Sent waited for this fetch to be sent.
+type FetchAnswer struct {
+	Broker, Session int
+	Fetch           uint64 // counts the broker loop's fetches
+	// Began: the fetch was begun (before the lock its request is built
+	// under); Sent: the request was built; Returned: the transport
+	// handed its decoded answer back; Received: the consume stamp of its
+	// records (Message.Received); Delivered: every partition of it was
+	// queued to its reader, and the next fetch may be sent.
+	Began, Sent, Returned, Received, Delivered time.Time
+	// Partitions in the answer, and how many of them had records.
+	Partitions, WithRecords int
+}
+
+// TraceAnswers has f call trace, on its broker loops' goroutines, with
+// every answer that carried records. The first call sets it; later ones
+// are ignored (the pipelines of a cluster share its Fetcher).
+func (f *Fetcher) TraceAnswers(trace func(FetchAnswer)) {
+	f.onAnswer.CompareAndSwap(nil, &trace)
 }
 
 // Fetch sizes. A fetch returns as soon as one partition has a record;
@@ -81,6 +110,20 @@ const (
 	leaderRecheck = 5 * time.Second
 )
 
+// loopKey names a broker loop: a broker, and which of its fetch sessions.
+type loopKey struct{ broker, session int }
+
+// sessionPartitions is how many partitions one fetch session holds at
+// most; a broker's partitions beyond are fetched in more sessions, each
+// with a request of its own in flight. A session's fetch is answered as
+// soon as one of its partitions has a record: with 900 partitions (300
+// pipelines) it was answered so often that a record rarely found it
+// waiting at the broker and waited for the answer's way back and the next
+// request's, round trips that on the loaded benchmark machine took up to
+// a second, while kcat, fetching 90 of those partitions, got the same
+// records in milliseconds (docs/benchmarks.md, the consume scenario).
+const sessionPartitions = 100
+
 type topicPartition struct {
 	topic     string
 	partition int
@@ -91,7 +134,10 @@ type topicPartition struct {
 type partition struct {
 	tp     topicPartition
 	leader int // the broker that leads it, -1 when unknown
-	subs   []*subscription
+	// session: which of its broker's fetch sessions fetches it, by the
+	// order partitions were first read (sessionPartitions in each).
+	session int
+	subs    []*subscription
 }
 
 // subscription is one partition read by a Reader. The fields below
@@ -163,7 +209,7 @@ type batch struct {
 func newFetcher(ctx context.Context, rt kafka.RoundTripper, addr net.Addr, client *kafka.Client) *Fetcher {
 	return &Fetcher{ctx: ctx, rt: rt, addr: addr, client: client,
 		parts: map[topicPartition]*partition{}, byTopic: map[string][]*partition{}, leaders: map[topicPartition]int{},
-		loops: map[int]chan struct{}{}, wakeSup: make(chan struct{}, 1)}
+		loops: map[loopKey]chan struct{}{}, wakeSup: make(chan struct{}, 1), sessionPartitions: sessionPartitions}
 }
 
 // ReadOptions says what Read reads and where its messages go.
@@ -429,7 +475,7 @@ func (f *Fetcher) add(s *subscription, tp topicPartition) {
 	f.mu.Lock()
 	p, ok := f.parts[tp]
 	if !ok {
-		p = &partition{tp: tp, leader: -1}
+		p = &partition{tp: tp, leader: -1, session: len(f.list) / f.sessionPartitions}
 		if leader, ok := f.leaders[tp]; ok {
 			p.leader = leader
 		}
@@ -554,12 +600,15 @@ func (f *Fetcher) resolveLeaders() {
 			f.changes.Add(1)
 		}
 	}
-	for _, id := range leaders {
-		if _, ok := f.loops[id]; !ok {
+	for _, p := range f.list {
+		if p.leader < 0 {
+			continue
+		}
+		if key := (loopKey{p.leader, p.session}); f.loops[key] == nil {
 			w := make(chan struct{}, 1)
-			f.loops[id] = w
+			f.loops[key] = w
 			f.wg.Add(1)
-			go func() { defer f.wg.Done(); f.brokerLoop(id, w) }()
+			go func() { defer f.wg.Done(); f.brokerLoop(key, w) }()
 		}
 	}
 	for _, w := range f.loops {
@@ -567,21 +616,22 @@ func (f *Fetcher) resolveLeaders() {
 	}
 }
 
-// brokerLoop fetches, one request at a time, every partition the broker
-// leads whose handler has room, until the Fetcher closes. It looks over
-// every partition (pending) only after a change that may alter which
-// (Fetcher.changes) or once a retry is due; otherwise each fetch is the
-// last one's, with the offsets that moved.
-func (f *Fetcher) brokerLoop(id int, wake chan struct{}) {
+// brokerLoop fetches, one request at a time, every partition of one of a
+// broker's sessions whose handler has room, until the Fetcher closes. It
+// looks over every partition (pending) only after a change that may alter
+// which (Fetcher.changes) or once a retry is due; otherwise each fetch is
+// the last one's, with the offsets that moved.
+func (f *Fetcher) brokerLoop(key loopKey, wake chan struct{}) {
 	backoff := fetchBackoffMin
 	sess := newFetchSession()
+	sess.loop = key
 	var want []wanted
 	var retryAt time.Time
 	scanned := uint64(math.MaxUint64)
 	for {
 		if c := f.changes.Load(); c != scanned || (!retryAt.IsZero() && !time.Now().Before(retryAt)) {
 			scanned = c // before the scan: a change during it is seen next time
-			want, retryAt = f.pending(id, want[:0])
+			want, retryAt = f.pending(key, want[:0])
 			sess.rescanned = true
 		}
 		if len(want) == 0 {
@@ -635,18 +685,18 @@ type wanted struct {
 	sp *sessionPart // set by fetch
 }
 
-// pending appends to want the partitions led by broker id that are due
+// pending appends to want the partitions of loop key's session that are due
 // for a fetch: one subscription per partition (the one furthest behind,
 // when two readers read the same partition), none whose handler is full
 // or whose retry is not due. Otherwise it returns when the next retry is
 // due.
-func (f *Fetcher) pending(id int, want []wanted) ([]wanted, time.Time) {
+func (f *Fetcher) pending(key loopKey, want []wanted) ([]wanted, time.Time) {
 	now := time.Now()
 	var retryAt time.Time
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, p := range f.list {
-		if p.leader != id {
+		if p.leader != key.broker || p.session != key.session {
 			continue
 		}
 		var pick *subscription
@@ -695,7 +745,8 @@ func (f *Fetcher) retryLater(subs []*subscription, err error, sentAt time.Time, 
 // fetchSession is a broker loop's fetch session: what the broker holds of
 // it, as of the last answer.
 type fetchSession struct {
-	id int32
+	loop loopKey
+	id   int32
 	// epoch of the next request; 0: a full fetch, which opens a new
 	// session (and closes id's, if any).
 	epoch int32
@@ -761,6 +812,7 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 	full := sess.epoch == 0
 	sess.fetch++
 	var sent, forgotten []*partition
+	began := want[0].s.now()
 	f.mu.Lock()
 	sess.sentAt = want[0].s.now()
 	if full || sess.rescanned {
@@ -817,6 +869,7 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 	ctx, cancel := context.WithTimeout(f.ctx, FetchMaxWait+10*time.Second)
 	defer cancel()
 	m, err := f.rt.RoundTrip(ctx, f.addr, req)
+	returned := want[0].s.now()
 	res, ok := m.(*fetchResponse)
 	switch {
 	case err != nil:
@@ -845,6 +898,7 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 		sp *sessionPart
 	}
 	var answers []answer
+	withRecords := 0
 	f.mu.Lock()
 	// The consume stamp of the answer's records: as it is read, before
 	// they are decoded and handed to their readers' goroutines, and under
@@ -867,6 +921,7 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 				sp.hwm = rp.HighWatermark
 				sp.sub.live = sp
 				if len(rp.Records) > 0 {
+					withRecords++
 					sp.sub.receiving++
 					sp.sub.receivedAt = earliest(sp.sub.receivedAt, received)
 				}
@@ -879,6 +934,10 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 		if f.deliver(a.sp.sub, a.p, sess.sentAt, received) {
 			sess.moved = append(sess.moved, a.sp.sub.part)
 		}
+	}
+	if trace := f.onAnswer.Load(); trace != nil && withRecords > 0 {
+		(*trace)(FetchAnswer{Broker: sess.loop.broker, Session: sess.loop.session, Fetch: sess.fetch, Began: began, Sent: sess.sentAt, Returned: returned, Received: received,
+			Delivered: want[0].s.now(), Partitions: len(answers), WithRecords: withRecords})
 	}
 	return nil
 }

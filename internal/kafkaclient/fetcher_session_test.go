@@ -56,6 +56,7 @@ type fakeRequest struct {
 	forgotten []topicPartition
 	answered  []topicPartition
 	errorCode int16
+	session   int32 // the session it was in, once opened
 }
 
 func newFakeBroker(topic string, partitions int) *fakeBroker {
@@ -181,6 +182,7 @@ func (b *fakeBroker) fetch(ctx context.Context, r *fetch.Request) (kafka.Respons
 		}
 		sess.epoch++
 	}
+	rec.session = id
 	for tp, offset := range rec.named {
 		if p, ok := sess.parts[tp]; ok {
 			p.offset = offset
@@ -781,4 +783,106 @@ func TestFetcherStampsAMessageWhenItsAnswerIsReadAndFencesItUntilHandedOver(t *t
 		at, ok := r.Unhandled()
 		return !ok, fmt.Sprint(at)
 	})
+}
+
+// holdingTransport holds every fetch answer with records of partition
+// hold in transit until release is closed, telling held of each.
+type holdingTransport struct {
+	*fakeBroker
+	hold    topicPartition
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (h holdingTransport) RoundTrip(ctx context.Context, addr net.Addr, req kafka.Request) (kafka.Response, error) {
+	res, err := h.fakeBroker.RoundTrip(ctx, addr, req)
+	if r, ok := res.(*fetchResponse); ok && slices.ContainsFunc(r.Topics, func(t fetchResponseTopic) bool {
+		return t.Topic == h.hold.topic && slices.ContainsFunc(t.Partitions, func(p fetchResponsePartition) bool {
+			return int(p.Partition) == h.hold.partition && len(p.Records) > 0
+		})
+	}) {
+		h.held <- struct{}{}
+		<-h.release
+	}
+	return res, err
+}
+
+// TestFetcherFetchesABrokersPartitionsInSessionsOfItsOwn: past
+// sessionPartitions, a broker's partitions are fetched in more sessions,
+// each with its own request in flight, so a record is fetched while
+// another session's answer is still on its way back.
+func TestFetcherFetchesABrokersPartitionsInSessionsOfItsOwn(t *testing.T) {
+	t.Parallel()
+	const topic = "canaries"
+	b := newFakeBroker(topic, 5)
+	h := holdingTransport{fakeBroker: b, hold: topicPartition{topic, 0}, held: make(chan struct{}, 1), release: make(chan struct{})}
+	fctx, stop := context.WithCancel(context.Background())
+	addr := kafka.TCP("fake:9092")
+	f := newFetcher(fctx, h, addr, &kafka.Client{Addr: addr, Transport: b})
+	f.sessionPartitions = 2 // sessions {0, 1}, {2, 3}, {4}
+	r := f.NewReader()
+	got := make(chan Message, 5)
+	for p := range 5 {
+		r.Add(ReadOptions{Topic: topic, Partition: p, Handle: func(m Message) { got <- m }})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.Ready():
+				r.HandleReady(ctx)
+			}
+		}
+	}()
+	var once sync.Once
+	free := func() { once.Do(func() { close(h.release) }) }
+	t.Cleanup(func() {
+		free()
+		cancel()
+		wg.Wait()
+		r.Close()
+		stop()
+		f.wait()
+	})
+	stacktest.Eventually(t, serverWait, "every partition fetched", func() (bool, string) {
+		return len(f.Marks(topic)) == 5, fmt.Sprint(f.Marks(topic))
+	})
+	named := map[int32][]int{} // session -> the partitions it named
+	for _, req := range b.fetches() {
+		for tp := range req.named {
+			if !slices.Contains(named[req.session], tp.partition) {
+				named[req.session] = append(named[req.session], tp.partition)
+			}
+		}
+	}
+	var sessions []string
+	for _, parts := range named {
+		slices.Sort(parts)
+		sessions = append(sessions, fmt.Sprint(parts))
+	}
+	slices.Sort(sessions)
+	if want := []string{"[0 1]", "[2 3]", "[4]"}; !slices.Equal(sessions, want) {
+		t.Errorf("sessions named %v, want %v", sessions, want)
+	}
+
+	b.produce(t, topicPartition{topic, 0}, 1, false)
+	<-h.held // partition 0's answer is on its way back, and stays there
+	b.produce(t, topicPartition{topic, 4}, 1, false)
+	select {
+	case m := <-got:
+		if m.Partition != 4 {
+			t.Fatalf("got partition %d's message first, want partition 4's, fetched while partition 0's answer is held", m.Partition)
+		}
+	case <-time.After(serverWait):
+		t.Fatal("partition 4's message waited for partition 0's answer, held on its way back")
+	}
+	free()
+	if m := <-got; m.Partition != 0 {
+		t.Errorf("then partition %d's message, want partition 0's", m.Partition)
+	}
 }
