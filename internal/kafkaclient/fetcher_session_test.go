@@ -725,30 +725,7 @@ func TestFetcherStampsAMessageWhenItsAnswerIsReadAndFencesItUntilHandedOver(t *t
 			}
 		}})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-r.Ready():
-				r.HandleReady(ctx)
-			}
-		}
-	}()
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(func() {
-		free()
-		cancel()
-		wg.Wait()
-		r.Close()
-		stop()
-		f.wait()
-	})
+	free := handleUntilCleanup(t, f, r, stop, release)
 	stacktest.Eventually(t, serverWait, "both partitions fetched", func() (bool, string) {
 		return len(f.Marks(topic)) == 2, fmt.Sprint(f.Marks(topic))
 	})
@@ -825,30 +802,7 @@ func TestFetcherFetchesABrokersPartitionsInSessionsOfItsOwn(t *testing.T) {
 	for p := range 5 {
 		r.Add(ReadOptions{Topic: topic, Partition: p, Handle: func(m Message) { got <- m }})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-r.Ready():
-				r.HandleReady(ctx)
-			}
-		}
-	}()
-	var once sync.Once
-	free := func() { once.Do(func() { close(h.release) }) }
-	t.Cleanup(func() {
-		free()
-		cancel()
-		wg.Wait()
-		r.Close()
-		stop()
-		f.wait()
-	})
+	free := handleUntilCleanup(t, f, r, stop, h.release)
 	stacktest.Eventually(t, serverWait, "every partition fetched", func() (bool, string) {
 		return len(f.Marks(topic)) == 5, fmt.Sprint(f.Marks(topic))
 	})
@@ -885,4 +839,37 @@ func TestFetcherFetchesABrokersPartitionsInSessionsOfItsOwn(t *testing.T) {
 	if m := <-got; m.Partition != 0 {
 		t.Errorf("then partition %d's message, want partition 0's", m.Partition)
 	}
+}
+
+// handleUntilCleanup hands r's messages over on a goroutine of its own
+// until the test ends, and then closes release (which a test holds a
+// handler or an answer on), r and the Fetcher (stop is its context's
+// cancel). The returned free closes release before that, once.
+func handleUntilCleanup(t *testing.T, f *Fetcher, r *Reader, stop context.CancelFunc, release chan struct{}) (free func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.Ready():
+				r.HandleReady(ctx)
+			}
+		}
+	}()
+	var once sync.Once
+	free = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(func() {
+		free()
+		cancel()
+		wg.Wait()
+		r.Close()
+		stop()
+		f.wait()
+	})
+	return free
 }
