@@ -110,6 +110,10 @@ const (
 	leaderRecheck = 5 * time.Second
 )
 
+// errNoLeader is a partition's mark while the cluster names no leader for
+// it.
+var errNoLeader = fmt.Errorf("metadata: no leader: %w", kafka.LeaderNotAvailable)
+
 // loopKey names a broker loop: a broker, and which of its fetch sessions.
 type loopKey struct{ broker, session int }
 
@@ -558,6 +562,7 @@ func (f *Fetcher) resolveLeaders() {
 	// every partition, which at 300 topics every leaderRecheck was a
 	// third of all the prober allocated.
 	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+	asked := time.Now()
 	addr := f.client.Addr
 	if addr == nil {
 		cancel()
@@ -594,6 +599,16 @@ func (f *Fetcher) resolveLeaders() {
 		leader, ok := leaders[p.tp]
 		if !ok {
 			leader = -1
+			// The cluster answered and names no leader: the partition can
+			// be neither fetched nor produced to (the last broker of a
+			// cluster, shutting down, hands its leadership to no one), so
+			// its readers' position is unknown for a failure, as after a
+			// failed fetch, and stays so at every recheck until a leader
+			// is back: the judge reads that as the brokers out of reach.
+			for _, s := range p.subs {
+				s.live = nil
+				s.markAt, s.markErr = asked, errNoLeader
+			}
 		}
 		if p.leader != leader {
 			p.leader = leader

@@ -37,6 +37,9 @@ type fakeBroker struct {
 	failPartCode int16
 	changed      chan struct{}
 	requests     []fakeRequest
+	// leaderless: metadata names no leader for any partition, as a
+	// cluster's last broker does while it shuts down.
+	leaderless bool
 }
 
 type fakeSession struct {
@@ -128,8 +131,12 @@ func (b *fakeBroker) metadata(r *metadata.Request) *metadata.Response {
 		t := metadata.ResponseTopic{Name: name}
 		for tp := range b.ends {
 			if tp.topic == name {
-				t.Partitions = append(t.Partitions, metadata.ResponsePartition{PartitionIndex: int32(tp.partition), LeaderID: 1,
-					ReplicaNodes: []int32{1}, IsrNodes: []int32{1}})
+				rp := metadata.ResponsePartition{PartitionIndex: int32(tp.partition), LeaderID: 1,
+					ReplicaNodes: []int32{1}, IsrNodes: []int32{1}}
+				if b.leaderless {
+					rp.LeaderID, rp.ErrorCode = -1, int16(kafka.LeaderNotAvailable)
+				}
+				t.Partitions = append(t.Partitions, rp)
 			}
 		}
 		res.Topics = append(res.Topics, t)
@@ -872,4 +879,39 @@ func handleUntilCleanup(t *testing.T, f *Fetcher, r *Reader, stop context.Cancel
 		f.wait()
 	})
 	return free
+}
+
+// TestAPartitionWithoutALeaderKeepsItsMarkFailing: while the cluster names
+// no leader for a partition (its last broker shutting down), nothing
+// fetches it, and its mark must go on saying so at every recheck: the
+// judge excuses the relay for the brokers' outage only as long as failed
+// marks keep coming.
+func TestAPartitionWithoutALeaderKeepsItsMarkFailing(t *testing.T) {
+	t.Parallel()
+	const topic = "canaries"
+	b := newFakeBroker(topic, 1)
+	fctx, stop := context.WithCancel(context.Background())
+	addr := kafka.TCP("fake:9092")
+	f := newFetcher(fctx, b, addr, &kafka.Client{Addr: addr, Transport: b})
+	r := f.NewReader()
+	r.Add(ReadOptions{Topic: topic, Partition: 0, Handle: func(Message) {}})
+	handleUntilCleanup(t, f, r, stop, make(chan struct{}))
+	stacktest.Eventually(t, serverWait, "the partition fetched", func() (bool, string) {
+		m, ok := f.Marks(topic)[0]
+		return ok && m.Err == nil, fmt.Sprint(f.Marks(topic))
+	})
+
+	b.mu.Lock()
+	b.leaderless = true
+	b.mu.Unlock()
+	b.fail(int16(kafka.NotLeaderForPartition)) // the failed fetch sends the Fetcher to the metadata
+	var first Mark
+	stacktest.Eventually(t, serverWait, "a failed mark", func() (bool, string) {
+		first = f.Marks(topic)[0]
+		return first.Err != nil, fmt.Sprint(first)
+	})
+	stacktest.Eventually(t, serverWait+2*leaderRecheck, "a later failed mark, with no fetch to fail", func() (bool, string) {
+		m := f.Marks(topic)[0]
+		return m.Err != nil && m.At.After(first.At), fmt.Sprintf("%v, first %v", m, first)
+	})
 }
