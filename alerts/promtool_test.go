@@ -741,25 +741,11 @@ func keepPipelinesOf(t *testing.T, rf *alerts.RuleFile, files []string) {
 	// A dropped pipeline's recordings carry its pipeline label
 	// (TestPipelineRulesReadAndWriteOnlyTheirPipeline) and their own
 	// labels: a selector that matches neither does not read them.
-	mayRead := func(vs *promql.VectorSelector, g alerts.Group, r alerts.Rule) bool {
-		ls := maps.Clone(r.Labels)
-		if ls == nil {
-			ls = map[string]string{}
-		}
-		ls[slo.LabelPipeline] = g.Pipeline
-		ls[labels.MetricName] = r.Record
-		for _, m := range vs.LabelMatchers {
-			if v, ok := ls[m.Name]; ok && !m.Matches(v) {
-				return false
-			}
-		}
-		return true
-	}
 	for changed := true; changed; {
 		changed = false
 		for i, g := range rf.Groups {
 			for j, r := range g.Rules {
-				if kept[i][j] || r.Record == "" || !slices.ContainsFunc(reads, func(vs *promql.VectorSelector) bool { return mayRead(vs, g, r) }) {
+				if kept[i][j] || r.Record == "" || !slices.ContainsFunc(reads, func(vs *promql.VectorSelector) bool { return mayRead(vs, g, r, r.Record) }) {
 					continue
 				}
 				kept[i][j], changed = true, true
@@ -768,6 +754,33 @@ func keepPipelinesOf(t *testing.T, rf *alerts.RuleFile, files []string) {
 		}
 	}
 	rf.Groups = keptGroups(rf.Groups, kept)
+}
+
+// mayRead says whether selector vs may read rule r of group g's output,
+// named name (r's record, or ALERTS and ALERTS_FOR_STATE for an alert):
+// unless one of its matchers rules out a label the output is known to
+// have: its name, its static labels (an alert's templated ones are not
+// known), its group's pipeline.
+func mayRead(vs *promql.VectorSelector, g alerts.Group, r alerts.Rule, name string) bool {
+	ls := map[string]string{}
+	for k, v := range r.Labels {
+		if !strings.Contains(v, "{{") {
+			ls[k] = v
+		}
+	}
+	if g.Pipeline != "" {
+		ls[slo.LabelPipeline] = g.Pipeline
+	}
+	ls[labels.MetricName] = name
+	if r.Alert != "" {
+		ls[labels.AlertName] = r.Alert
+	}
+	for _, m := range vs.LabelMatchers {
+		if v, ok := ls[m.Name]; ok && !m.Matches(v) {
+			return false
+		}
+	}
+	return true
 }
 
 // groupRule names a rule by its group and its record or alert: the rules
@@ -795,31 +808,6 @@ func rulesTheChecksRead(t *testing.T, rf *alerts.RuleFile, files []string) map[g
 				reads = append(reads, selectorsOf(t, e.Expr)...)
 			}
 		}
-	}
-	// A selector may read a rule's output unless one of its matchers
-	// rules out a label the output is known to have: its name, its
-	// static labels (an alert's templated ones are not known), its
-	// group's pipeline.
-	mayRead := func(vs *promql.VectorSelector, g alerts.Group, r alerts.Rule, name string) bool {
-		ls := map[string]string{}
-		for k, v := range r.Labels {
-			if !strings.Contains(v, "{{") {
-				ls[k] = v
-			}
-		}
-		if g.Pipeline != "" {
-			ls[slo.LabelPipeline] = g.Pipeline
-		}
-		ls[labels.MetricName] = name
-		if r.Alert != "" {
-			ls[labels.AlertName] = r.Alert
-		}
-		for _, m := range vs.LabelMatchers {
-			if v, ok := ls[m.Name]; ok && !m.Matches(v) {
-				return false
-			}
-		}
-		return true
 	}
 	read := func(g alerts.Group, r alerts.Rule) bool {
 		if r.Alert != "" && alertnames[r.Alert] {
