@@ -827,7 +827,13 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 	full := sess.epoch == 0
 	sess.fetch++
 	var sent, forgotten []*partition
-	began := want[0].s.now()
+	// The trace's own clock readings are taken only when it is on: this
+	// is every canary's path.
+	trace := f.onAnswer.Load()
+	var began, returned time.Time
+	if trace != nil {
+		began = want[0].s.now()
+	}
 	f.mu.Lock()
 	sess.sentAt = want[0].s.now()
 	if full || sess.rescanned {
@@ -884,7 +890,9 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 	ctx, cancel := context.WithTimeout(f.ctx, FetchMaxWait+10*time.Second)
 	defer cancel()
 	m, err := f.rt.RoundTrip(ctx, f.addr, req)
-	returned := want[0].s.now()
+	if trace != nil {
+		returned = want[0].s.now()
+	}
 	res, ok := m.(*fetchResponse)
 	switch {
 	case err != nil:
@@ -950,7 +958,7 @@ func (f *Fetcher) fetch(sess *fetchSession, want []wanted) error {
 			sess.moved = append(sess.moved, a.sp.sub.part)
 		}
 	}
-	if trace := f.onAnswer.Load(); trace != nil && withRecords > 0 {
+	if trace != nil && withRecords > 0 {
 		(*trace)(FetchAnswer{Broker: sess.loop.broker, Session: sess.loop.session, Fetch: sess.fetch, Began: began, Sent: sess.sentAt, Returned: returned, Received: received,
 			Delivered: want[0].s.now(), Partitions: len(answers), WithRecords: withRecords})
 	}
