@@ -247,7 +247,8 @@ func runScenario(t *testing.T, bin, rulesDir, scenario string) (string, error) {
 }
 
 // copyScenarios copies scenarios next to the generated rules and returns
-// the copies' paths.
+// the copies' paths. Each copy names every group of its rule files in
+// group_eval_order, in the files' order (inGroupOrder).
 func copyScenarios(t *testing.T, rulesDir string, scenarios ...string) []string {
 	t.Helper()
 	var paths []string
@@ -257,12 +258,76 @@ func copyScenarios(t *testing.T, rulesDir string, scenarios ...string) []string 
 			t.Fatal(err)
 		}
 		dst := filepath.Join(rulesDir, filepath.Base(sc))
-		if err := os.WriteFile(dst, data, 0o644); err != nil {
+		if err := os.WriteFile(dst, inGroupOrder(t, rulesDir, sc, data), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		paths = append(paths, dst)
 	}
 	return paths
+}
+
+// inGroupOrder sets a scenario's group_eval_order to the groups of its
+// rule files (in rulesDir) in the order the files hold them. Without it
+// promtool evaluates the groups of a step in an order it draws anew each
+// run (it sorts them by their place in group_eval_order, all equal when
+// none is given, from a map), so a check that depends on whether a group
+// reads another's recording of the same step or of the step before
+// passed or failed from one run to the next: a mutation's check failed 25
+// runs in 30 on the same files. Prometheus itself evaluates each group on
+// its own schedule, in no order between groups. The files' order puts a
+// pipeline's SLO groups before the group that records its stall, so a
+// burn alert held back by the stall reads it a step late: the harder
+// case. PROMTOOL_GROUP_ORDER=reverse runs every suite in the reverse
+// order, by hand (it would double the suites' cost in make test): the
+// scenarios must pass there too; a mutation's named check may not fail
+// there (the minimum count a tenth's does not).
+func inGroupOrder(t *testing.T, rulesDir, scenario string, data []byte) []byte {
+	t.Helper()
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("%s: %v", scenario, err)
+	}
+	root := doc.Content[0]
+	var ruleFiles []string
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		switch root.Content[i].Value {
+		case "group_eval_order":
+			return data // the scenario chose its order
+		case "rule_files":
+			if err := root.Content[i+1].Decode(&ruleFiles); err != nil {
+				t.Fatalf("%s: rule_files: %v", scenario, err)
+			}
+		}
+	}
+	var order []string
+	for _, f := range ruleFiles {
+		rules, err := os.ReadFile(filepath.Join(rulesDir, f))
+		if err != nil {
+			t.Fatalf("%s loads %s: %v", scenario, f, err)
+		}
+		var rf alerts.RuleFile
+		if err := yaml.Unmarshal(rules, &rf); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, g := range rf.Groups {
+			if !slices.Contains(order, g.Name) {
+				order = append(order, g.Name)
+			}
+		}
+	}
+	if os.Getenv("PROMTOOL_GROUP_ORDER") == "reverse" {
+		slices.Reverse(order)
+	}
+	var value yaml.Node
+	if err := value.Encode(order); err != nil {
+		t.Fatal(err)
+	}
+	root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: "group_eval_order"}, &value)
+	out, err := yaml.Marshal(&doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // runScenarios runs scenarios in one promtool run (one process loading the
