@@ -58,19 +58,23 @@ test: stack-up ## start the local stack (installing what it needs), build the im
 	@# sum, and the CPU the stack's tests leave idle while they wait on
 	@# servers goes to promtool. -parallel 8: the Alertmanager tests wait
 	@# on real time beside the promtool runs, which
-	@# alerts/promtool_test.go holds to one per CPU.
-	@echo "== alerts/ (promtool: generated rules checked, scenario suites; Alertmanager routing) in the background: $(TEST_OUTPUT)/alerts.log =="
+	@# alerts/promtool_test.go holds to one per CPU. -p 4 for the packages
+	@# on the stack: their tests mostly wait on servers and real time, so
+	@# e2e, prober and cmd/outbox-canary overlap instead of queueing two
+	@# at a time behind GOMAXPROCS.
+	@echo "== $$(date +%T) alerts/ (promtool: generated rules checked, scenario suites; Alertmanager routing) in the background: $(TEST_OUTPUT)/alerts.log =="
 	@set +e; \
 	$(GO) test -count=1 -timeout 30m -parallel 8 -v ./alerts/ >$(TEST_OUTPUT)/alerts.log 2>&1 & alerts=$$!; \
 	trap 'kill $$alerts 2>/dev/null' INT TERM; \
 	$(SUBMAKE) --no-print-directory IMAGE=$(IMAGE) test-deploy image && \
 	$(GO) vet ./... && \
-	echo "== every other package, on the local stack (what tests save, such as the status page's screenshot: $(TEST_OUTPUT)/) ==" && \
-	$(GO) test -count=1 -timeout 15m -skip 'TestDisruptive' -outputdir $(TEST_OUTPUT) $$($(GO) list ./... | grep -v '/alerts$$') && \
-	echo "== tests that stop or restart the shared servers, one package at a time ==" && \
+	echo "== $$(date +%T) every other package, on the local stack (what tests save, such as the status page's screenshot: $(TEST_OUTPUT)/) ==" && \
+	$(GO) test -count=1 -timeout 15m -p 4 -skip 'TestDisruptive' -outputdir $(TEST_OUTPUT) $$($(GO) list ./... | grep -v '/alerts$$') && \
+	echo "== $$(date +%T) tests that stop or restart the shared servers, one package at a time ==" && \
 	$(GO) test -count=1 -timeout 10m -p 1 -run 'TestDisruptive' $$($(GO) list ./... | grep -v '/alerts$$'); rc=$$?; \
+	echo "== $$(date +%T) waiting for alerts/ =="; \
 	wait $$alerts; alerts_rc=$$?; \
-	echo "== alerts/ (the whole log: $(TEST_OUTPUT)/alerts.log) =="; \
+	echo "== $$(date +%T) alerts/ (the whole log: $(TEST_OUTPUT)/alerts.log) =="; \
 	if [ $$alerts_rc -ne 0 ]; then cat $(TEST_OUTPUT)/alerts.log; else grep -E '^(--- |ok|PASS)' $(TEST_OUTPUT)/alerts.log; fi; \
 	[ $$rc -eq 0 ] && [ $$alerts_rc -eq 0 ]
 

@@ -92,7 +92,7 @@ func TestCrashLoopPagesOncePerIncident(t *testing.T) {
 	}
 	defer func() { moment("run time %s", time.Since(start).Round(time.Second)) }()
 
-	faults, cfg, cfgPath := startPipelineWith(t, s, pipelineOptions{dsnFile: true})
+	faults, cfg, cfgPath := startPipeline(t, s)
 	proberAddr, proberLog := startProber(t, cfgPath)
 	t.Cleanup(func() {
 		if t.Failed() {

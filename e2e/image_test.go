@@ -117,6 +117,7 @@ func testImage(t *testing.T) (containerEngine, string) {
 }
 
 func TestImageRunsAsTheChartRunsIt(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Load(t)
 	e, image := testImage(t)
 
@@ -132,9 +133,14 @@ func TestImageRunsAsTheChartRunsIt(t *testing.T) {
 
 	t.Run("run serves a good canary, as the chart runs it, and keeps its state across a restart", func(t *testing.T) {
 		faults, cfg, _ := startPipeline(t, s)
-		// startPipeline's configuration names the database by environment;
-		// the chart's names it by a file of the mounted Secret.
-		dsn, topic := os.Getenv("E2E_PG_DSN"), cfg.Pipelines[0].Kafka.Topic
+		// The chart names the database by a file of the mounted Secret,
+		// owned by the container's user: a copy of the file startPipeline
+		// wrote.
+		dsn, err := cfg.Pipelines[0].Database.DSN.Resolve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		topic := cfg.Pipelines[0].Kafka.Topic
 		dir := t.TempDir()
 		configDir, secretDir := filepath.Join(dir, "config"), filepath.Join(dir, "secrets")
 		for _, d := range []string{configDir, secretDir} {

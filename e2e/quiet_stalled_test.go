@@ -103,6 +103,7 @@ const (
 )
 
 func TestQuietVersusStalledThroughPrometheusAndAlertmanager(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Load(t)
 	if s.PrometheusPath == "" || s.AlertmanagerPath == "" {
 		msg := "the stack env names no prometheus or alertmanager binary (OUTBOX_CANARY_PROMETHEUS, OUTBOX_CANARY_ALERTMANAGER)"
@@ -430,7 +431,8 @@ type generated struct {
 
 // startPipeline creates a schema A database and a canary topic, runs the
 // reference relay on them, and returns its fault switches and the prober's
-// configuration for the pipeline.
+// configuration for the pipeline. The configuration names the database by
+// a file (the tests run in parallel, so none may t.Setenv).
 func startPipeline(t *testing.T, s stacktest.Stack) (*relay.Faults, *config.Config, string) {
 	t.Helper()
 	return startPipelineWith(t, s, pipelineOptions{})
@@ -441,9 +443,6 @@ type pipelineOptions struct {
 	// alerting is YAML added under the configuration's alerting key, each
 	// line indented by two spaces, e.g. "  prober_absent_for: 5s\n".
 	alerting string
-	// dsnFile names the database by a file instead of by E2E_PG_DSN: a
-	// parallel test may not t.Setenv.
-	dsnFile bool
 }
 
 func startPipelineWith(t *testing.T, s stacktest.Stack, o pipelineOptions) (*relay.Faults, *config.Config, string) {
@@ -469,15 +468,9 @@ func startPipelineWith(t *testing.T, s stacktest.Stack, o pipelineOptions) (*rel
 	go func() { defer close(done); _ = r.Run(rctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	dsnSecret := "{env: E2E_PG_DSN}"
-	if o.dsnFile {
-		path := filepath.Join(t.TempDir(), "dsn")
-		if err := os.WriteFile(path, []byte(dsn), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		dsnSecret = fmt.Sprintf("{file: %s}", path)
-	} else {
-		t.Setenv("E2E_PG_DSN", dsn)
+	dsnPath := filepath.Join(t.TempDir(), "dsn")
+	if err := os.WriteFile(dsnPath, []byte(dsn), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	yml := fmt.Sprintf(`instance_id: e2e
 state_dir: %s
@@ -487,13 +480,13 @@ alerting:
   prober_job: %s
 %spipelines:
   - name: %s
-    database: {dsn: %s}
+    database: {dsn: {file: %q}}
     canary: {schedule: "@every 1s"}
     kafka: {brokers: [%s], topic: %s}
     budgets: {end_to_end: 5s, commit_to_publish: 3s, publish_to_consume: 3s}
     slo: {objective: 99.99}
     owners: {default: %s, commit_to_publish: %s, publish_to_consume: %s}
-`, filepath.Join(t.TempDir(), "state"), proberJob, o.alerting, pipelineName, dsnSecret, strings.Join(s.KafkaBrokers, ","), topic,
+`, filepath.Join(t.TempDir(), "state"), proberJob, o.alerting, pipelineName, dsnPath, strings.Join(s.KafkaBrokers, ","), topic,
 		ownerDefault, ownerRelay, ownerKafka)
 	cfg, err := config.Load([]byte(yml))
 	if err != nil {

@@ -102,7 +102,6 @@ func TestTwoProberReplicasOneKilledStalledBothKilled(t *testing.T) {
 	defer func() { moment("run time %s", time.Since(start).Round(time.Second)) }()
 
 	faults, cfg, cfgPath := startPipelineWith(t, s, pipelineOptions{
-		dsnFile:  true,
 		alerting: fmt.Sprintf("  prober_absent_for: %s\n  prober_owner: %s\n%s", model.Duration(replicasAbsentFor), ownerProber, replicasAlerting),
 	})
 

@@ -52,6 +52,7 @@ const browserTimeout = 2 * time.Minute
 const stallWait = 90 * time.Second
 
 func TestStatusPageShowsAStallInARealBrowser(t *testing.T) {
+	t.Parallel()
 	browser := chromium(t)
 	s := stacktest.Load(t)
 	start := time.Now()
