@@ -22,7 +22,7 @@ import (
 // one fetch request per fetch session at a time on the cluster's shared
 // transport: the partitions led by a broker are in its fetch sessions of
 // up to sessionPartitions each, so the canary readers of hundreds of
-// pipelines hold a connection per session (9 at 300 pipelines of 3
+// pipelines hold a connection per session (36 at 300 pipelines of 3
 // partitions), where a kafka-go Reader per partition holds one each (and
 // buffers of its own).
 //
@@ -120,13 +120,19 @@ type loopKey struct{ broker, session int }
 // sessionPartitions is how many partitions one fetch session holds at
 // most; a broker's partitions beyond are fetched in more sessions, each
 // with a request of its own in flight. A session's fetch is answered as
-// soon as one of its partitions has a record: with 900 partitions (300
-// pipelines) it was answered so often that a record rarely found it
-// waiting at the broker and waited for the answer's way back and the next
-// request's, round trips that on the loaded benchmark machine took up to
-// a second, while kcat, fetching 90 of those partitions, got the same
-// records in milliseconds (docs/benchmarks.md, the consume scenario).
-const sessionPartitions = 100
+// soon as one of its partitions has a record, and the broker reads every
+// partition of the session for each of its fetches: with 900 partitions
+// (300 pipelines) in one session it was answered so often that a record
+// rarely found it waiting at the broker and waited for the answer's way
+// back and the next request's, round trips of up to a second on the
+// loaded benchmark machine. In sessions of 100 the broker still answered
+// a few canaries 7-30 ms after their append where kcat had them in 2-4
+// ms, three of them to a fetch sent after the record was there. A session
+// of 25 costs the broker a quarter of the reads per fetch and is answered
+// a quarter as often (docs/benchmarks.md, the consume scenario); the price
+// is a connection per session, and an idle session's fetch coming back
+// every FetchMaxWait (72 empty answers a second at 300 pipelines, not 18).
+const sessionPartitions = 25
 
 type topicPartition struct {
 	topic     string
