@@ -89,6 +89,14 @@ func (j *Judge) forgetDue(now time.Time) {
 	}
 }
 
+// Idle reports whether Tick(now), or at any earlier time, would change
+// nothing and emit nothing: no canary is open and none is due to be
+// forgotten. At one canary every 10 s a pipeline has nothing open most of
+// the time, and its sweeps need not take the fence or the clock.
+func (j *Judge) Idle(now time.Time) bool {
+	return len(j.open) == 0 && (len(j.forgetting) == 0 || now.Sub(j.forgetFrom) <= j.cfg.Forget)
+}
+
 // tickOpen judges what time decides about every canary not final, by
 // sequence number, and drops those that are final now from the index.
 func (j *Judge) tickOpen(now time.Time) {

@@ -647,7 +647,12 @@ func (s *shellSim) run() {
 				delete(s.lookups, id)
 				s.apply(s.answer(id, due), false)
 			}
-			s.apply(s.j.Tick(at(t)), false)
+			idle, dirty := s.j.Idle(at(t)), s.j.Dirty()
+			fx := s.j.Tick(at(t))
+			if idle && (len(fx) > 0 || (!dirty && s.j.Dirty())) {
+				s.failures = append(s.failures, fmt.Sprintf("tick at %s: Idle, yet %d effects and dirty %t", s.now, len(fx), s.j.Dirty()))
+			}
+			s.apply(fx, false)
 			s.checkIndexes()
 		}})
 		if t%(500*time.Millisecond) == 0 {
