@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -46,6 +47,9 @@ const maxUnwrap = 4
 // ErrBadSignature. The signature covers every field, so no unwrapping can
 // turn a forged or altered value into an accepted canary.
 func (s *Signer) DecodeMessage(value []byte) (Payload, error) {
+	if p, ok := decodeFlat(bytes.TrimSpace(value)); ok {
+		return s.verify(p)
+	}
 	inner, err := unwrapCanary(value)
 	if err != nil {
 		return Payload{}, err
@@ -246,4 +250,110 @@ func prefix(b []byte, n int) []byte {
 		return b[:n]
 	}
 	return b
+}
+
+// decodeFlat reads the form nearly every canary arrives in, a bare payload
+// object (the prober's own JSON, or PostgreSQL's jsonb text of it), without
+// encoding/json, which decoded every canary twice (for its wrappers, then
+// for its fields) and was most of its consumption's CPU. It accepts only
+// what it reads exactly as unwrapCanary and Decode would: an object of the
+// payload's fields, each at most once, under their exact names, strings of
+// printable ASCII without escapes, seq a plain unsigned integer, and
+// outbox_canary_id among them. Anything else is not ok and takes the
+// general path.
+func decodeFlat(v []byte) (p Payload, ok bool) {
+	if len(v) < 2 || v[0] != '{' {
+		return Payload{}, false
+	}
+	i := skipSpace(v, 1)
+	if i < len(v) && v[i] == '}' {
+		return Payload{}, false
+	}
+	var seen [5]bool
+	for {
+		key, next, ok := flatString(v, i)
+		if !ok {
+			return Payload{}, false
+		}
+		i = skipSpace(v, next)
+		if i >= len(v) || v[i] != ':' {
+			return Payload{}, false
+		}
+		i = skipSpace(v, i+1)
+		field := slices.Index(flatFields[:], key)
+		if field < 0 || seen[field] {
+			return Payload{}, false
+		}
+		seen[field] = true
+		if key == "seq" {
+			j := i
+			for j < len(v) && v[j] >= '0' && v[j] <= '9' {
+				j++
+			}
+			if j == i || (v[i] == '0' && j > i+1) {
+				return Payload{}, false
+			}
+			n, err := strconv.ParseUint(string(v[i:j]), 10, 64)
+			if err != nil {
+				return Payload{}, false
+			}
+			p.Seq, i = n, j
+		} else {
+			val, next, ok := flatString(v, i)
+			if !ok {
+				return Payload{}, false
+			}
+			switch key {
+			case fieldCanaryID:
+				p.CanaryID = val
+			case "instance":
+				p.Instance = val
+			case "pipeline":
+				p.Pipeline = val
+			case "sig":
+				p.Sig = val
+			}
+			i = next
+		}
+		i = skipSpace(v, i)
+		if i >= len(v) {
+			return Payload{}, false
+		}
+		switch v[i] {
+		case ',':
+			i = skipSpace(v, i+1)
+			continue
+		case '}':
+			return p, seen[0] && i == len(v)-1
+		}
+		return Payload{}, false
+	}
+}
+
+// flatFields are the payload's JSON names, outbox_canary_id first.
+var flatFields = [5]string{fieldCanaryID, "instance", "pipeline", "seq", "sig"}
+
+// flatString reads a JSON string at v[i] that needs no decoding (printable
+// ASCII, no escape) and returns it and the index after its closing quote.
+func flatString(v []byte, i int) (string, int, bool) {
+	if i >= len(v) || v[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(v); j++ {
+		switch c := v[j]; {
+		case c == '"':
+			return string(v[i+1 : j]), j + 1, true
+		case c == '\\' || c < 0x20 || c > 0x7e:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
+// skipSpace skips JSON's whitespace from v[i].
+func skipSpace(v []byte, i int) int {
+	for i < len(v) && (v[i] == ' ' || v[i] == '\t' || v[i] == '\n' || v[i] == '\r') {
+		i++
+	}
+	return i
 }

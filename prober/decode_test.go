@@ -182,7 +182,7 @@ func FuzzDecodeMessage(f *testing.F) {
 // beyond the bare JSON of BenchmarkSignerDecode.
 func BenchmarkDecodeMessage(b *testing.B) {
 	_, signer := goldenSigned(b)
-	for _, name := range []string{"json", "json-schemas", "json-schemas-expanded", "string-expanded"} {
+	for _, name := range []string{"json", "json-expanded", "string", "json-schemas", "json-schemas-expanded", "string-expanded"} {
 		value := readConverterValue(b, name)
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -363,5 +363,77 @@ func BenchmarkConsumerSkipsForeign(b *testing.B) {
 			}
 			r.handled(offset)
 		})
+	}
+}
+
+// decodeGeneral is DecodeMessage's path without decodeFlat: what the
+// fast path must agree with.
+func decodeGeneral(value []byte) (Payload, bool) {
+	inner, err := unwrapCanary(value)
+	if err != nil {
+		return Payload{}, false
+	}
+	inner = bytes.TrimSpace(inner)
+	if len(inner) == 0 || inner[0] != '{' {
+		return Payload{}, false
+	}
+	var p Payload
+	if json.Unmarshal(inner, &p) != nil {
+		return Payload{}, false
+	}
+	return p, true
+}
+
+// Whatever the flat path reads, the general path reads the same; what it
+// does not read is left to the general path.
+func FuzzDecodeFlatReadsWhatTheGeneralPathReads(f *testing.F) {
+	for _, v := range []string{
+		`{"outbox_canary_id":"0f8fad5b-d9cb-469f-a165-70867728950e","instance":"i","pipeline":"orders","seq":1732900000000000000,"sig":"7eee"}`,
+		`{"seq": 1732900000000000000, "sig": "7eee", "instance": "converter-matrix", "pipeline": "e2e", "outbox_canary_id": "0f8f"}`,
+		" {\n\"outbox_canary_id\" : \"a\" ,\t\"seq\":0}\r\n",
+		`{"outbox_canary_id":"a","seq":01}`,
+		`{"outbox_canary_id":"a","seq":-1}`,
+		`{"outbox_canary_id":"a","seq":18446744073709551616}`,
+		`{"outbox_canary_id":"a","seq":1e3}`,
+		`{"outbox_canary_id":"a","outbox_canary_id":"b"}`,
+		`{"Outbox_Canary_Id":"a","instance":"outbox_canary_id"}`,
+		`{"outbox_canary_id":"a\u0041","instance":"é"}`,
+		`{"outbox_canary_id":"a","other":1}`,
+		`{"payload":{"outbox_canary_id":"a"}}`,
+		`{"outbox_canary_id":"a"} trailing`,
+		`{"outbox_canary_id":"a",}`,
+		`{}`,
+		`"{\"outbox_canary_id\":\"a\"}"`,
+	} {
+		f.Add([]byte(v))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		flat, ok := decodeFlat(bytes.TrimSpace(v))
+		if !ok {
+			return
+		}
+		general, gok := decodeGeneral(v)
+		if !gok || flat != general {
+			t.Fatalf("%q: flat path read %+v, the general path %+v (ok %t)", v, flat, general, gok)
+		}
+	})
+}
+
+// The forms canaries arrive in most take the flat path.
+func TestDecodeFlatReadsTheBarePayloadForms(t *testing.T) {
+	want, signer := goldenSigned(t)
+	own, err := signer.Encode(goldenCanary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string][]byte{
+		"the prober's own encoding":  own,
+		"json-expanded (jsonb text)": readConverterValue(t, "json-expanded"),
+		"string (jsonb text)":        readConverterValue(t, "string"),
+	} {
+		got, ok := decodeFlat(bytes.TrimSpace(v))
+		if !ok || got != want {
+			t.Errorf("%s: flat path read %+v (ok %t), want %+v", name, got, ok, want)
+		}
 	}
 }

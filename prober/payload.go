@@ -109,6 +109,12 @@ func (s *Signer) Decode(value []byte) (Payload, error) {
 	if err := json.Unmarshal(value, &p); err != nil {
 		return Payload{}, fmt.Errorf("%w: %v", ErrNotCanary, err)
 	}
+	return s.verify(p)
+}
+
+// verify checks a decoded payload: its identity fields are there and its
+// signature verifies.
+func (s *Signer) verify(p Payload) (Payload, error) {
 	if p.CanaryID == "" || p.Instance == "" || p.Pipeline == "" {
 		return Payload{}, fmt.Errorf("%w: missing canary id, instance or pipeline", ErrNotCanary)
 	}
