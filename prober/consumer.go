@@ -110,10 +110,9 @@ type Consumer struct {
 
 	// lastPosition is the time of the position reported last.
 	lastPosition time.Time
-	// positionMarks and positionStarts are samplePosition's, reused: it
-	// runs for every pipeline twice a second.
-	positionMarks  map[int]kafkaclient.Mark
-	positionStarts map[int]int64
+	// positionMarks is samplePosition's, reused: it runs for every
+	// pipeline twice a second.
+	positionMarks map[int]kafkaclient.Mark
 	// partitionsAt is when every partition of the topic last had a
 	// reader, zero until then; only the checks use it, one at a time.
 	partitionsAt time.Time
@@ -155,7 +154,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 		cluster: o.Cluster, client: o.Cluster.Client(o.Pipeline.Kafka, kafkaRequestTimeout),
 		now: o.Now, log: o.Logger, since: o.Since, skipped: skipped,
 		reason: "not connected to Kafka yet", readers: map[int]bool{}, starts: map[int]int64{},
-		positionMarks: map[int]kafkaclient.Mark{}, positionStarts: map[int]int64{},
+		positionMarks: map[int]kafkaclient.Mark{},
 	}, nil
 }
 
@@ -222,11 +221,10 @@ func (c *Consumer) samplePositionOnce() {
 // been handed to the tracker. A position no newer than last is not
 // reported again; the time of the one reported is returned.
 func (c *Consumer) samplePosition(last time.Time) time.Time {
-	marks, starts := c.positionMarks, c.positionStarts
+	marks := c.positionMarks
 	c.cluster.Fetcher().MarksInto(c.p.Kafka.Topic, marks)
 	c.mu.Lock()
-	clear(starts)
-	maps.Copy(starts, c.starts)
+	starts := c.starts // replaced, never changed, once published
 	var at time.Time
 	var failed error
 	complete := len(starts) > 0
@@ -255,19 +253,7 @@ func (c *Consumer) samplePosition(last time.Time) time.Time {
 		c.tracker.Position(judge.Position{At: at, Failed: true})
 		return at
 	}
-	caught, lag := true, int64(0)
-	for p, start := range starts {
-		h := marks[p].HighWatermark
-		// What precedes a reader's start was never ours to read.
-		done, ok := c.tracker.NextOffset(p)
-		if !ok || start > done {
-			done = start
-		}
-		if done < h {
-			caught, lag = false, lag+h-done
-		}
-	}
-	c.tracker.Position(judge.Position{At: at, CaughtUp: caught, Lag: lag})
+	c.tracker.PositionFrom(at, starts, marks)
 	return at
 }
 
@@ -397,7 +383,10 @@ func (c *Consumer) startReaders(ctx context.Context, reader *kafkaclient.Reader)
 		}
 		c.mu.Lock()
 		c.readers[part.ID] = true
-		c.starts[part.ID] = start
+		// A new map: samplePosition reads the one it took without the lock.
+		starts := maps.Clone(c.starts)
+		starts[part.ID] = start
+		c.starts = starts
 		c.mu.Unlock()
 		c.readPartition(ctx, reader, part.ID, start, ok)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-canary/outbox-canary/internal/compactvec"
 	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/kafkaclient"
 	"github.com/outbox-canary/outbox-canary/prober/judge"
 )
 
@@ -707,6 +708,28 @@ func (t *Tracker) Position(p Position) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.j.Position(p)
+}
+
+// PositionFrom reports where the readers were at at: caught up when every
+// partition read was processed up to its high watermark in marks, counting
+// from where its reader started (starts: what precedes a start was never
+// ours to read). Under one lock, where a NextOffset per partition and the
+// Position took one each, for every pipeline twice a second.
+func (t *Tracker) PositionFrom(at time.Time, starts map[int]int64, marks map[int]kafkaclient.Mark) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	caught, lag := true, int64(0)
+	for p, start := range starts {
+		h := marks[p].HighWatermark
+		done, ok := t.j.NextOffset(p)
+		if !ok || start > done {
+			done = start
+		}
+		if done < h {
+			caught, lag = false, lag+h-done
+		}
+	}
+	t.j.Position(judge.Position{At: at, CaughtUp: caught, Lag: lag})
 }
 
 // Sweep judges what time alone decides: deadlines, losses, lookups due,
