@@ -90,7 +90,35 @@ func macWith(key []byte, p Payload) []byte {
 // Encode signs p and marshals it to JSON.
 func (s *Signer) Encode(p Payload) ([]byte, error) {
 	p.Sig = hex.EncodeToString(s.mac(p))
+	if b, ok := appendPayload(make([]byte, 0, 64+len(p.CanaryID)+len(p.Instance)+len(p.Pipeline)+len(p.Sig)), p); ok {
+		return b, nil
+	}
 	return json.Marshal(p)
+}
+
+// appendPayload appends json.Marshal's bytes for p when its strings need
+// no escaping (printable ASCII other than the quote, the backslash and
+// the <, > and & that json.Marshal escapes), without reflection: every
+// canary is encoded so. Otherwise it is not ok.
+func appendPayload(b []byte, p Payload) ([]byte, bool) {
+	for _, f := range [...]string{p.CanaryID, p.Instance, p.Pipeline, p.Sig} {
+		for i := 0; i < len(f); i++ {
+			if c := f[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return nil, false
+			}
+		}
+	}
+	b = append(b, `{"outbox_canary_id":"`...)
+	b = append(b, p.CanaryID...)
+	b = append(b, `","instance":"`...)
+	b = append(b, p.Instance...)
+	b = append(b, `","pipeline":"`...)
+	b = append(b, p.Pipeline...)
+	b = append(b, `","seq":`...)
+	b = strconv.AppendUint(b, p.Seq, 10)
+	b = append(b, `,"sig":"`...)
+	b = append(b, p.Sig...)
+	return append(b, `"}`...), true
 }
 
 // Decode parses and verifies a message value. A value that is a JSON

@@ -1,6 +1,8 @@
 package prober
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"testing"
@@ -131,4 +133,26 @@ func TestAPreviousKeyStillVerifiesAfterARotation(t *testing.T) {
 	if _, err := NewSigner([]byte("k"), nil); err == nil {
 		t.Error("an empty previous key was accepted")
 	}
+}
+
+// The payload's own encoding is json.Marshal's, byte for byte, or it
+// leaves the payload to json.Marshal.
+func FuzzAppendPayloadIsJSONMarshal(f *testing.F) {
+	f.Add("0f8fad5b-d9cb-469f-a165-70867728950e", "prod-1", "orders", uint64(1732900000000000000), "7eee")
+	f.Add("a", "<i&>", "é", uint64(0), `"\`)
+	f.Add("", "", "", uint64(18446744073709551615), "\x00\x7f")
+	f.Fuzz(func(t *testing.T, id, instance, pipeline string, seq uint64, sig string) {
+		p := Payload{CanaryID: id, Instance: instance, Pipeline: pipeline, Seq: seq, Sig: sig}
+		got, ok := appendPayload(nil, p)
+		if !ok {
+			return
+		}
+		want, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("appendPayload %s, json.Marshal %s", got, want)
+		}
+	})
 }
