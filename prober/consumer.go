@@ -208,7 +208,7 @@ func (c *Consumer) setHealth(ok bool, reason string) {
 const positionInterval = kafkaclient.FetchMaxWait
 
 // samplePositionOnce reports the readers' position to the tracker unless
-// it is no newer than the one reported last. Only the service's position
+// it is no newer than the one reported last. Only the service's sweep
 // loop calls it, from one goroutine.
 func (c *Consumer) samplePositionOnce() {
 	c.lastPosition = c.samplePosition(c.lastPosition)

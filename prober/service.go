@@ -530,10 +530,7 @@ func (s *Service) run(ctx context.Context, flush bool) error {
 	for _, l := range s.lookups {
 		wg.Go(func() { l.Run(ctx) })
 	}
-	wg.Go(func() { s.sweep(ctx, s.opts.SweepInterval) })
-	wg.Go(func() {
-		s.forEachPipelineEvery(ctx, positionInterval, func(pr *pipelineRunner) { pr.consumer.samplePositionOnce() })
-	})
+	wg.Go(func() { s.sweep(ctx, s.opts.SweepInterval, positionInterval) })
 	if c != nil {
 		c.Start()
 	}
@@ -598,24 +595,55 @@ func (s *Service) newCron(sendCtx context.Context) (*cron.Cron, error) {
 	return c, nil
 }
 
-// sweep resolves every pipeline's deadlines and lost canaries on a short
-// tick, so that a stall is counted within a tick of its deadline. A
-// tracker's sweep costs its canaries not final, and a write when a batch
-// of its changes is due.
-func (s *Service) sweep(ctx context.Context, every time.Duration) {
-	s.forEachPipelineEvery(ctx, every, func(pr *pipelineRunner) { pr.tracker.Sweep() })
+// sweep reports every pipeline's reader position every positionEvery and
+// resolves its deadlines and lost canaries every sweepEvery, so that a
+// stall is counted within a sweep of its deadline. A tracker's sweep costs
+// its canaries not final, and a write when a batch of its changes is due.
+// Both run on one goroutine and one timer, at the instants of either wake
+// grid (internal/tick), the positions first when both fall together (the
+// sweep then judges on the freshest): one timer waking one goroutine for
+// the whole service rather than one per pipeline or per job, for work of
+// microseconds a pipeline, where the wakeups cost more than the work (on
+// the default grids, 4 a second where two loops woke 6 times).
+func (s *Service) sweep(ctx context.Context, sweepEvery, positionEvery time.Duration) {
+	now := time.Now()
+	nextSweep, nextPosition := tick.Next(now, sweepEvery), tick.Next(now, positionEvery)
+	for {
+		at := nextSweep
+		if nextPosition.Before(at) {
+			at = nextPosition
+		}
+		if !sleepUntil(ctx, at) {
+			return
+		}
+		// From the time woken: a loop held up longer than a period
+		// skips the instants it missed rather than running them back to
+		// back.
+		woke := time.Now()
+		if !nextPosition.After(at) {
+			for _, pr := range s.pipes {
+				pr.consumer.samplePositionOnce()
+			}
+			nextPosition = tick.Next(woke, positionEvery)
+		}
+		if !nextSweep.After(at) {
+			for _, pr := range s.pipes {
+				pr.tracker.Sweep()
+			}
+			nextSweep = tick.Next(woke, sweepEvery)
+		}
+	}
 }
 
-// forEachPipelineEvery calls do for every pipeline, one after the other,
-// at every point of the wake grid (internal/tick) until ctx is done: one
-// timer waking one goroutine for the whole service rather than one per
-// pipeline, for work of microseconds a pipeline (the sweep, the readers'
-// positions), where at 300 pipelines the wakeups cost more than the work.
-func (s *Service) forEachPipelineEvery(ctx context.Context, every time.Duration, do func(*pipelineRunner)) {
-	for tick.Wait(ctx, every) {
-		for _, pr := range s.pipes {
-			do(pr)
-		}
+// sleepUntil waits until t, and reports false when ctx is done first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
 	}
 }
 

@@ -339,7 +339,7 @@ func TestOneSweepJudgesTheDeadlinesOfEveryPipeline(t *testing.T) {
 	clock.Advance(3 * time.Second) // past every end_to_end deadline (2s)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); svc.sweep(ctx, 10*time.Millisecond) }()
+	go func() { defer close(done); svc.sweep(ctx, 10*time.Millisecond, time.Hour) }()
 	defer func() { cancel(); <-done }()
 	for _, pr := range svc.pipes {
 		waitFor(t, pr.p.Name+"'s end_to_end deadline judged", func() bool {
