@@ -622,7 +622,9 @@ func (r *partitionReader) handle(ctx context.Context, rec kafkaclient.Message) {
 		c.skips.logSkip(c.log, consumed, msg, ReasonUnknownCanary, skipDetail{field: "canary", name: a.CanaryID})
 		return
 	}
-	c.log.Debug("canary arrived", "canary", a.CanaryID, "partition", a.Partition, "offset", a.Offset, "kind", out.Kind)
+	if r.debug { // the arguments alone would allocate, for every canary
+		c.log.Debug("canary arrived", "canary", a.CanaryID, "partition", a.Partition, "offset", a.Offset, "kind", out.Kind)
+	}
 }
 
 // skip counts and logs a message that is not one of this pipeline's

@@ -127,8 +127,10 @@ func (s *Sender) Send(ctx context.Context) (Canary, error) {
 			return c, fmt.Errorf("track canary %s: %w", c.ID, err)
 		}
 	}
-	s.log.Debug("canary sent", "canary", c.ID, "seq", c.Seq, "row", c.RowID,
-		"insert_to_commit", c.Committed.Sub(c.InsertStarted))
+	if s.log.Enabled(ctx, slog.LevelDebug) { // the arguments alone would allocate, for every canary
+		s.log.Debug("canary sent", "canary", c.ID, "seq", c.Seq, "row", c.RowID,
+			"insert_to_commit", c.Committed.Sub(c.InsertStarted))
+	}
 	return c, nil
 }
 
