@@ -261,9 +261,9 @@ func (c *Consumer) samplePosition(last time.Time) time.Time {
 // retried with backoff; Run returns only when ctx is done.
 //
 // Every partition's messages are handled on Run's goroutine, one per
-// pipeline. The checks run on a goroutine of their own, each while it
-// lasts: a check waits on the network, and a canary must not wait for it
-// to be consumed.
+// pipeline. A check that looks the topic up runs on a goroutine of its
+// own while it lasts: it waits on the network, and a canary must not wait
+// for it to be consumed.
 func (c *Consumer) Run(ctx context.Context) error {
 	reader := c.cluster.Fetcher().NewReader()
 	defer reader.Close()
@@ -307,7 +307,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 			due = time.NewTimer(retryWait.NextBackOff())
 		case <-dueC:
 			due = nil
-			go check()
+			if c.lookupDue() {
+				go check()
+				continue
+			}
+			// Without a lookup a check asks no server: done here, it
+			// spares every pipeline a goroutine every consumerCheckInterval.
+			// The next round of the loop takes its answer.
+			checked <- c.checkFetches()
 		}
 	}
 }
@@ -326,10 +333,7 @@ const (
 // the topic up at most every partitionsRecheck once all have one, and says
 // whether the readers' latest fetches worked.
 func (c *Consumer) check(ctx context.Context, reader *kafkaclient.Reader) error {
-	c.mu.Lock()
-	readerStopped := len(c.readers) < c.partitionCount
-	c.mu.Unlock()
-	if readerStopped || c.partitionsAt.IsZero() || time.Since(c.partitionsAt) >= partitionsRecheck {
+	if c.lookupDue() {
 		if err := c.startReaders(ctx, reader); err != nil {
 			// Looked up again on the next check.
 			c.partitionsAt = time.Time{}
@@ -337,6 +341,12 @@ func (c *Consumer) check(ctx context.Context, reader *kafkaclient.Reader) error 
 		}
 		c.partitionsAt = time.Now()
 	}
+	return c.checkFetches()
+}
+
+// checkFetches is a check without a lookup: it asks no server, and says
+// whether the readers' latest fetches worked.
+func (c *Consumer) checkFetches() error {
 	c.mu.Lock()
 	markErr := c.markErr
 	c.mu.Unlock()
@@ -345,6 +355,16 @@ func (c *Consumer) check(ctx context.Context, reader *kafkaclient.Reader) error 
 	}
 	c.setHealth(true, "")
 	return nil
+}
+
+// lookupDue reports whether the next check looks the topic's partitions
+// up (and so waits on the network): a reader stopped, the last lookup
+// failed, or partitionsRecheck passed since it.
+func (c *Consumer) lookupDue() bool {
+	c.mu.Lock()
+	readerStopped := len(c.readers) < c.partitionCount
+	c.mu.Unlock()
+	return readerStopped || c.partitionsAt.IsZero() || time.Since(c.partitionsAt) >= partitionsRecheck
 }
 
 // startReaders looks the topic's partitions up and starts a reader for
