@@ -221,8 +221,10 @@ type Tracker struct {
 	onDone  func(Report)
 	forget  time.Duration
 	// inFlight is the pipeline's in-flight gauge, set at every commit
-	// (every sweep): resolved once rather than by its label each time.
+	// (every sweep): resolved once rather than by its label each time, as
+	// are the series every canary moves (series).
 	inFlight prometheus.Gauge
+	series   canarySeries
 
 	// fence: consume stamps taken and not yet handed to the judge;
 	// unhandled, those of messages its reader fetched and has not yet
@@ -291,6 +293,16 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 		t.pendingSince = now
 	}
 	t.inFlight = t.m.InFlight.WithLabelValues(p.Name)
+	t.series = canarySeries{
+		sent: t.m.CanariesSent.WithLabelValues(p.Name), lastSent: t.m.LastSent.WithLabelValues(p.Name),
+		received: t.m.CanariesReceived.WithLabelValues(p.Name), lastReceived: t.m.LastReceived.WithLabelValues(p.Name),
+		sli: map[[2]string]*compactvec.Counter{},
+	}
+	for _, seg := range p.BudgetedSegments() { // the series NewMetrics made
+		for _, o := range []string{judge.Good, judge.Bad} {
+			t.series.sli[[2]string{seg, o}] = t.m.SLIEvents.WithLabelValues(p.Name, seg, o)
+		}
+	}
 	t.inFlight.Set(float64(t.inFlightLocked()))
 	return t, nil
 }
@@ -519,7 +531,7 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 				m.CanariesUnjudged.WithLabelValues(name, e.Segment, e.Reason).Inc()
 				t.log.Info("canary segment not judged", "canary", e.Canary, "segment", e.Segment, "reason", e.Reason)
 			} else {
-				m.SLIEvents.WithLabelValues(name, e.Segment, e.Outcome).Inc()
+				t.series.sliEvents(m, name, e.Segment, e.Outcome).Inc()
 				if e.Outcome == judge.Bad {
 					t.log.Info("canary segment over budget", "canary", e.Canary, "segment", e.Segment)
 				}
@@ -539,11 +551,11 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 			m.StampsMissing.WithLabelValues(name, e.Stamp).Inc()
 			t.log.Warn("canary arrived without a configured stamp; its segments are not judged", "canary", e.Canary, "stamp", e.Stamp)
 		case judge.EffectSent:
-			m.CanariesSent.WithLabelValues(name).Inc()
-			m.LastSent.WithLabelValues(name).Set(unixSeconds(e.At))
+			t.series.sent.Inc()
+			t.series.lastSent.Set(unixSeconds(e.At))
 		case judge.EffectReceived:
-			m.CanariesReceived.WithLabelValues(name).Inc()
-			m.LastReceived.WithLabelValues(name).Set(unixSeconds(e.At))
+			t.series.received.Inc()
+			t.series.lastReceived.Set(unixSeconds(e.At))
 		case judge.EffectLate:
 			m.CanariesLate.WithLabelValues(name).Inc()
 		case judge.EffectLost:
@@ -570,6 +582,23 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 		}
 	}
 	t.inFlight.Set(float64(inFlight))
+}
+
+// canarySeries are the series of a pipeline that every canary moves,
+// looked up by their labels once: apply runs for every batch. Read-only
+// once made (apply runs outside the tracker's lock).
+type canarySeries struct {
+	sent, received         *compactvec.Counter
+	lastSent, lastReceived *compactvec.Gauge
+	sli                    map[[2]string]*compactvec.Counter // by budgeted segment and outcome
+}
+
+// sliEvents is the SLI event counter of a segment and outcome.
+func (s *canarySeries) sliEvents(m *Metrics, pipeline, segment, outcome string) *compactvec.Counter {
+	if c, ok := s.sli[[2]string{segment, outcome}]; ok {
+		return c
+	}
+	return m.SLIEvents.WithLabelValues(pipeline, segment, outcome)
 }
 
 // Sent records a committed canary and writes it before returning, so a
