@@ -479,30 +479,41 @@ func (t *Tracker) commitLookupsAsideAndUnlock(fx []judge.Effect, mode commitMode
 		t.pendingSince = time.Time{}
 	}
 	fx, t.pending = t.pending, nil
-	reports := t.reportsFor(fx)
+	reports, lastSuccess := t.reportsFor(fx)
 	inFlight := t.inFlightLocked()
 	waiters := t.takeWaiters(reports)
 	t.mu.Unlock()
-	t.apply(fx, reports, waiters, inFlight)
+	t.apply(fx, reports, waiters, inFlight, lastSuccess)
 	return err
 }
 
 // reportsFor builds, under the lock, the reports of the canaries that
-// became final.
-func (t *Tracker) reportsFor(fx []judge.Effect) map[string]Report {
-	var out map[string]Report
+// became final for those that read them (OnDone, Await's waiters), and
+// says when the last of them that was good end to end arrived (zero:
+// none). A report is a map of every segment: built for every canary when
+// nobody read it, it was a quarter of the allocations of a batch.
+func (t *Tracker) reportsFor(fx []judge.Effect) (reports map[string]Report, lastSuccess time.Time) {
 	for _, e := range fx {
 		if e.Kind != judge.EffectFinal {
 			continue
 		}
-		if c := t.j.Canary(e.Canary); c != nil {
-			if out == nil {
-				out = map[string]Report{}
-			}
-			out[e.Canary] = t.report(c)
+		c := t.j.Canary(e.Canary)
+		if c == nil {
+			continue
 		}
+		// As report has it: good end to end means arrived in time.
+		if v, ok := c.Verdicts.Get(config.SegmentEndToEnd); ok && v.Outcome == judge.Good && c.Arrived {
+			lastSuccess = c.Consumed
+		}
+		if t.onDone == nil && len(t.waiters[e.Canary]) == 0 {
+			continue
+		}
+		if reports == nil {
+			reports = map[string]Report{}
+		}
+		reports[e.Canary] = t.report(c)
 	}
-	return out
+	return reports, lastSuccess
 }
 
 func (t *Tracker) takeWaiters(reports map[string]Report) map[string][]chan Report {
@@ -521,7 +532,7 @@ func (t *Tracker) takeWaiters(reports map[string]Report) map[string][]chan Repor
 
 // apply turns the judge's effects into metrics and callbacks (its
 // lookups were asked for as it made them, see commitModeAndUnlock).
-func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters map[string][]chan Report, inFlight int) {
+func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters map[string][]chan Report, inFlight int, lastSuccess time.Time) {
 	name := t.p.Name
 	m := t.m
 	for _, e := range fx {
@@ -569,9 +580,6 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 			m.MessagesSkipped.WithLabelValues(name, ReasonUnknownCanary).Inc() // logged by the consumer, as its other skips
 		case judge.EffectFinal:
 			if r, ok := reports[e.Canary]; ok {
-				if e2e := r.Segments[config.SegmentEndToEnd]; e2e.Outcome == judge.Good {
-					m.LastSuccess.WithLabelValues(name).Set(unixSeconds(r.Consumed))
-				}
 				for _, ch := range waiters[e.Canary] {
 					ch <- r // buffered, one send per waiter
 				}
@@ -580,6 +588,9 @@ func (t *Tracker) apply(fx []judge.Effect, reports map[string]Report, waiters ma
 				}
 			}
 		}
+	}
+	if !lastSuccess.IsZero() {
+		m.LastSuccess.WithLabelValues(name).Set(unixSeconds(lastSuccess))
 	}
 	t.inFlight.Set(float64(inFlight))
 }
