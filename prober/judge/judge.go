@@ -860,7 +860,7 @@ func (j *Judge) late(c *Canary, stamp string) bool {
 
 // judgeArrived judges every segment of an arrived canary its stamps decide.
 func (j *Judge) judgeArrived(c *Canary, now time.Time) {
-	for _, s := range j.cfg.Plan.Segments() {
+	for s := range j.cfg.Plan.eachSegment {
 		if c.decided(s.Name) && j.verdict(c, s.Name).Observed {
 			continue
 		}

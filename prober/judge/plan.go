@@ -73,6 +73,17 @@ func (p *Plan) Segments() []Segment {
 	return append(append([]Segment(nil), p.Chain...), p.EndToEnd)
 }
 
+// eachSegment yields what Segments returns without building a slice
+// (the judge walks them at every arrival).
+func (p *Plan) eachSegment(yield func(Segment) bool) {
+	for _, s := range p.Chain {
+		if !yield(s) {
+			return
+		}
+	}
+	yield(p.EndToEnd)
+}
+
 // All is every segment in report order, insert_to_commit first.
 func (p *Plan) All() []Segment {
 	return append([]Segment{p.Insert}, p.Segments()...)
