@@ -360,10 +360,18 @@ func setUpBench(t *testing.T) *bench {
 	if s.KcatPath == "" {
 		t.Fatal("the stack names no kcat (OUTBOX_CANARY_KCAT): run deploy/local/stack.sh up")
 	}
-	b.dir = filepath.Join(s.Dir, "logs", "bench-"+time.Now().UTC().Format("20060102T150405"))
-	if err := os.MkdirAll(b.dir, 0o755); err != nil {
+	// A directory of its own even for runs started in the same second (a
+	// before and an after side by side): two probers on one state
+	// directory read each other's offsets and journals.
+	logs := filepath.Join(s.Dir, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	dir, err := os.MkdirTemp(logs, "bench-"+time.Now().UTC().Format("20060102T150405")+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.dir = dir
 	t.Logf("logs, configurations and raw samples in %s", b.dir)
 	b.canaryBin = stacktest.BuildCommand(t, "outbox-canary")
 	b.relayBin = stacktest.BuildCommand(t, "outbox-relay")
