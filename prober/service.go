@@ -613,7 +613,7 @@ func (s *Service) sweep(ctx context.Context, sweepEvery, positionEvery time.Dura
 		if nextPosition.Before(at) {
 			at = nextPosition
 		}
-		if !sleepUntil(ctx, at) {
+		if !tick.Until(ctx, at) {
 			return
 		}
 		// From the time woken: a loop held up longer than a period
@@ -632,18 +632,6 @@ func (s *Service) sweep(ctx context.Context, sweepEvery, positionEvery time.Dura
 			}
 			nextSweep = tick.Next(woke, sweepEvery)
 		}
-	}
-}
-
-// sleepUntil waits until t, and reports false when ctx is done first.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
 	}
 }
 

@@ -41,12 +41,18 @@ func NewTimer(every time.Duration) *time.Timer {
 // Wait blocks until the next multiple of every (Next), and reports false
 // when ctx is done first.
 func Wait(ctx context.Context, every time.Duration) bool {
-	t := NewTimer(every)
-	defer t.Stop()
+	return Until(ctx, Next(time.Now(), every))
+}
+
+// Until blocks until t, an instant of the grid a caller computed with
+// Next, and reports false when ctx is done first.
+func Until(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-timer.C:
 		return true
 	}
 }
