@@ -257,13 +257,19 @@ type fakeReaders struct {
 	handled map[int]int64   // partition -> the latest Handled
 }
 
+// fetcherOf is a Fetcher whose fetches go through rt and whose other
+// requests (metadata, offsets) go to b, and the stop that ends its loops.
+func fetcherOf(rt kafka.RoundTripper, b *fakeBroker) (*Fetcher, context.CancelFunc) {
+	ctx, stop := context.WithCancel(context.Background())
+	addr := kafka.TCP("fake:9092")
+	return newFetcher(ctx, rt, addr, &kafka.Client{Addr: addr, Transport: b}), stop
+}
+
 func readFake(t *testing.T, b *fakeBroker, topic string, partitions int, handle func(Message)) *fakeReaders {
 	t.Helper()
-	fctx, stop := context.WithCancel(context.Background())
+	f, stop := fetcherOf(b, b)
 	ctx, cancel := context.WithCancel(context.Background())
-	addr := kafka.TCP("fake:9092")
-	r := &fakeReaders{f: newFetcher(fctx, b, addr, &kafka.Client{Addr: addr, Transport: b}),
-		got: map[int][]int64{}, handled: map[int]int64{}}
+	r := &fakeReaders{f: f, got: map[int][]int64{}, handled: map[int]int64{}}
 	for p := range partitions {
 		r.wg.Add(1)
 		go func() {
@@ -623,9 +629,7 @@ func TestFetcherMarksAReplacedReaderFromTheSession(t *testing.T) {
 	b := newFakeBroker(topic, 2)
 	tp := topicPartition{topic, 0}
 	b.produce(t, tp, 3, false)
-	fctx, stop := context.WithCancel(context.Background())
-	addr := kafka.TCP("fake:9092")
-	f := newFetcher(fctx, b, addr, &kafka.Client{Addr: addr, Transport: b})
+	f, stop := fetcherOf(b, b)
 	defer func() {
 		stop()
 		f.wait()
@@ -669,9 +673,7 @@ func TestFetcherFeedsTwoReadersOfOnePartition(t *testing.T) {
 	t.Parallel()
 	const topic = "canaries"
 	b := newFakeBroker(topic, 1)
-	fctx, stop := context.WithCancel(context.Background())
-	addr := kafka.TCP("fake:9092")
-	f := newFetcher(fctx, b, addr, &kafka.Client{Addr: addr, Transport: b})
+	f, stop := fetcherOf(b, b)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() {
@@ -717,9 +719,7 @@ func TestFetcherStampsAMessageWhenItsAnswerIsReadAndFencesItUntilHandedOver(t *t
 	at := func(d time.Duration) time.Time { return base.Add(d) }
 	now := func() time.Time { return at(time.Duration(clock.Load())) }
 
-	fctx, stop := context.WithCancel(context.Background())
-	addr := kafka.TCP("fake:9092")
-	f := newFetcher(fctx, b, addr, &kafka.Client{Addr: addr, Transport: b})
+	f, stop := fetcherOf(b, b)
 	r := f.NewReader()
 	got := make(chan Message, 2)
 	blocked, release := make(chan struct{}), make(chan struct{})
@@ -800,9 +800,7 @@ func TestFetcherFetchesABrokersPartitionsInSessionsOfItsOwn(t *testing.T) {
 	const topic = "canaries"
 	b := newFakeBroker(topic, 5)
 	h := holdingTransport{fakeBroker: b, hold: topicPartition{topic, 0}, held: make(chan struct{}, 1), release: make(chan struct{})}
-	fctx, stop := context.WithCancel(context.Background())
-	addr := kafka.TCP("fake:9092")
-	f := newFetcher(fctx, h, addr, &kafka.Client{Addr: addr, Transport: b})
+	f, stop := fetcherOf(h, b)
 	f.sessionPartitions = 2 // sessions {0, 1}, {2, 3}, {4}
 	r := f.NewReader()
 	got := make(chan Message, 5)
@@ -890,9 +888,7 @@ func TestAPartitionWithoutALeaderKeepsItsMarkFailing(t *testing.T) {
 	t.Parallel()
 	const topic = "canaries"
 	b := newFakeBroker(topic, 1)
-	fctx, stop := context.WithCancel(context.Background())
-	addr := kafka.TCP("fake:9092")
-	f := newFetcher(fctx, b, addr, &kafka.Client{Addr: addr, Transport: b})
+	f, stop := fetcherOf(b, b)
 	r := f.NewReader()
 	r.Add(ReadOptions{Topic: topic, Partition: 0, Handle: func(Message) {}})
 	handleUntilCleanup(t, f, r, stop, make(chan struct{}))
