@@ -1422,3 +1422,44 @@ func TestAKafkaOutagePagesOncePerClusterWithPromtool(t *testing.T) {
 		t.Errorf("scenario failed: %v", err)
 	}
 }
+
+// TestScenarioCopiesNameTheirRuleFilesGroupsInOrder: without
+// group_eval_order promtool draws the groups' order anew each run
+// (inGroupOrder), so every copy the harness runs must name them all, in
+// the files' order, and keep an order a scenario chose itself.
+func TestScenarioCopiesNameTheirRuleFilesGroupsInOrder(t *testing.T) {
+	t.Setenv("PROMTOOL_GROUP_ORDER", "") // the files' order, not the by-hand reverse
+	cfg, m := loadModel(t, testConfig)
+	rf, err := alerts.Generate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeRuleFile(t, dir, cfg, rf)
+	var want []string
+	for _, g := range rf.Groups {
+		want = append(want, g.Name)
+	}
+	order := func(data []byte) []string {
+		t.Helper()
+		var sc struct {
+			GroupEvalOrder []string `yaml:"group_eval_order"`
+		}
+		if err := yaml.Unmarshal(data, &sc); err != nil {
+			t.Fatal(err)
+		}
+		return sc.GroupEvalOrder
+	}
+	sc := filepath.Join(scenarioDir, "b-relay-stalls.yml")
+	data, err := os.ReadFile(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := order(inGroupOrder(t, dir, sc, data)); !slices.Equal(got, want) {
+		t.Errorf("group_eval_order of the copy:\n got %v\nwant %v", got, want)
+	}
+	chosen := append([]byte("group_eval_order: [a, b]\n"), data...)
+	if got := order(inGroupOrder(t, dir, sc, chosen)); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("a scenario's own group_eval_order became %v", got)
+	}
+}
