@@ -674,9 +674,14 @@ const kafkaOutageHealthy = StallIncidentHealthy
 // for the outage (OutboxCanaryDependencyDown), and what it sets off
 // downstream is its consequence, not a second incident. With several
 // replicas, only if none of them reached Kafka all through the span: an
-// outage of one replica's connection is its own, not the brokers'.
+// outage of one replica's connection is its own, not the brokers'. With
+// no pipeline named, for every pipeline.
 func UnlessKafkaOutage(scope slo.Scope, pipeline string, span time.Duration) string {
-	up := selector(slo.MetricDependencyUp, scoped(scope, slo.LabelPipeline, pipeline, slo.LabelDependency, slo.DependencyKafka)...)
+	match := []string{slo.LabelDependency, slo.DependencyKafka}
+	if pipeline != "" {
+		match = append([]string{slo.LabelPipeline, pipeline}, match...)
+	}
+	up := selector(slo.MetricDependencyUp, append(match, scope.Pairs()...)...)
 	on := "on (" + joinLabels(scope, slo.LabelPipeline) + ")"
 	lowest := "min_over_time(" + up + "[" + slo.PromDuration(span) + "])"
 	return "unless " + on + " (" + lowest + " == 0 unless " + on + " " + lowest + " > 0)"

@@ -131,6 +131,7 @@ func writeRuleFile(t *testing.T, dir string, cfg *config.Config, rf *alerts.Rule
 		}
 		paths = append(paths, p)
 	}
+	writeObjectives(t, dir, cfg)
 	return paths
 }
 
@@ -258,7 +259,7 @@ func copyScenarios(t *testing.T, rulesDir string, scenarios ...string) []string 
 			t.Fatal(err)
 		}
 		dst := filepath.Join(rulesDir, filepath.Base(sc))
-		if err := os.WriteFile(dst, inGroupOrder(t, rulesDir, sc, data), 0o644); err != nil {
+		if err := os.WriteFile(dst, inGroupOrder(t, rulesDir, sc, withObjectives(t, rulesDir, sc, data)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		paths = append(paths, dst)

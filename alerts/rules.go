@@ -98,9 +98,9 @@ func Anchor(alert string) string { return strings.ToLower(alert) }
 // Label names the rules set besides slo.Label*.
 const (
 	labelSeverity      = "severity"
-	labelSlothID       = "sloth_id"
-	labelSlothService  = "sloth_service"
-	labelSlothSLO      = "sloth_slo"
+	labelSlothID       = slo.LabelSlothID
+	labelSlothService  = slo.LabelSlothService
+	labelSlothSLO      = slo.LabelSlothSLO
 	labelSlothWindow   = "sloth_window"
 	labelSlothSeverity = "sloth_severity"
 	labelJob           = "job"
@@ -114,17 +114,19 @@ const (
 func Generate(m *slo.Model) (*RuleFile, error) {
 	g := generator{m: m}
 	var rf RuleFile
-	for _, p := range m.Pipelines {
-		for _, s := range p.SLOs {
-			// One group per SLO, unlike Sloth's three: rules of a group run
-			// in order, so the alerts read this evaluation's ratios rather
-			// than the previous one's, whatever order groups run in.
-			grp := Group{Name: "outbox-canary-slo-" + s.ID, Pipeline: p.Name}
-			grp.Rules = append(grp.Rules, g.sliRecordings(s)...)
-			grp.Rules = append(grp.Rules, g.metaRecordings(s)...)
-			grp.Rules = append(grp.Rules, g.burnAlerts(s, p.CanaryInterval, p.StallThreshold(m.Alerting.StallIntervals))...)
-			rf.Groups = append(rf.Groups, grp)
+	for _, c := range sloClasses(m) {
+		// One group per SLO window, unlike Sloth's three per SLO: rules of
+		// a group run in order, so the rules that read this evaluation's
+		// ratios read them rather than the previous one's.
+		grp := Group{Name: "outbox-canary-slo-" + slo.PromDuration(c.window)}
+		grp.Rules = append(grp.Rules, g.sliRecordings(c)...)
+		grp.Rules = append(grp.Rules, g.metaRecordings(c)...)
+		for _, b := range burnClasses(m, c) {
+			grp.Rules = append(grp.Rules, g.burnAlerts(b)...)
 		}
+		rf.Groups = append(rf.Groups, grp)
+	}
+	for _, p := range m.Pipelines {
 		grp := g.pipelineAlerts(p)
 		grp.Pipeline = p.Name
 		rf.Groups = append(rf.Groups, grp)
@@ -234,6 +236,9 @@ const (
 
 // selector renders a PromQL selector; matchers are name, value pairs.
 func selector(metric string, matchers ...string) string {
+	if len(matchers) == 0 {
+		return metric
+	}
 	var b strings.Builder
 	b.WriteString(metric)
 	b.WriteString("{")
@@ -245,6 +250,15 @@ func selector(metric string, matchers ...string) string {
 	}
 	b.WriteString("}")
 	return b.String()
+}
+
+// selectorOf renders a PromQL selector of matchers already written out
+// (segment!~"a|b").
+func selectorOf(metric string, matchers ...string) string {
+	if len(matchers) == 0 {
+		return metric
+	}
+	return metric + "{" + strings.Join(matchers, ", ") + "}"
 }
 
 // seconds prints a duration in seconds for PromQL, without noise.

@@ -46,6 +46,7 @@ func writeScopedRules(t *testing.T, dir string, scoped bool) {
 		}
 		keepPipelinesOf(t, rf, scopeScenarios(t))
 		paths := writeRuleFile(t, envDir, cfg, rf)
+		writeObjectives(t, dir, cfg)
 		data, err := os.ReadFile(paths[1])
 		if err != nil {
 			t.Fatal(err)

@@ -12,9 +12,11 @@ package dashboards
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -105,6 +107,15 @@ func healthyProber(m *slo.Model, burning string) []inputSeries {
 	for _, p := range m.Pipelines {
 		in = append(in, inputSeries{Series: fmt.Sprintf(`%s{%s, pipeline=%q}`, slo.MetricCanariesSent, target, p.Name), Values: "0+10x120"})
 		for _, s := range p.SLOs {
+			l, objective := s.ObjectiveSeries()
+			var pairs []string
+			for _, name := range slices.Sorted(maps.Keys(l)) {
+				pairs = append(pairs, fmt.Sprintf("%s=%q", name, l[name]))
+			}
+			in = append(in, inputSeries{
+				Series: fmt.Sprintf(`%s{%s, %s}`, slo.MetricSLOObjective, target, strings.Join(pairs, ", ")),
+				Values: strconv.FormatFloat(objective, 'g', -1, 64) + "x120",
+			})
 			bad := "0x120"
 			if s.ID == burning {
 				bad = "0+5x120"

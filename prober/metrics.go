@@ -86,7 +86,10 @@ type Metrics struct {
 	SLIEvents      *compactvec.CounterVec
 	ClockSkew      *compactvec.CounterVec
 	SegmentBudget  *compactvec.GaugeVec
-	StampsMissing  *compactvec.CounterVec // pipeline, stamp
+	// SLOObjective is one series per SLO, for the generated rules
+	// (ExportObjectives).
+	SLOObjective  *compactvec.GaugeVec
+	StampsMissing *compactvec.CounterVec // pipeline, stamp
 	// Verdicts that are not SLI events, and negative segments that are
 	// stamp order rather than skew.
 	CanariesUnjudged *compactvec.CounterVec // pipeline, segment, reason
@@ -141,6 +144,7 @@ var catalogue = []metricsdoc.Family{
 	{Name: slo.MetricCanariesUnjudged, Type: metricsdoc.Counter, Help: "Segments a canary entered that are not SLI events, by reason: prober_down, prober_lag (the prober's own downtime or backlog), unknown (its own dependency was down), invalid_stamp, missing_stamp, stamp_order, clock_skew, lost, brokers_unreachable (a relay's segment overlapped a time the prober could not reach the brokers). Not created at zero: a series appears when it first counts (no rule or dashboard takes its rate). The reasons that can apply: on end_to_end prober_down, prober_lag and lost; prober_lag only on the segment that ends at consume, prober_down on it and on those that end at or before publish (an outage the prober could not see while down), brokers_unreachable only on those that end at or before publish; none on insert_to_commit.", Labels: lpsr},
 	{Name: slo.MetricStampsInvalid, Type: metricsdoc.Counter, Help: "Stamps more than relay.max_clock_skew before the commit (before_commit) or after the consumption (after_consume), or headers that hold no time (unparseable, created for header stamps only): not observed, their segments not judged.", Labels: []string{slo.LabelPipeline, labelStamp, slo.LabelReason}},
 	{Name: slo.MetricSegmentBudget, Type: metricsdoc.Gauge, Help: "The configured latency budget of each budgeted segment.", Labels: lps},
+	{Name: slo.MetricSLOObjective, Type: metricsdoc.Gauge, Help: "One series per SLO, its value the objective as a ratio (0.999); its labels are what the generated rules give the SLO's recordings: Sloth's identity (sloth_id, sloth_service, sloth_slo), the segment's owner, the objective as Sloth's info prints it, the budget as the alerts print it, and what picks the rules that read it: the SLO window, the pipeline's canary interval and its stall threshold.", Labels: []string{slo.LabelPipeline, slo.LabelSegment, slo.LabelSlothID, slo.LabelSlothService, slo.LabelSlothSLO, slo.LabelOwner, slo.LabelSlothObjective, slo.LabelSLOWindow, slo.LabelSLOBudget, slo.LabelCanaryInterval, slo.LabelStallThreshold}},
 	{Name: slo.MetricStampsMissing, Type: metricsdoc.Counter, Help: "Canaries that arrived without a configured stamp (a relay header, the publish time); the segments next to it are not judged.", Labels: []string{slo.LabelPipeline, labelStamp}},
 
 	{Name: slo.MetricDBClockOffset, Type: metricsdoc.Gauge, Help: "Estimated database clock minus prober clock, from the lowest round-trip sample.", Labels: lp},
@@ -193,6 +197,7 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 		SLIEvents:            counterVec(slo.MetricSLIEvents),
 		ClockSkew:            counterVec(slo.MetricClockSkew),
 		SegmentBudget:        gaugeVec(slo.MetricSegmentBudget),
+		SLOObjective:         gaugeVec(slo.MetricSLOObjective),
 		StampsMissing:        counterVec(slo.MetricStampsMissing),
 		CanariesUnjudged:     counterVec(slo.MetricCanariesUnjudged),
 		StampOrder:           counterVec(slo.MetricStampOrder),
@@ -210,7 +215,7 @@ func NewMetrics(reg prometheus.Registerer, pipelines []config.Pipeline) (*Metric
 	collectors := []prometheus.Collector{
 		m.BuildInfo, m.CanariesSent, m.CanaryInsertFailures, m.CanariesReceived, m.CanariesLate, m.CanariesLost, m.OffsetResets,
 		m.CanariesDuplicate, m.CanariesOutOfOrder, m.MessagesSkipped, m.InFlight, m.LastSent,
-		m.LastReceived, m.LastSuccess, m.SLIEvents, m.ClockSkew, m.SegmentBudget, m.StampsMissing,
+		m.LastReceived, m.LastSuccess, m.SLIEvents, m.ClockSkew, m.SegmentBudget, m.SLOObjective, m.StampsMissing,
 		m.CanariesUnjudged, m.StampOrder, m.StampsInvalid, m.StateResets, m.StateWriteFailures, m.StateTornRecords,
 		m.DBClockOffset, m.DBClockOffsetError, m.DependencyUp, m.DependencyErrors,
 	}
@@ -318,6 +323,26 @@ func (m *Metrics) initPipeline(p *config.Pipeline) {
 	// alerts select it with its owner's other segments: no rule reads a
 	// selector that matches nothing.
 	m.ClockSkew.WithLabelValues(n, config.SegmentInsertToCommit)
+}
+
+// ExportObjectives sets the objective series of the SLOs of the given
+// pipelines of the model: the generated rules take each SLO's labels and
+// objective from them (slo.SLO.ObjectiveSeries).
+func (m *Metrics) ExportObjectives(model *slo.Model, pipelines []config.Pipeline) {
+	for _, p := range model.Pipelines {
+		if !slices.ContainsFunc(pipelines, func(c config.Pipeline) bool { return c.Name == p.Name }) {
+			continue
+		}
+		for _, s := range p.SLOs {
+			l, ratio := s.ObjectiveSeries()
+			f := family(slo.MetricSLOObjective)
+			values := make([]string, len(f.Labels))
+			for i, name := range f.Labels {
+				values[i] = l[name]
+			}
+			m.SLOObjective.WithLabelValues(values...).Set(ratio)
+		}
+	}
 }
 
 // ObserveLatency records a segment's duration in its histogram. Unknown

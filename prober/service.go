@@ -23,6 +23,7 @@ import (
 	"github.com/outbox-canary/outbox-canary/internal/outboxdb"
 	"github.com/outbox-canary/outbox-canary/internal/postgres"
 	"github.com/outbox-canary/outbox-canary/internal/tick"
+	"github.com/outbox-canary/outbox-canary/slo"
 )
 
 // Options configures a Service.
@@ -262,6 +263,11 @@ func New(o Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	model, err := slo.FromConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	metrics.ExportObjectives(model, pipelines)
 	if stateDir != "-" {
 		if err := os.MkdirAll(stateDir, 0o750); err != nil {
 			return nil, fmt.Errorf("state_dir: %w", err)

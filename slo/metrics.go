@@ -31,7 +31,11 @@ const (
 	MetricSLIEvents      = "outbox_canary_sli_events_total"        // labels segment, outcome=good|bad
 	MetricClockSkew      = "outbox_canary_clock_skew_suspected_total"
 	MetricSegmentBudget  = "outbox_canary_segment_budget_seconds" // gauge: the configured budget, for dashboards
-	MetricStampsMissing  = "outbox_canary_stamps_missing_total"   // label stamp: arrivals without a configured stamp (their segments are not judged)
+	// MetricSLOObjective is one series per SLO (ObjectiveSeries): the
+	// generated rules read each SLO's objective and labels from it, so
+	// that they are written once per SLO window, not once per SLO.
+	MetricSLOObjective  = "outbox_canary_slo_objective_ratio"
+	MetricStampsMissing = "outbox_canary_stamps_missing_total" // label stamp: arrivals without a configured stamp (their segments are not judged)
 
 	// The prober's own dependencies (its database pool and its canary
 	// readers), label dependency: database or kafka.
@@ -115,6 +119,15 @@ const (
 	// LabelGroup and LabelTopic name a watched business consumer group.
 	LabelGroup = "group"
 	LabelTopic = "topic"
+	// Sloth's labels of an SLO's series, and ours for its period.
+	LabelSlothID        = "sloth_id"
+	LabelSlothService   = "sloth_service"
+	LabelSlothSLO       = "sloth_slo"
+	LabelSlothObjective = "sloth_objective"
+	LabelSLOWindow      = "slo_window"
+	LabelSLOBudget      = "slo_budget"
+	LabelCanaryInterval = "canary_interval"
+	LabelStallThreshold = "stall_threshold"
 
 	OutcomeGood = "good"
 	OutcomeBad  = "bad"

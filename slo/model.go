@@ -3,6 +3,7 @@ package slo
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -120,6 +121,10 @@ type SLO struct {
 	Burn []BurnAlert
 	// Scope is the model's scope (alerting.selector).
 	Scope Scope
+	// CanaryInterval and StallThreshold are the pipeline's: a burn page
+	// counts its minimum of bad canaries in canary intervals and waits a
+	// stall threshold for the stall that would explain it.
+	CanaryInterval, StallThreshold time.Duration
 }
 
 // FromConfig builds the model of a validated configuration. The burn
@@ -179,6 +184,9 @@ func FromConfig(cfg *config.Config) (*Model, error) {
 				Owner:     owner,
 				Burn:      burn,
 				Scope:     m.Scope,
+
+				CanaryInterval: interval,
+				StallThreshold: mp.StallThreshold(cfg.Alerting.StallIntervals),
 			})
 		}
 		m.Pipelines = append(m.Pipelines, mp)
@@ -189,3 +197,28 @@ func FromConfig(cfg *config.Config) (*Model, error) {
 // canaryInterval is the longest gap between two consecutive firings of the
 // schedule: the pessimistic canary period.
 func canaryInterval(spec string) (time.Duration, error) { return config.ScheduleInterval(spec) }
+
+// ObjectiveSeries are the labels and value of the SLO's
+// MetricSLOObjective series, which the prober exports: the labels its
+// recordings carry (Sloth's identity, the pipeline, segment and owner),
+// its objective as Sloth's info labels it and its budget as alerts print
+// them, and what picks the rules that read it: its window, the
+// pipeline's canary interval and its stall threshold. The rules take the
+// labels and the objective from this series when they record, so a
+// change of owner or objective needs no new rules.
+func (s SLO) ObjectiveSeries() (labels map[string]string, ratio float64) {
+	ratio, _ = ObjectiveRatio(s.Objective).Float64()
+	return map[string]string{
+		LabelSlothID:        s.ID,
+		LabelSlothService:   s.Pipeline,
+		LabelSlothSLO:       s.Segment,
+		LabelPipeline:       s.Pipeline,
+		LabelSegment:        s.Segment,
+		LabelOwner:          s.Owner,
+		LabelSlothObjective: strconv.FormatFloat(s.Objective, 'f', -1, 64),
+		LabelSLOWindow:      PromDuration(s.Window),
+		LabelSLOBudget:      PromDuration(s.Budget),
+		LabelCanaryInterval: PromDuration(s.CanaryInterval),
+		LabelStallThreshold: PromDuration(s.StallThreshold),
+	}, ratio
+}
