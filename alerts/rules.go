@@ -32,6 +32,11 @@ type Group struct {
 	// groups of the whole prober. Not part of the rule file: it lets a
 	// PrometheusRule be split per pipeline (see PrometheusRules).
 	Pipeline string `yaml:"-" json:"-"`
+	// EveryPipeline marks the groups written once for every pipeline
+	// (the SLO windows' groups): they read and record the series of
+	// every pipeline the objective series name. Not part of the rule
+	// file either; such a group goes with the prober's own.
+	EveryPipeline bool `yaml:"-" json:"-"`
 }
 
 // Rule is a recording rule (Record set) or an alerting rule (Alert set).
@@ -118,7 +123,7 @@ func Generate(m *slo.Model) (*RuleFile, error) {
 		// One group per SLO window, unlike Sloth's three per SLO: rules of
 		// a group run in order, so the rules that read this evaluation's
 		// ratios read them rather than the previous one's.
-		grp := Group{Name: "outbox-canary-slo-" + slo.PromDuration(c.window)}
+		grp := Group{Name: "outbox-canary-slo-" + slo.PromDuration(c.window), EveryPipeline: true}
 		grp.Rules = append(grp.Rules, g.sliRecordings(c)...)
 		grp.Rules = append(grp.Rules, g.metaRecordings(c)...)
 		for _, b := range burnClasses(m, c) {

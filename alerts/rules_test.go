@@ -29,14 +29,14 @@ func TestGeneratedRules(t *testing.T) {
 		if noise := regexp.MustCompile(`\d\.\d{7,}`).FindString(text); noise != "" {
 			t.Errorf("float noise in the rules: %s", noise)
 		}
-		for _, want := range []string{"> (14.4 * (1 - 0.999))", "> (13.44 * (1 - 0.995))", "> ((14 / 15) * (1 - 0.995))"} {
+		for _, want := range []string{"group_left () (14.4 * (1 - max by", "group_left () (13.44 * (1 - max by", "group_left () ((14 / 15) * (1 - max by"} {
 			if !strings.Contains(text, want) {
 				t.Errorf("rules lack %q", want)
 			}
 		}
 	})
 	t.Run("the 28d pipeline records its period under Sloth's name for 28d", func(t *testing.T) {
-		if !strings.Contains(text, "record: slo:sli_error:ratio_rate4w") || !strings.Contains(text, "expr: vector(28)") {
+		if !strings.Contains(text, "record: slo:sli_error:ratio_rate4w") || !strings.Contains(text, `outbox_canary_slo_objective_ratio{slo_window="4w"})) + 28`) {
 			t.Error("no slo:sli_error:ratio_rate4w or slo:time_period:days of 28 for the 28d pipeline")
 		}
 	})
@@ -49,21 +49,46 @@ func TestGeneratedRules(t *testing.T) {
 			}
 		}
 	})
-	t.Run("burn alerts route by severity, pipeline, segment and owner", func(t *testing.T) {
+	// The burn alerts of every SLO are one rule per class: the pipeline,
+	// segment and owner they route by come from the SLO's objective
+	// series (through its recordings), and the rule sets only the
+	// severity, so nothing it sets can override them. The promtool
+	// scenarios prove the routing on series (c-broker-slow pages
+	// team-kafka for publish_to_consume).
+	t.Run("burn alerts route by severity, and by the pipeline, segment and owner of the SLO's series", func(t *testing.T) {
 		found := false
-		for _, g := range rf.Groups {
-			for _, r := range g.Rules {
-				if r.Alert != alerts.AlertErrorBudgetBurn || r.Labels["segment"] != "publish_to_consume" || r.Labels["pipeline"] != "payments" {
-					continue
-				}
-				found = true
-				if r.Labels["owner"] != "team-kafka" || (r.Labels["severity"] != "page" && r.Labels["severity"] != "ticket") {
-					t.Errorf("payments publish_to_consume burn alert labels: %v", r.Labels)
+		for _, p := range m.Pipelines {
+			for _, s := range p.SLOs {
+				if l, _ := s.ObjectiveSeries(); s.Pipeline == "payments" && s.Segment == "publish_to_consume" {
+					found = true
+					if l["pipeline"] != "payments" || l["segment"] != "publish_to_consume" || l["owner"] != "team-kafka" {
+						t.Errorf("payments publish_to_consume objective series labels: %v", l)
+					}
 				}
 			}
 		}
 		if !found {
-			t.Error("no burn alert for payments publish_to_consume")
+			t.Error("no SLO for payments publish_to_consume")
+		}
+		burns := 0
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				if r.Alert != alerts.AlertErrorBudgetBurn {
+					continue
+				}
+				burns++
+				if sev := r.Labels["severity"]; (sev != "page" && sev != "ticket") || r.Labels["sloth_severity"] != sev {
+					t.Errorf("%s: burn alert severity labels: %v", g.Name, r.Labels)
+				}
+				for _, l := range []string{"pipeline", "segment", "owner", "sloth_id"} {
+					if v, ok := r.Labels[l]; ok {
+						t.Errorf("%s: a burn alert sets %s=%q, which must come from the SLO's series", g.Name, l, v)
+					}
+				}
+			}
+		}
+		if burns == 0 {
+			t.Error("no burn alerts")
 		}
 	})
 	t.Run("polling pipelines get backlog alerts, CDC pipelines on PostgreSQL slot alerts and on MySQL binlog alerts, never the other way", func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -82,8 +83,8 @@ type ObjectMetadata struct {
 }
 
 // PrometheusRules splits rules into PrometheusRule resources: one per
-// pipeline, and the prober's own groups under PrometheusRuleName, in the
-// rules' order. A resource per pipeline keeps each one's
+// pipeline, in the rules' order, and then the prober's own groups and
+// those written once for every pipeline under PrometheusRuleName. A resource per pipeline keeps each one's
 // size bounded as pipelines are added (see KubectlApplyLimit), and keeps a
 // pipeline's name on its rules in `kubectl get prometheusrules`. A
 // pipeline with so many budgeted segments that its rules pass the limit
@@ -100,6 +101,10 @@ func PrometheusRules(rf *RuleFile, labels map[string]string) []PrometheusRule {
 			owners = append(owners, g.Pipeline)
 		}
 		byOwner[g.Pipeline] = append(byOwner[g.Pipeline], g)
+	}
+	// The prober's resource comes last, wherever its groups are.
+	if i := slices.Index(owners, ""); i >= 0 {
+		owners = append(slices.Delete(owners, i, i+1), "")
 	}
 	var out []PrometheusRule
 	for _, owner := range owners {
