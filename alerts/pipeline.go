@@ -831,11 +831,60 @@ func (g generator) proberAlerts() Group {
 			}),
 		}},
 	}
-	grp.Rules = append(grp.Rules, g.pipelinesUnmeasured())
+	grp.Rules = append(grp.Rules, g.pipelinesUnmeasured(), g.rulesOutdated())
 	if a.Replicas > 1 {
 		grp.Rules = append(grp.Rules, g.redundancyLost())
 	}
 	return grp
+}
+
+// rulesOutdatedFor rides out a rollout: probers with a new configuration
+// may start before the rules of that configuration are loaded.
+const rulesOutdatedFor = 15 * time.Minute
+
+// rulesOutdated tickets SLOs that the probers measure and no rule reads:
+// the SLO rules are written once per SLO window and burn class (canary
+// interval, stall threshold), and select their SLOs by those labels of
+// the objective series, so an SLO of a window or class the rules were
+// not generated for would have neither recordings nor burn alerts. One
+// alert per scope, valued at the number of such SLOs.
+func (g generator) rulesOutdated() Rule {
+	var known []string
+	for _, c := range sloClasses(g.m) {
+		for _, b := range burnClasses(g.m, c) {
+			known = append(known, b.objectives())
+		}
+	}
+	objectives := selector(slo.MetricSLOObjective, g.m.Scope.Pairs()...)
+	expr := "count" + g.m.Scope.ByClause() + " (" + objectives + ")"
+	if len(known) > 0 {
+		expr = lines(
+			"count "+g.m.Scope.ByClause()+" (",
+			"  "+objectives,
+			"  unless on ("+joinLabels(g.m.Scope, slo.LabelPipeline, slo.LabelSegment, slo.LabelSLOWindow, slo.LabelCanaryInterval, slo.LabelStallThreshold)+")",
+			"  (",
+			"    "+strings.Join(known, "\n    or "),
+			"  )",
+			")",
+		)
+	}
+	l := map[string]string{labelSeverity: g.severity(config.SeverityTicket)}
+	if g.m.Alerting.ProberOwner != "" {
+		l[slo.LabelOwner] = g.m.Alerting.ProberOwner
+	}
+	return Rule{
+		Alert:  AlertRulesOutdated,
+		Expr:   expr,
+		For:    slo.PromDuration(rulesOutdatedFor),
+		Labels: g.labels(l),
+		Annotations: g.annotate(annotations{
+			alert:   AlertRulesOutdated,
+			summary: "{{ $value }} SLO(s) measured by the prober have no rules: their budgets are not watched.",
+			description: fmt.Sprintf("For %s, the probers have exported {{ $value }} SLO(s) (%s) whose SLO window, canary interval or stall threshold the loaded rules were not generated for: they record no SLI and raise no burn alert. The probers run a newer configuration than the rules: generate the rules from the probers' configuration (outbox-canary rules) and load them.",
+				slo.PromDuration(rulesOutdatedFor), slo.MetricSLOObjective),
+			dashboard: slo.DashboardSLOOverview,
+		}),
+	}
 }
 
 // RecordUnmeasured is present while no prober of the job exports the

@@ -63,6 +63,7 @@ const (
 	AlertProberAbsent          = "OutboxCanaryProberAbsent"
 	AlertPipelinesUnmeasured   = "OutboxCanaryPipelinesUnmeasured"
 	AlertRedundancyLost        = "OutboxCanaryRedundancyLost"
+	AlertRulesOutdated         = "OutboxCanaryRulesOutdated"
 	AlertClockSkewSuspected    = "OutboxCanaryClockSkewSuspected"
 	AlertOldestUnpublished     = "OutboxOldestUnpublishedTooOld"
 	AlertBacklogGrowing        = "OutboxBacklogGrowing"
@@ -83,7 +84,7 @@ const (
 // docs/alerts.md.
 func AlertNames() []string {
 	return []string{
-		AlertStalled, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent, AlertPipelinesUnmeasured, AlertRedundancyLost,
+		AlertStalled, AlertErrorBudgetBurn, AlertInsertsFailing, AlertProberAbsent, AlertPipelinesUnmeasured, AlertRedundancyLost, AlertRulesOutdated,
 		AlertDependencyDown, AlertWatcherFailing,
 		AlertOldestUnpublished, AlertBacklogGrowing,
 		AlertConnectorTaskFailed, AlertSlotInactive, AlertSlotRetainedWALGrowth, AlertSlotWALAtRisk,

@@ -143,7 +143,7 @@ func TestBenchRuleEvaluation(t *testing.T) {
 
 	cfg := repeatedExamplePipelines(t, n)
 	res.Shape = "examples/outbox-canary.yml's four pipelines (orders: polling, 4 budgets and a read stamp; payments: polling, 3 budgets; shipments: Debezium on PostgreSQL with a slot and a connector; invoices: Debezium on MariaDB) repeated"
-	_, rf := generateRules(t, cfg)
+	m, rf := generateRules(t, cfg)
 	ruleData, err := alerts.Marshal(rf, alerts.FormatRules, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestBenchRuleEvaluation(t *testing.T) {
 	t.Logf("%d pipelines: %d groups, %d rules, %d bytes of rules", n, res.Groups, res.Rules, res.RuleBytes)
 
 	// The prober's series, served as the service serves them.
-	series := newRuleBenchSeries(t, cfg.Pipelines)
+	series := newRuleBenchSeries(t, cfg.Pipelines, m)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -306,13 +306,14 @@ type ruleBenchSeries struct {
 	tick      int
 }
 
-func newRuleBenchSeries(t *testing.T, pipelines []config.Pipeline) *ruleBenchSeries {
+func newRuleBenchSeries(t *testing.T, pipelines []config.Pipeline, model *slo.Model) *ruleBenchSeries {
 	t.Helper()
 	s := &ruleBenchSeries{reg: compactvec.NewRegistry(), pipelines: pipelines}
 	var err error
 	if s.m, err = prober.NewMetrics(s.reg, pipelines); err != nil {
 		t.Fatal(err)
 	}
+	s.m.ExportObjectives(model, pipelines)
 	if s.w, err = watch.NewMetrics(s.reg); err != nil {
 		t.Fatal(err)
 	}
