@@ -16,6 +16,7 @@ import (
 	promql "github.com/prometheus/prometheus/promql/parser"
 	"gopkg.in/yaml.v3"
 
+	"github.com/outbox-canary/outbox-canary/alerts"
 	"github.com/outbox-canary/outbox-canary/internal/config"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
@@ -217,4 +218,43 @@ func parseDuration(t *testing.T, scenario, s string) time.Duration {
 		t.Fatalf("%s: %v", scenario, err)
 	}
 	return time.Duration(d)
+}
+
+// burnRuleSelects says whether a burn alert rule raises the alert of an
+// SLO: every selector of its objective series matches the SLO's
+// (its window and burn class), and every selector of its error ratios
+// matches the SLO's segment. It holds one page and one ticket per SLO
+// across rules written once per class (TestOnePageAndOneTicketPerSLO).
+func burnRuleSelects(t *testing.T, r alerts.Rule, s slo.SLO) bool {
+	t.Helper()
+	objective, _ := s.ObjectiveSeries()
+	return burnRuleMatches(t, r, objective, s.Segment)
+}
+
+// burnRuleSelectsSegment says whether a burn alert rule's error ratios
+// match a segment, whatever the class.
+func burnRuleSelectsSegment(t *testing.T, r alerts.Rule, segment string) bool {
+	t.Helper()
+	return burnRuleMatches(t, r, nil, segment)
+}
+
+func burnRuleMatches(t *testing.T, r alerts.Rule, objective map[string]string, segment string) bool {
+	t.Helper()
+	for _, vs := range selectorsOf(t, r.Expr) {
+		var ls map[string]string
+		switch {
+		case vs.Name == slo.MetricSLOObjective:
+			ls = objective
+		case strings.HasPrefix(vs.Name, "slo:sli_error:ratio_rate"):
+			ls = map[string]string{slo.LabelSegment: segment}
+		default:
+			continue
+		}
+		for _, m := range vs.LabelMatchers {
+			if v, ok := ls[m.Name]; ok && !m.Matches(v) {
+				return false
+			}
+		}
+	}
+	return true
 }

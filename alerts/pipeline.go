@@ -873,10 +873,12 @@ func (g generator) rulesOutdated() Rule {
 		l[slo.LabelOwner] = g.m.Alerting.ProberOwner
 	}
 	return Rule{
-		Alert:  AlertRulesOutdated,
-		Expr:   expr,
-		For:    slo.PromDuration(rulesOutdatedFor),
-		Labels: g.labels(l),
+		Alert: AlertRulesOutdated,
+		Expr:  expr,
+		For:   slo.PromDuration(rulesOutdatedFor),
+		// Its series vanish with the prober.
+		KeepFiringFor: slo.PromDuration(g.keepFiringFor()),
+		Labels:        g.labels(l),
 		Annotations: g.annotate(annotations{
 			alert:   AlertRulesOutdated,
 			summary: "{{ $value }} SLO(s) measured by the prober have no rules: their budgets are not watched.",

@@ -376,6 +376,10 @@ func TestScenariosWithPromtool(t *testing.T) {
 // TestScenariosCatchWrongThresholds mutates the generated thresholds,
 // windows and rules and requires the scenarios to fail: they would not
 // notice a broken generator otherwise.
+// seenRecords matches the names of the burn alerts' counts of bad
+// canaries (alerts.RecordBadEventsSeen), less their window.
+var seenRecords = regexp.QuoteMeta(strings.TrimSuffix(alerts.RecordBadEventsSeen(time.Minute), "1m"))
+
 func TestScenariosCatchWrongThresholds(t *testing.T) {
 	t.Parallel()
 	bin := promtool(t)
@@ -475,7 +479,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertErrorBudgetBurn {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*\(min\(.*\n`).ReplaceAllString(r.Expr, "")
+				r.Expr = regexp.MustCompile(`(?m)^\s*and on \([^)]*\)\n\s*`+seenRecords+`.*\n`).ReplaceAllString(r.Expr, "")
 				return true
 			}),
 			mustFail: []string{
@@ -489,7 +493,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertErrorBudgetBurn {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`(?m)^(\s*\(min\(.*\) > .*)$`).ReplaceAllString(r.Expr, "$1 / 10")
+				r.Expr = regexp.MustCompile(`(?m)^(\s*`+seenRecords+`.* > .*)$`).ReplaceAllString(r.Expr, "$1 / 10")
 				return true
 			}),
 			mustFail: []string{
@@ -502,7 +506,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertErrorBudgetBurn {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*\(min\(.*\[(5m|30m)\]\).* > .*\n`).ReplaceAllString(r.Expr, "")
+				r.Expr = regexp.MustCompile(`(?m)^\s*and on \([^)]*\)\n\s*`+seenRecords+`(5m|30m) > .*\n`).ReplaceAllString(r.Expr, "")
 				return true
 			}),
 			mustFail: []string{
@@ -519,7 +523,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 					return false
 				}
 				r.For = ""
-				r.Expr = regexp.MustCompile(`(?m)^\s*and on \(\)\n\s*\(min\(.*\[(5m|30m)\]\).* > .*\n`).ReplaceAllString(r.Expr, "")
+				r.Expr = regexp.MustCompile(`(?m)^\s*and on \([^)]*\)\n\s*`+seenRecords+`(5m|30m) > .*\n`).ReplaceAllString(r.Expr, "")
 				return true
 			}),
 			mustFail: []string{
@@ -1032,9 +1036,13 @@ func TestOneBadCanaryCountsAsOne(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, m := loadModel(t, testConfig)
-			for i := range m.Pipelines {
-				m.Pipelines[i].CanaryInterval = 40 * time.Second
+			cfg, _ := loadModel(t, testConfig)
+			for i := range cfg.Pipelines {
+				cfg.Pipelines[i].Canary.Schedule = "@every 40s"
+			}
+			m, err := slo.FromConfig(cfg)
+			if err != nil {
+				t.Fatal(err)
 			}
 			rf, err := alerts.Generate(m)
 			if err != nil {
@@ -1150,10 +1158,12 @@ func TestRedundantProberScenariosCatchPerReplicaRules(t *testing.T) {
 		{
 			name: "Burn counts summed over replicas page for one replica's stuck consumer.",
 			rules: rewriteRules(func(r *alerts.Rule) bool {
-				if r.Alert != alerts.AlertErrorBudgetBurn {
+				if !strings.HasPrefix(r.Record, strings.TrimSuffix(alerts.RecordBadEventsSeen(time.Minute), "1m")) {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`\(min\((.*?) unless ignoring \([^)]*\) \([^)]*\)\) or min\([^\n]*\)\)\) > `).ReplaceAllString(r.Expr, "sum($1) > ")
+				by := regexp.MustCompile(`min by \(([^)]*)\)`).FindStringSubmatch(r.Expr)[1]
+				seen := regexp.MustCompile(`\S*outbox_canary_sli_events_total[^\n]* - min_over_time\([^\n]*\]\)`).FindString(r.Expr)
+				r.Expr = "sum by (" + by + ") (" + seen + ")" + r.Expr[strings.Index(r.Expr, "\nand on"):]
 				return true
 			}),
 			fails: "alertname: OutboxCanaryErrorBudgetBurn, time: 1h5m",

@@ -216,8 +216,15 @@ func TestOnePageAndOneTicketPerSLO(t *testing.T) {
 						t.Errorf("%s: alert %s carries the per-window label %s", path, r.Alert, l)
 					}
 				}
-				if r.Alert == alerts.AlertErrorBudgetBurn {
-					count[r.Labels["sloth_id"]+" "+r.Labels["severity"]]++
+				if r.Alert != alerts.AlertErrorBudgetBurn {
+					continue
+				}
+				for _, p := range m.Pipelines {
+					for _, s := range p.SLOs {
+						if burnRuleSelects(t, r, s) {
+							count[s.ID+" "+r.Labels["severity"]]++
+						}
+					}
 				}
 			}
 		}
@@ -305,7 +312,10 @@ func TestAlertsOutliveTheirEvidence(t *testing.T) {
 			if time.Duration(keep) <= deadMan {
 				t.Errorf("%s %v: keep_firing_for %s, not past the dead man's %s", r.Alert, r.Labels, r.KeepFiringFor, deadMan)
 			}
-			source := r.Alert == alerts.AlertStalled || (r.Alert == alerts.AlertErrorBudgetBurn && r.Labels["severity"] == "page" && r.Labels["segment"] != "end_to_end")
+			// A burn page inhibits when its SLOs' segment is one a canary
+			// crosses (the rule selects commit_to_publish, not end_to_end).
+			source := r.Alert == alerts.AlertStalled || (r.Alert == alerts.AlertErrorBudgetBurn && r.Labels["severity"] == "page" &&
+				burnRuleSelectsSegment(t, r, "commit_to_publish") && !burnRuleSelectsSegment(t, r, "end_to_end"))
 			if want := 7 * time.Minute; !source && time.Duration(keep) != want {
 				t.Errorf("%s %v: keep_firing_for %s, want %s", r.Alert, r.Labels, r.KeepFiringFor, want)
 			}
