@@ -626,12 +626,35 @@ func writeRules(t *testing.T, cfg *config.Config, path string) generated {
 					t.Fatalf("two %s rules for pipeline %s and segment %s", alerts.AlertStalled, pipelineName, seg)
 				}
 				g.stall[seg], g.stallExpr[seg], g.keepFiringFor = l, r.Expr, r.KeepFiringFor
-			case r.Alert == alerts.AlertErrorBudgetBurn && r.Labels["severity"] == config.SeverityPage:
-				if g.burnPage[seg] != nil {
-					t.Fatalf("two %s page rules for pipeline %s and segment %s", alerts.AlertErrorBudgetBurn, pipelineName, seg)
-				}
-				g.burnPage[seg] = l
 			}
+		}
+	}
+	// The burn pages are rules of every pipeline of a class: their
+	// labels are the SLO's, from its objective series (its
+	// recordings'), and the rule's severity.
+	pages := 0
+	for _, grp := range rf.Groups {
+		for _, r := range grp.Rules {
+			if r.Alert == alerts.AlertErrorBudgetBurn && r.Labels["severity"] == config.SeverityPage {
+				pages++
+			}
+		}
+	}
+	for _, p := range m.Pipelines {
+		for _, s := range p.SLOs {
+			if p.Name != pipelineName || pages == 0 {
+				continue
+			}
+			l, _ := s.ObjectiveSeries()
+			page := maps.Clone(cfg.Alerting.Labels)
+			if page == nil {
+				page = map[string]string{}
+			}
+			for _, name := range []string{"sloth_id", "sloth_service", "sloth_slo", slo.LabelPipeline, slo.LabelSegment, slo.LabelOwner} {
+				page[name] = l[name]
+			}
+			page["severity"], page["sloth_severity"], page["alertname"] = config.SeverityPage, config.SeverityPage, alerts.AlertErrorBudgetBurn
+			g.burnPage[s.Segment] = page
 		}
 	}
 	for _, seg := range []string{g.relaySegment, config.SegmentEndToEnd} {
