@@ -1,6 +1,8 @@
 // Package alerts turns the SLO model into Prometheus rules: Sloth-compatible
 // recording rules per pipeline and segment, one multiwindow multi-burn-rate
-// page and ticket per SLO, and the alerts beyond the SLOs (stall, dead man,
+// page and ticket per SLO (both written once per SLO window, reading each
+// SLO from the series the prober exports for it), and the alerts beyond
+// the SLOs (stall, dead man,
 // blind watchers and dependencies, backlog, replication slot, connector,
 // consumer lag, long transactions, clock skew, forged canaries); and into
 // the Alertmanager routes and inhibit rules that turn them into one page
@@ -114,9 +116,9 @@ const (
 	labelConnector     = "connector"
 )
 
-// Generate builds the rules of a model: per SLO the Sloth-compatible
-// recordings and burn-rate alerts, per pipeline the watcher alerts, and the
-// prober's dead man.
+// Generate builds the rules of a model: per SLO window the Sloth-compatible
+// recordings and burn-rate alerts of its SLOs, per pipeline the stall and
+// watcher alerts, and the prober's dead man.
 func Generate(m *slo.Model) (*RuleFile, error) {
 	g := generator{m: m}
 	var rf RuleFile
