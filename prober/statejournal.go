@@ -295,8 +295,9 @@ func (sj *stateJournal) write(gen string, payload []byte, pin *uint64) (journalP
 	n, err := sj.jl.write(gen, payload)
 	sj.stats.bytes += int64(n)
 	if err != nil {
+		name := sj.jl.f.Name()
 		sj.failLocked()
-		return journalPos{}, n, fmt.Errorf("append to state journal %s: %w", sj.jl.f.Name(), err)
+		return journalPos{}, n, fmt.Errorf("append to state journal %s: %w", name, err)
 	}
 	if *pin == 0 {
 		*pin = sj.seq
