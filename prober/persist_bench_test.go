@@ -579,3 +579,164 @@ func BenchmarkSnapshotEncoding(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkProcessCommit measures what the trackers of a whole process
+// write per canary at make bench-service's scale scenario (300 pipelines
+// @every 10s, phases spread over the interval, lost_after 5m, the arrival
+// 50ms after the commit, a sweep of every pipeline every 250ms), with
+// their lines
+//
+//   - per-pipeline: in a journal of each pipeline's own, each batch
+//     fsynced as its tracker is swept (the layout of version 3);
+//   - process: in the process's journal, the batches of a sweep fsynced
+//     once (SweepGroup), as the service writes them.
+//
+// Per canary: cpu-ns (user and system time), fsyncs, disk-B (/proc/self/io
+// write_bytes), in steady state (2 x lost_after of canaries remembered).
+//
+//	go test ./prober/ -run '^$' -bench ProcessCommit -benchtime 3000x
+func BenchmarkProcessCommit(b *testing.B) {
+	for _, shared := range []bool{false, true} {
+		name := "scale/pipelines=300/per-pipeline"
+		if shared {
+			name = "scale/pipelines=300/process"
+		}
+		b.Run(name, func(b *testing.B) { benchProcessCommit(b, 300, 10*time.Second, 5*time.Minute, shared) })
+	}
+}
+
+func benchProcessCommit(b *testing.B, pipelines int, interval, lostAfter time.Duration, shared bool) {
+	ps := make([]config.Pipeline, pipelines)
+	for i := range ps {
+		ps[i] = plainPipeline()
+		ps[i].Name = fmt.Sprintf("p%03d", i)
+		ps[i].Canary.LostAfter = config.Duration(lostAfter)
+	}
+	m, err := NewMetrics(prometheus.NewRegistry(), ps)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := t0
+	clock := func() time.Time { return now }
+	trackers := make([]*Tracker, pipelines)
+	for i := range ps {
+		if trackers[i], err = NewTracker(TrackerOptions{Pipeline: &ps[i], Instance: "bench", Metrics: m, Now: clock}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	type arrival struct {
+		i int
+		a Arrival
+	}
+	var (
+		arrivals []arrival
+		offsets  = make([]int64, pipelines)
+		k        uint64
+		sweepAt  = t0.Add(benchSweep)
+		grouped  bool
+	)
+	sweep := func() {
+		var g SweepGroup
+		for _, tr := range trackers {
+			if grouped {
+				g.Sweep(tr)
+			} else {
+				tr.Sweep()
+			}
+		}
+		g.Commit()
+	}
+	// canary k is pipeline k%pipelines's, committed at k x its share of
+	// the interval; everything due before it runs first.
+	canary := func() {
+		at := t0.Add(time.Duration(k) * interval / time.Duration(pipelines))
+		for {
+			next, isArrival := sweepAt, false
+			if len(arrivals) > 0 && !arrivals[0].a.Consumed.After(next) {
+				next, isArrival = arrivals[0].a.Consumed, true
+			}
+			if next.After(at) {
+				break
+			}
+			now = next
+			if isArrival {
+				a := arrivals[0]
+				arrivals = arrivals[1:]
+				token, _ := trackers[a.i].BeginArrival(time.Time{})
+				trackers[a.i].Arrived(token, a.a)
+			} else {
+				sweep()
+				sweepAt = sweepAt.Add(benchSweep)
+			}
+		}
+		now = at
+		i := int(k % uint64(pipelines))
+		seq := k/uint64(pipelines) + 1
+		id := fmt.Sprintf("019ad2c4-%04x-7%03x-8%03x-%012x", k>>24&0xffff, k>>12&0xfff, k&0xfff, k*2654435761&0xffffffffffff)
+		c := Canary{ID: id, Seq: seq, Pipeline: ps[i].Name, Key: "canary-key", RowID: strconv.FormatUint(1_000_000+k, 10),
+			InsertStarted: at.Add(-2_345_678 * time.Nanosecond), CommitSent: at.Add(-1_234_567 * time.Nanosecond), Committed: at}
+		if err := trackers[i].Sent(c); err != nil {
+			b.Fatal(err)
+		}
+		arrivals = append(arrivals, arrival{i, Arrival{CanaryID: id, Key: c.Key, Seq: seq, Offset: offsets[i],
+			Consumed: at.Add(benchLatency + 271_828*time.Nanosecond), Stamps: map[string]time.Time{config.StampPublish: at.Add(benchLatency / 2)}}})
+		offsets[i]++
+		k++
+	}
+	// Steady state first, in memory: 2 x lost_after of canaries.
+	for range int(2*lostAfter/interval)*pipelines + pipelines {
+		canary()
+	}
+	dir := b.TempDir()
+	journals := map[*stateJournal]bool{}
+	var sj *stateJournal
+	if shared {
+		if sj, err = openStateJournal(filepath.Join(dir, JournalName), slog.New(slog.DiscardHandler)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, tr := range trackers {
+		tr.path = filepath.Join(dir, tr.p.Name+".json")
+		tr.store.path = tr.path
+		tr.store.journal = sj
+		if !shared {
+			if tr.store.journal, err = openStateJournal(tr.path+journalSuffix, slog.New(slog.DiscardHandler)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		journals[tr.store.journal] = true
+	}
+	for j := range journals {
+		j.loaded()
+	}
+	for _, tr := range trackers {
+		tr.mu.Lock()
+		if err := tr.commitModeAndUnlock(nil, commitSnapshot); err != nil { // the first write: a snapshot
+			b.Fatal(err)
+		}
+	}
+	grouped = shared
+	syncs := func() (n int64) {
+		for j := range journals {
+			n += j.syncCount()
+		}
+		for _, tr := range trackers {
+			n += tr.store.stats.syncs
+		}
+		return n
+	}
+	syncs0 := syncs()
+	_, disk := procIO(b)
+	cpu := cpuTime(b)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		canary()
+		n++
+	}
+	_, disk2 := procIO(b)
+	per := func(v int64) float64 { return float64(v) / float64(n) }
+	b.ReportMetric(per(int64(cpuTime(b)-cpu)), "cpu-ns/canary")
+	b.ReportMetric(per(syncs()-syncs0), "fsyncs/canary")
+	b.ReportMetric(per(disk2-disk), "disk-B/canary")
+}
