@@ -461,8 +461,10 @@ func benchCommit(b *testing.B, lostAfter, interval time.Duration, memory bool, d
 		}
 	}
 	st := tr.store.stats
-	st.syncs += tr.store.journal.syncCount()
-	st.pages += tr.store.journal.stats.pages
+	if sj := tr.store.journal; sj != nil {
+		st.syncs += sj.syncCount()
+		st.pages += sj.stats.pages
+	}
 	_, disk := procIO(b)
 	cpu := cpuTime(b)
 	b.ReportAllocs()
@@ -473,8 +475,10 @@ func benchCommit(b *testing.B, lostAfter, interval time.Duration, memory bool, d
 	}
 	_, disk2 := procIO(b)
 	st2 := tr.store.stats
-	st2.syncs += tr.store.journal.syncCount()
-	st2.pages += tr.store.journal.stats.pages
+	if sj := tr.store.journal; sj != nil {
+		st2.syncs += sj.syncCount()
+		st2.pages += sj.stats.pages
+	}
 	per := func(v int64) float64 { return float64(v) / float64(n) }
 	b.ReportMetric(per(int64(cpuTime(b)-cpu)), "cpu-ns/canary")
 	b.ReportMetric(per(st2.syncs-st.syncs), "fsyncs/canary")

@@ -328,12 +328,15 @@ func (sj *stateJournal) startSegmentLocked() error {
 // durable first.
 func (sj *stateJournal) rotateLocked() error {
 	old := sj.jl
-	if err := old.f.Sync(); err != nil {
-		sj.failLocked()
-		return fmt.Errorf("fsync state journal %s: %w", old.f.Name(), err)
+	if from := sj.syncedOff(); from < old.size { // else the last syncTo left nothing to sync
+		if err := old.f.Sync(); err != nil {
+			name := old.f.Name()
+			sj.failLocked()
+			return fmt.Errorf("fsync state journal %s: %w", name, err)
+		}
+		sj.stats.syncs++
+		sj.stats.pages += int64(pagesSpanned(from, int(old.size-from)))
 	}
-	sj.stats.syncs++
-	sj.stats.pages += int64(pagesSpanned(sj.syncedOff(), int(old.size-sj.syncedOff())))
 	if !sj.dirSynced {
 		if err := syncDir(filepath.Dir(sj.prefix)); err != nil {
 			sj.failLocked()
