@@ -296,3 +296,36 @@ func TestJournalSegmentsAreDeletedOnceNoPipelineNeedsThemEvenOneThatWritesRarely
 		t.Error(err)
 	}
 }
+
+// Sends on every pipeline at once while the sweeps write and fsync their
+// batches as a group: run with -race; after a restart every pipeline has
+// the state it had.
+func TestPipelinesWritingAtOnceWhileTheSweepsCommitKeepEveryLine(t *testing.T) {
+	p := newProcess(t, 4)
+	p.minRotate = 8 << 10 // rotations while they write
+	p.restart()
+	p.ready()
+	var wg sync.WaitGroup
+	for i := range p.trackers {
+		wg.Go(func() {
+			for k := range 100 {
+				p.send(i, fmt.Sprintf("c%d", k), uint64(k+2))
+			}
+		})
+	}
+	for k := range 100 {
+		p.sweep(time.Duration(k) * 100 * time.Millisecond)
+	}
+	wg.Wait()
+	p.sweep(time.Minute) // the last batches
+	want := p.states()
+	p.restart()
+	if got := p.states(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("states after the restart:\n got %.300s\nwant %.300s", got, want)
+	}
+	for i, tr := range p.trackers {
+		if n := tr.InFlight(); n != 101 {
+			t.Errorf("pipeline %d: %d canaries in flight, want every one sent", i, n)
+		}
+	}
+}
