@@ -36,7 +36,10 @@ import (
 // (write(2)): alone, at once, not judged, and fsynced with the next batch,
 // where the canary is written again as judged; Sent's effects
 // (canaries_sent, last_sent, insert_to_commit) wait for that batch too. So
-// a pipeline fsyncs at most once per CommitDelay, whatever it sends.
+// a pipeline's batches are fsynced at most once per CommitDelay, whatever
+// it sends; the service's sweep writes the due batches of every pipeline
+// to the process's journal and fsyncs them once (SweepGroup) before
+// applying their effects.
 //
 // After kill -9 at any instant a canary is neither lost nor counted twice:
 // what was written survives the process. A message processed before the
