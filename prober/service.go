@@ -277,6 +277,7 @@ func New(o Options) (*Service, error) {
 		if journal, err = openStateJournal(filepath.Join(stateDir, JournalName), o.Logger); err != nil {
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
+		journal.keepUnloaded = true
 	}
 	s := &Service{opts: o, instance: instance, metrics: metrics, signer: signer, now: o.Now, log: o.Logger, started: o.Now(),
 		conns: o.Connections, published: map[outboxdb.DB]*publishedDatabase{}}

@@ -202,6 +202,7 @@ func (s *stateStore) load(now time.Time) (*judge.State, []judge.Sent) {
 	if s.path == "" {
 		return nil, nil
 	}
+	s.journal.claim(s.path)
 	data, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, err := os.Stat(s.journalPath()); err == nil {

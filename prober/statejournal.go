@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -109,7 +110,14 @@ type stateJournal struct {
 	index   map[string][]lineRef // by generation, from open until loaded
 	torn    []tornLine
 	readers map[uint64]*os.File
-	stats   journalStats
+	// claimed holds the snapshots of the pipelines loaded, by path;
+	// keepUnloaded, set for the journal of a state directory, has loaded
+	// keep the lines of the other snapshots there (see keepUnloadedLocked).
+	claimed      map[string]bool
+	keepUnloaded bool
+	// kept are the segments holding lines of snapshots no pipeline loaded.
+	kept  map[uint64]bool
+	stats journalStats
 }
 
 // segmentName is the file of segment seq.
@@ -122,7 +130,7 @@ func (sj *stateJournal) segmentName(seq uint64) string {
 // is.
 func openStateJournal(prefix string, log *slog.Logger) (*stateJournal, error) {
 	sj := &stateJournal{prefix: prefix, log: log, pins: map[uint64]int{}, loading: true,
-		index: map[string][]lineRef{}, readers: map[uint64]*os.File{}}
+		index: map[string][]lineRef{}, readers: map[uint64]*os.File{}, claimed: map[string]bool{}}
 	names, err := filepath.Glob(globEscape(prefix) + ".*")
 	if err != nil {
 		return nil, fmt.Errorf("list state journal segments: %w", err)
@@ -216,6 +224,16 @@ func checkJournalLine(data []byte) (n int, gen string, err error) {
 	return i + 1, gen, nil
 }
 
+// claim records that the pipeline whose snapshot is path is loaded.
+// Called while loading.
+func (sj *stateJournal) claim(path string) {
+	sj.mu.Lock()
+	defer sj.mu.Unlock()
+	if sj.claimed != nil {
+		sj.claimed[path] = true
+	}
+}
+
 // replay hands the lines of generation gen to each, in order, and pins
 // the segment of the first; it reports a damaged line that names gen (the
 // first load that asks for it). Called while loading.
@@ -272,8 +290,48 @@ func (sj *stateJournal) loaded() {
 	for _, f := range sj.readers {
 		_ = f.Close()
 	}
-	sj.loading, sj.index, sj.torn, sj.readers = false, nil, nil, nil
+	if sj.keepUnloaded && len(sj.index) > 0 {
+		sj.keepUnloadedLocked()
+	}
+	sj.loading, sj.index, sj.torn, sj.readers, sj.claimed = false, nil, nil, nil, nil
 	sj.deleteUnpinnedLocked()
+}
+
+// keepUnloadedLocked pins, for as long as the process runs, the segments
+// holding lines of a snapshot in the directory that no pipeline loaded (a
+// pipeline left out of the configuration for a while, or sharded to
+// another process since): deleted, they would take its state back to the
+// snapshot when it returns, and what they recorded would be counted again.
+func (sj *stateJournal) keepUnloadedLocked() {
+	names, err := filepath.Glob(filepath.Join(globEscape(filepath.Dir(sj.prefix)), "*.json"))
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		if sj.claimed[name] {
+			continue
+		}
+		data, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		var f struct {
+			Version    int    `json:"version"`
+			Generation string `json:"generation"`
+		}
+		if json.Unmarshal(data, &f) != nil || f.Version != stateVersion {
+			continue
+		}
+		for _, ref := range sj.index[f.Generation] {
+			if sj.kept == nil {
+				sj.kept = map[uint64]bool{}
+			}
+			if !sj.kept[ref.seq] {
+				sj.kept[ref.seq] = true
+				sj.log.Info("a journal segment holding lines of a pipeline not loaded is kept for when it is", "file", name, "segment", sj.segmentName(ref.seq))
+			}
+		}
+	}
 }
 
 // write appends one line, starting a segment if none is open, and returns
@@ -468,7 +526,8 @@ func (sj *stateJournal) snapshotWritten(pin *uint64, oldSize, newSize int64) {
 }
 
 // deleteUnpinnedLocked deletes the segments older than any pinned one and
-// than the one written.
+// than the one written (a pipeline's lines run from its pinned segment to
+// the last), but those kept for pipelines not loaded.
 func (sj *stateJournal) deleteUnpinnedLocked() {
 	if sj.loading {
 		return
@@ -480,14 +539,17 @@ func (sj *stateJournal) deleteUnpinnedLocked() {
 	for seq := range sj.pins {
 		oldest = min(oldest, seq)
 	}
-	for len(sj.segs) > 0 && sj.segs[0] < oldest {
-		name := sj.segmentName(sj.segs[0])
+	sj.segs = slices.DeleteFunc(sj.segs, func(seq uint64) bool {
+		if seq >= oldest || sj.kept[seq] {
+			return false
+		}
+		name := sj.segmentName(seq)
 		if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			sj.log.Warn("a state journal segment no pipeline needs could not be deleted", "file", name, "err", err)
-			return
+			return false
 		}
-		sj.segs = sj.segs[1:]
-	}
+		return true
+	})
 }
 
 // compactDue reports whether a pipeline whose first line since its

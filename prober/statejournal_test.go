@@ -73,6 +73,7 @@ func (p *process) restart() {
 		p.t.Fatal(err)
 	}
 	sj.minRotate = p.minRotate
+	sj.keepUnloaded = true // as the service's
 	p.trackers = p.trackers[:0]
 	for i := range p.ps {
 		tr, err := NewTracker(TrackerOptions{Pipeline: &p.ps[i], Instance: "test-1", Metrics: m, Now: p.clock, Logger: p.logs.Logger(),
@@ -327,5 +328,45 @@ func TestPipelinesWritingAtOnceWhileTheSweepsCommitKeepEveryLine(t *testing.T) {
 		if n := tr.InFlight(); n != 101 {
 			t.Errorf("pipeline %d: %d canaries in flight, want every one sent", i, n)
 		}
+	}
+}
+
+// A pipeline left out of the configuration for a while keeps its lines:
+// the journal's segments go on and are deleted around it, and when it
+// returns it has the state it had, not its snapshot's.
+func TestAPipelineLeftOutForAWhileComesBackWithItsState(t *testing.T) {
+	p := newProcess(t, 2)
+	p.minRotate = 8 << 10
+	p.restart()
+	p.ready()
+	p.at(100 * time.Millisecond)
+	c := p.send(1, "a", 2)
+	p.at(300 * time.Millisecond)
+	p.arrive(1, c)
+	p.sweep(2 * time.Second) // pipeline 1's lines since its snapshot: a, sent and arrived
+	want := stateOf(t, p.trackers[1])
+
+	all := p.ps
+	p.ps = all[:1] // pipeline 1 left out
+	p.restart()
+	p.ready()
+	for k := range 300 {
+		base := 3*time.Second + time.Duration(k)*time.Second
+		p.at(base)
+		c := p.send(0, fmt.Sprint("c", k), uint64(k+2))
+		p.at(base + 300*time.Millisecond)
+		p.arrive(0, c)
+		p.sweep(base + 900*time.Millisecond)
+	}
+	if p.journal.seq < 4 {
+		t.Fatalf("%d segments written while pipeline 1 was away, the test needs several", p.journal.seq)
+	}
+	if names, _ := filepath.Glob(filepath.Join(p.dir, JournalName+".*")); len(names) > 4 {
+		t.Errorf("%d segments on disk, want the one kept for pipeline 1 and at most three more: %v", len(names), names)
+	}
+	p.ps = all
+	p.restart()
+	if got := stateOf(t, p.trackers[1]); got != want {
+		t.Errorf("pipeline 1's state when it returns:\n got %.300s\nwant %.300s", got, want)
 	}
 }
