@@ -23,13 +23,14 @@ import (
 // whose CRC does not match was torn by a crash while it was written.
 // Empty lines are padding to the end of a page that would not hold
 // another batch, so that the next batch starts a page and its fsync
-// writes one page, not two. Text, so that `grep . orders.json.journal | cut -d' ' -f3- | jq`
-// shows it.
+// writes one page, not two. Text, so that `grep -h <generation> prober.journal.* | cut -d' ' -f3- | jq`
+// shows a pipeline's lines (its snapshot names its generation).
 //
 // Lines are written with write(2) as soon as they are made, and fsynced
-// in batches (commit): a line is in the kernel's page cache once written,
-// so it survives the process being killed (kill -9, OOM), and on disk once
-// the fsync of its batch returned, so it survives the machine crashing.
+// in batches, the lines of every pipeline together (statejournal.go): a
+// line is in the kernel's page cache once written, so it survives the
+// process being killed (kill -9, OOM), and on disk once the fsync of its
+// batch returned, so it survives the machine crashing.
 
 // journalRecord is one write: the canaries changed since the previous
 // write, those forgotten, the canaries committed and not yet judged, and
@@ -125,34 +126,21 @@ const pageSize = 4096
 // does not match.
 var errTornRecord = errors.New("torn journal record")
 
-// journal appends lines to one pipeline's journal file.
+// journal appends lines to one file: a segment of the process's journal
+// (statejournal.go), which fsyncs it.
 type journal struct {
 	f    *os.File
 	size int64
-	// synced is the size when the last fsync returned: what lies beyond
-	// is written, not yet durable.
-	synced int64
 }
 
 // journalBufs are the buffers records and lines are built in, shared by
-// every pipeline's journal: a line lives from its encoding to its
+// every pipeline: a line lives from its encoding to its
 // write(2), so one process needs a few, not one per pipeline (at 300
 // pipelines a buffer each was 3 MB of heap held between writes).
 var journalBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // newlines pads a batch to the end of its page.
 var newlines = bytes.Repeat([]byte{'\n'}, pageSize)
-
-// openJournal creates or empties the journal at path. It need not be
-// synced: until a line of the new generation is, whatever the file holds
-// belongs to an older snapshot and is skipped.
-func openJournal(path string) (*journal, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open state journal: %w", err)
-	}
-	return &journal{f: f}, nil
-}
 
 // line builds the line of one record in buf.
 func line(buf []byte, gen string, payload []byte) []byte {
@@ -180,35 +168,6 @@ func (jl *journal) write(gen string, payload []byte) (n int, err error) {
 		return n, fmt.Errorf("write: %w", err)
 	}
 	return n, nil
-}
-
-// commit appends one record and fsyncs it with every line written since
-// the last fsync. It returns the bytes written and how many 4 KiB pages
-// the fsync wrote: every page a line touched since the previous one.
-func (jl *journal) commit(gen string, payload []byte) (n, pages int, err error) {
-	buf := journalBufs.Get().(*[]byte)
-	b := line(*buf, gen, payload)
-	// The page this batch ends in is written whole by the fsync anyway:
-	// if a batch like this one would not fit in what is left of it, pad
-	// it out, so that the next batch starts a page rather than dirtying
-	// this one again.
-	batch := jl.size - jl.synced + int64(len(b))
-	if used := (jl.size + int64(len(b))) % pageSize; used > 0 && pageSize-used < batch {
-		b = append(b, newlines[:pageSize-used]...)
-	}
-	n, err = jl.f.Write(b)
-	*buf = b[:0]
-	journalBufs.Put(buf)
-	jl.size += int64(n)
-	pages = pagesSpanned(jl.synced, int(jl.size-jl.synced))
-	if err != nil {
-		return n, pages, fmt.Errorf("write: %w", err)
-	}
-	if err := jl.f.Sync(); err != nil {
-		return n, pages, fmt.Errorf("fsync: %w", err)
-	}
-	jl.synced = jl.size
-	return n, pages, nil
 }
 
 func (jl *journal) close() { _ = jl.f.Close() }

@@ -152,7 +152,7 @@ var catalogue = []metricsdoc.Family{
 
 	{Name: slo.MetricStateResets, Type: metricsdoc.Counter, Help: "State files moved aside with a timestamp because this release cannot use them (corrupt, another version, another pipeline's); the pipeline started afresh.", Labels: []string{slo.LabelPipeline, slo.LabelReason}},
 	{Name: slo.MetricStateWriteFailures, Type: metricsdoc.Counter, Help: "Writes of the state file that failed; the state stays in memory and a restart may recount what it held.", Labels: lp},
-	{Name: slo.MetricStateTornRecords, Type: metricsdoc.Counter, Help: "Incomplete or damaged records at the end of a state journal, ignored when it was read: a crash while one was written. Nothing they held had been counted; the messages they recorded are read again.", Labels: lp},
+	{Name: slo.MetricStateTornRecords, Type: metricsdoc.Counter, Help: "Incomplete or damaged records at the end of a state journal, ignored when it was read: a crash while one was written. Nothing they held had been counted; the messages they recorded are read again. Counted for the pipeline the record names; one too damaged to name it is only logged.", Labels: lp},
 	{Name: slo.MetricDependencyUp, Type: metricsdoc.Gauge, Help: "1 while the prober reaches its dependency (its database pool, its Kafka readers), else 0. Not readiness: a downstream outage must not make the prober's pod unready.", Labels: []string{slo.LabelPipeline, labelDependency}},
 	{Name: slo.MetricDependencyErrors, Type: metricsdoc.Counter, Help: "Failed checks of a dependency of the prober (database pings and clock samples, Kafka metadata requests).", Labels: []string{slo.LabelPipeline, labelDependency}},
 }

@@ -48,7 +48,18 @@ type persister interface {
 	syncs() int64
 }
 
-func (s *stateStore) syncs() int64 { return s.stats.syncs }
+// syncedStore is a stateStore whose every line is fsynced as written.
+type syncedStore struct{ *stateStore }
+
+func (s syncedStore) save(j *judge.Judge, now time.Time) error {
+	pos, err := s.stateStore.save(j, now)
+	if err != nil || pos == (journalPos{}) {
+		return err
+	}
+	return s.journal.syncTo(pos)
+}
+
+func (s syncedStore) syncs() int64 { return s.stats.syncs + s.journal.syncCount() }
 
 // rewriteStore is the previous design: the whole state in one file,
 // rewritten atomically (two fsyncs) on every change.
@@ -215,9 +226,9 @@ func BenchmarkTrackerPersist(b *testing.B) {
 	}{
 		{"memory", func(string) persister { return memoryStore{} }, 0},
 		{"rewrite", func(dir string) persister { return &rewriteStore{path: filepath.Join(dir, "payments.json")} }, 0},
-		{"journal", func(dir string) persister { return newBenchStore(dir) }, 0},
-		{"journal+group", func(dir string) persister { return newBenchStore(dir) }, time.Second},
-		{"journal+group250ms", func(dir string) persister { return newBenchStore(dir) }, 250 * time.Millisecond},
+		{"journal", func(dir string) persister { return syncedStore{newBenchStore(dir)} }, 0},
+		{"journal+group", func(dir string) persister { return syncedStore{newBenchStore(dir)} }, time.Second},
+		{"journal+group250ms", func(dir string) persister { return syncedStore{newBenchStore(dir)} }, 250 * time.Millisecond},
 	}
 	for _, w := range workloads {
 		for _, pol := range policies {
@@ -233,7 +244,13 @@ func newBenchStore(dir string) *stateStore {
 	if err != nil {
 		panic(err)
 	}
-	return &stateStore{path: filepath.Join(dir, "payments.json"), pipeline: "payments", instance: "bench", log: slog.New(slog.DiscardHandler), m: m}
+	path := filepath.Join(dir, "payments.json")
+	sj, err := openStateJournal(path+journalSuffix, slog.New(slog.DiscardHandler))
+	if err != nil {
+		panic(err)
+	}
+	sj.loaded()
+	return &stateStore{path: path, pipeline: "payments", instance: "bench", log: slog.New(slog.DiscardHandler), m: m, journal: sj}
 }
 
 func benchPersist(b *testing.B, lostAfter, interval time.Duration, p persister, delay time.Duration) {
@@ -434,12 +451,20 @@ func benchCommit(b *testing.B, lostAfter, interval time.Duration, memory bool, d
 	if !memory {
 		tr.path = filepath.Join(b.TempDir(), p.Name+".json")
 		tr.store.path = tr.path
+		if tr.store.journal, err = openStateJournal(tr.path+journalSuffix, slog.New(slog.DiscardHandler)); err != nil {
+			b.Fatal(err)
+		}
+		tr.store.journal.loaded()
 		tr.mu.Lock()
 		if err := tr.commitModeAndUnlock(nil, commitSnapshot); err != nil { // the first write: a snapshot for the journal
 			b.Fatal(err)
 		}
 	}
 	st := tr.store.stats
+	if sj := tr.store.journal; sj != nil {
+		st.syncs += sj.syncCount()
+		st.pages += sj.stats.pages
+	}
 	_, disk := procIO(b)
 	cpu := cpuTime(b)
 	b.ReportAllocs()
@@ -450,6 +475,10 @@ func benchCommit(b *testing.B, lostAfter, interval time.Duration, memory bool, d
 	}
 	_, disk2 := procIO(b)
 	st2 := tr.store.stats
+	if sj := tr.store.journal; sj != nil {
+		st2.syncs += sj.syncCount()
+		st2.pages += sj.stats.pages
+	}
 	per := func(v int64) float64 { return float64(v) / float64(n) }
 	b.ReportMetric(per(int64(cpuTime(b)-cpu)), "cpu-ns/canary")
 	b.ReportMetric(per(st2.syncs-st.syncs), "fsyncs/canary")
@@ -553,4 +582,165 @@ func BenchmarkSnapshotEncoding(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkProcessCommit measures what the trackers of a whole process
+// write per canary at make bench-service's scale scenario (300 pipelines
+// @every 10s, phases spread over the interval, lost_after 5m, the arrival
+// 50ms after the commit, a sweep of every pipeline every 250ms), with
+// their lines
+//
+//   - per-pipeline: in a journal of each pipeline's own, each batch
+//     fsynced as its tracker is swept (the layout of version 3);
+//   - process: in the process's journal, the batches of a sweep fsynced
+//     once (SweepGroup), as the service writes them.
+//
+// Per canary: cpu-ns (user and system time), fsyncs, disk-B (/proc/self/io
+// write_bytes), in steady state (2 x lost_after of canaries remembered).
+//
+//	go test ./prober/ -run '^$' -bench ProcessCommit -benchtime 3000x
+func BenchmarkProcessCommit(b *testing.B) {
+	for _, shared := range []bool{false, true} {
+		name := "scale/pipelines=300/per-pipeline"
+		if shared {
+			name = "scale/pipelines=300/process"
+		}
+		b.Run(name, func(b *testing.B) { benchProcessCommit(b, 300, 10*time.Second, 5*time.Minute, shared) })
+	}
+}
+
+func benchProcessCommit(b *testing.B, pipelines int, interval, lostAfter time.Duration, shared bool) {
+	ps := make([]config.Pipeline, pipelines)
+	for i := range ps {
+		ps[i] = plainPipeline()
+		ps[i].Name = fmt.Sprintf("p%03d", i)
+		ps[i].Canary.LostAfter = config.Duration(lostAfter)
+	}
+	m, err := NewMetrics(prometheus.NewRegistry(), ps)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := t0
+	clock := func() time.Time { return now }
+	trackers := make([]*Tracker, pipelines)
+	for i := range ps {
+		if trackers[i], err = NewTracker(TrackerOptions{Pipeline: &ps[i], Instance: "bench", Metrics: m, Now: clock}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	type arrival struct {
+		i int
+		a Arrival
+	}
+	var (
+		arrivals []arrival
+		offsets  = make([]int64, pipelines)
+		k        uint64
+		sweepAt  = t0.Add(benchSweep)
+		grouped  bool
+	)
+	sweep := func() {
+		var g SweepGroup
+		for _, tr := range trackers {
+			if grouped {
+				g.Sweep(tr)
+			} else {
+				tr.Sweep()
+			}
+		}
+		g.Commit()
+	}
+	// canary k is pipeline k%pipelines's, committed at k x its share of
+	// the interval; everything due before it runs first.
+	canary := func() {
+		at := t0.Add(time.Duration(k) * interval / time.Duration(pipelines))
+		for {
+			next, isArrival := sweepAt, false
+			if len(arrivals) > 0 && !arrivals[0].a.Consumed.After(next) {
+				next, isArrival = arrivals[0].a.Consumed, true
+			}
+			if next.After(at) {
+				break
+			}
+			now = next
+			if isArrival {
+				a := arrivals[0]
+				arrivals = arrivals[1:]
+				token, _ := trackers[a.i].BeginArrival(time.Time{})
+				trackers[a.i].Arrived(token, a.a)
+			} else {
+				sweep()
+				sweepAt = sweepAt.Add(benchSweep)
+			}
+		}
+		now = at
+		i := int(k % uint64(pipelines))
+		seq := k/uint64(pipelines) + 1
+		id := fmt.Sprintf("019ad2c4-%04x-7%03x-8%03x-%012x", k>>24&0xffff, k>>12&0xfff, k&0xfff, k*2654435761&0xffffffffffff)
+		c := Canary{ID: id, Seq: seq, Pipeline: ps[i].Name, Key: "canary-key", RowID: strconv.FormatUint(1_000_000+k, 10),
+			InsertStarted: at.Add(-2_345_678 * time.Nanosecond), CommitSent: at.Add(-1_234_567 * time.Nanosecond), Committed: at}
+		if err := trackers[i].Sent(c); err != nil {
+			b.Fatal(err)
+		}
+		arrivals = append(arrivals, arrival{i, Arrival{CanaryID: id, Key: c.Key, Seq: seq, Offset: offsets[i],
+			Consumed: at.Add(benchLatency + 271_828*time.Nanosecond), Stamps: map[string]time.Time{config.StampPublish: at.Add(benchLatency / 2)}}})
+		offsets[i]++
+		k++
+	}
+	// Steady state first, in memory: 2 x lost_after of canaries.
+	for range int(2*lostAfter/interval)*pipelines + pipelines {
+		canary()
+	}
+	dir := b.TempDir()
+	journals := map[*stateJournal]bool{}
+	var sj *stateJournal
+	if shared {
+		if sj, err = openStateJournal(filepath.Join(dir, JournalName), slog.New(slog.DiscardHandler)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, tr := range trackers {
+		tr.path = filepath.Join(dir, tr.p.Name+".json")
+		tr.store.path = tr.path
+		tr.store.journal = sj
+		if !shared {
+			if tr.store.journal, err = openStateJournal(tr.path+journalSuffix, slog.New(slog.DiscardHandler)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		journals[tr.store.journal] = true
+	}
+	for j := range journals {
+		j.loaded()
+	}
+	for _, tr := range trackers {
+		tr.mu.Lock()
+		if err := tr.commitModeAndUnlock(nil, commitSnapshot); err != nil { // the first write: a snapshot
+			b.Fatal(err)
+		}
+	}
+	grouped = shared
+	syncs := func() (n int64) {
+		for j := range journals {
+			n += j.syncCount()
+		}
+		for _, tr := range trackers {
+			n += tr.store.stats.syncs
+		}
+		return n
+	}
+	syncs0 := syncs()
+	_, disk := procIO(b)
+	cpu := cpuTime(b)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		canary()
+		n++
+	}
+	_, disk2 := procIO(b)
+	per := func(v int64) float64 { return float64(v) / float64(n) }
+	b.ReportMetric(per(int64(cpuTime(b)-cpu)), "cpu-ns/canary")
+	b.ReportMetric(per(syncs()-syncs0), "fsyncs/canary")
+	b.ReportMetric(per(disk2-disk), "disk-B/canary")
 }

@@ -268,10 +268,16 @@ func New(o Options) (*Service, error) {
 		return nil, err
 	}
 	metrics.ExportObjectives(model, pipelines)
+	var journal *stateJournal
 	if stateDir != "-" {
 		if err := os.MkdirAll(stateDir, 0o750); err != nil {
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
+		// One journal for every pipeline: a sweep fsyncs their lines once.
+		if journal, err = openStateJournal(filepath.Join(stateDir, JournalName), o.Logger); err != nil {
+			return nil, fmt.Errorf("state_dir: %w", err)
+		}
+		journal.keepUnloaded = true
 	}
 	s := &Service{opts: o, instance: instance, metrics: metrics, signer: signer, now: o.Now, log: o.Logger, started: o.Now(),
 		conns: o.Connections, published: map[outboxdb.DB]*publishedDatabase{}}
@@ -287,12 +293,15 @@ func New(o Options) (*Service, error) {
 		return nil, err
 	}
 	for i := range pipelines {
-		pr, err := s.newPipeline(&pipelines[i], stateDir, byPool)
+		pr, err := s.newPipeline(&pipelines[i], stateDir, journal, byPool)
 		if err != nil {
 			s.closePools()
 			return nil, fmt.Errorf("pipeline %q: %w", pipelines[i].Name, err)
 		}
 		s.pipes = append(s.pipes, pr)
+	}
+	if journal != nil {
+		journal.loaded()
 	}
 	return s, nil
 }
@@ -330,7 +339,7 @@ func (s *Service) logFetchAnswer(a kafkaclient.FetchAnswer) {
 		"partitions", a.Partitions, "with_records", a.WithRecords)
 }
 
-func (s *Service) newPipeline(p *config.Pipeline, stateDir string, dbs map[outboxdb.DB]*database) (*pipelineRunner, error) {
+func (s *Service) newPipeline(p *config.Pipeline, stateDir string, journal *stateJournal, dbs map[outboxdb.DB]*database) (*pipelineRunner, error) {
 	log := s.log.With("pipeline", p.Name)
 	pool, err := s.conns.DB(p.Database)
 	if err != nil {
@@ -355,7 +364,7 @@ func (s *Service) newPipeline(p *config.Pipeline, stateDir string, dbs map[outbo
 	}
 	tr, err := NewTracker(TrackerOptions{
 		Pipeline: p, Instance: s.instance, Metrics: s.metrics, Now: s.now, Logger: log,
-		StatePath: statePath, OnDone: s.opts.OnCanaryDone, Lookups: pr.lookups,
+		StatePath: statePath, Journal: journal, OnDone: s.opts.OnCanaryDone, Lookups: pr.lookups,
 	})
 	if err != nil {
 		return nil, err
@@ -610,8 +619,11 @@ func (s *Service) newCron(sendCtx context.Context) (*cron.Cron, error) {
 // sweep then judges on the freshest): one timer waking one goroutine for
 // the whole service rather than one per pipeline or per job, for work of
 // microseconds a pipeline, where the wakeups cost more than the work (on
-// the default grids, 4 a second where two loops woke 6 times).
+// the default grids, 4 a second where two loops woke 6 times). The
+// batches a sweep writes are fsynced together (SweepGroup): one fsync a
+// sweep, not one per pipeline with a batch due.
 func (s *Service) sweep(ctx context.Context, sweepEvery, positionEvery time.Duration) {
+	var group SweepGroup
 	now := time.Now()
 	nextSweep, nextPosition := tick.Next(now, sweepEvery), tick.Next(now, positionEvery)
 	for {
@@ -634,8 +646,9 @@ func (s *Service) sweep(ctx context.Context, sweepEvery, positionEvery time.Dura
 		}
 		if !nextSweep.After(at) {
 			for _, pr := range s.pipes {
-				pr.tracker.Sweep()
+				group.Sweep(pr.tracker)
 			}
+			group.Commit()
 			nextSweep = tick.Next(woke, sweepEvery)
 		}
 	}

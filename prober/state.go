@@ -12,41 +12,57 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/outbox-canary/outbox-canary/prober/judge"
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-// The state of a pipeline is kept in two files side by side, so that a
-// write costs what changed, not what is remembered:
+// The state of a pipeline is kept in a snapshot of its own and lines in
+// the journal of the process, so that a write costs what changed, not
+// what is remembered, and the lines of every pipeline are fsynced
+// together:
 //
 //   - the snapshot, <pipeline>.json: the judge's whole state (every canary
 //     remembered for 2 x lost_after, the last sequence per key, the next
 //     offset per partition, the prober's downtimes), written atomically
 //     (temporary file, fsync, rename, directory fsync) with a random
 //     generation;
-//   - the journal, <pipeline>.journal: one line per write since that
-//     snapshot, each holding the canaries changed or forgotten and the
+//   - the journal, prober.journal.<segment> (statejournal.go), shared by
+//     the pipelines: one line per write since that snapshot, each naming
+//     its generation and holding the canaries changed or forgotten and the
 //     rest of the state (a few hundred bytes), appended and fsynced in
 //     batches (journal.go); or a canary whose insert committed, appended
 //     by Sent at once and fsynced with the next batch.
 //
 // Loading reads the snapshot and replays the journal lines of its
-// generation. When the journal outgrows compactRatio times the snapshot it
-// is compacted: a new snapshot under a new generation, then an empty
-// journal. A crash between the two leaves lines of the old generation,
-// which the next load skips. A crash while a line is appended leaves an
-// incomplete last line (a torn tail), which is ignored and counted: what
-// it held was not yet durable, so none of its effects had been applied.
+// generation. When the pipeline's lines outgrow compactRatio times its
+// snapshot they are compacted: a new snapshot under a new generation,
+// which makes them stale (skipped by the next load; their segment is
+// deleted once no pipeline needs it). A crash while a line is appended
+// leaves an incomplete last line (a torn tail), which is ignored and
+// counted: what it held was not yet durable, so none of its effects had
+// been applied.
+//
+// A release before this one kept a journal per pipeline,
+// <pipeline>.json.journal, beside a version 3 snapshot: it is replayed
+// when that snapshot is loaded, and deleted once the pipeline wrote its
+// first snapshot of version 4.
 
 // stateVersion is bumped when the layout changes incompatibly. A file of
 // another version is moved aside, never misread and never fatal, except
 // version 2 (the whole state in one file, rewritten on every change),
-// which is read once and carried over: it is a snapshot without journal.
+// read once and carried over as a snapshot without journal, and version 3
+// (a journal per pipeline), read with its journal and carried over.
+// Version 4 is the same snapshot, whose lines are in the process's
+// journal: a release that would look for them beside it moves it aside
+// rather than resume from the snapshot alone and count again what the
+// lines recorded.
 const (
-	stateVersion       = 3
-	stateVersionNoJrnl = 2
+	stateVersion           = 4
+	stateVersionOwnJournal = 3
+	stateVersionNoJrnl     = 2
 )
 
 // stateFile is the snapshot of one pipeline.
@@ -89,14 +105,19 @@ const (
 	compactSpread = 0.25
 )
 
-// journalSuffix names a pipeline's journal beside its snapshot.
+// journalSuffix names a pipeline's journal beside its snapshot, as the
+// releases of version 3 kept it.
 const journalSuffix = ".journal"
+
+// JournalName is the prefix of the process's journal segments in the
+// state directory.
+const JournalName = "prober.journal"
 
 // persistStats counts what the store wrote, for benchmarks and tests.
 type persistStats struct {
-	bytes         int64 // handed to write(2)
-	pages         int64 // 4 KiB pages dirtied: what the disk is written, each fsync writing whole pages
-	syncs         int64 // fsyncs of files and directories
+	bytes         int64 // handed to write(2), the journal's padding aside
+	pages         int64 // 4 KiB pages of snapshots; the journal counts its own (journalStats)
+	syncs         int64 // fsyncs of snapshots and their directory; the journal counts its own
 	snapshots     int64
 	snapshotBytes int64
 	records       int64 // journal lines, committed canaries' included
@@ -113,17 +134,31 @@ type stateStore struct {
 	log      *slog.Logger
 	m        *Metrics
 
-	// gen is the generation of the snapshot on disk that jrnl continues;
-	// jrnl is nil until this process wrote its first snapshot, and after
-	// a failed write, so that the next write is a snapshot.
-	gen   string
-	jrnl  *journal
-	stats persistStats
+	// journal is the process's, which the pipeline's lines go to.
+	journal *stateJournal
+	// gen is the generation of the snapshot on disk that the pipeline's
+	// lines continue; appending is false until this process wrote its
+	// first snapshot, and after a failed write, so that the next write is
+	// a snapshot. epoch is the journal's when that snapshot was written: a
+	// failure of the journal since makes the next write a snapshot too.
+	gen       string
+	appending bool
+	epoch     uint64
+	// pin is the journal segment of the first line since the snapshot
+	// (0: none); lineBytes, the bytes of the lines since.
+	pin       uint64
+	lineBytes int64
+	// snapshotBytes is the size of the last snapshot written.
+	snapshotBytes int64
+	// ownJournal: the snapshot loaded is of version 3, whose journal,
+	// beside it, is deleted once a snapshot of this version replaces it.
+	ownJournal bool
+	stats      persistStats
 	// minCompact overrides compactMin (tests); it takes effect at the next
 	// snapshot, so set it before the first write.
 	minCompact int64
-	// compactAt is the journal size past which the next write is a
-	// snapshot, drawn at each snapshot.
+	// compactAt is the size of the lines since the snapshot past which
+	// the next write is a snapshot, drawn at each snapshot.
 	compactAt int64
 	// offsetsWritten is how many partitions have their next offset on
 	// disk. A reader of a partition without one starts near the service's
@@ -167,6 +202,7 @@ func (s *stateStore) load(now time.Time) (*judge.State, []judge.Sent) {
 	if s.path == "" {
 		return nil, nil
 	}
+	s.journal.claim(s.path)
 	data, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, err := os.Stat(s.journalPath()); err == nil {
@@ -183,13 +219,13 @@ func (s *stateStore) load(now time.Time) (*judge.State, []judge.Sent) {
 	switch err := json.Unmarshal(data, &f); {
 	case err != nil:
 		reason, detail = StateResetCorrupt, err.Error()
-	case f.Version != stateVersion && f.Version != stateVersionNoJrnl:
-		reason, detail = StateResetVersion, fmt.Sprintf("version %d, this release reads %d (and %d)", f.Version, stateVersion, stateVersionNoJrnl)
+	case f.Version != stateVersion && f.Version != stateVersionOwnJournal && f.Version != stateVersionNoJrnl:
+		reason, detail = StateResetVersion, fmt.Sprintf("version %d, this release reads %d (and %d, %d)", f.Version, stateVersion, stateVersionOwnJournal, stateVersionNoJrnl)
 	case f.Pipeline != s.pipeline:
 		reason, detail = StateResetPipeline, fmt.Sprintf("it belongs to pipeline %q", f.Pipeline)
 	case f.Judge == nil:
 		reason, detail = StateResetCorrupt, "no state in it"
-	case f.Version == stateVersion && f.Generation == "":
+	case f.Version != stateVersionNoJrnl && f.Generation == "":
 		reason, detail = StateResetCorrupt, "no generation in it"
 	}
 	if reason != "" {
@@ -198,9 +234,15 @@ func (s *stateStore) load(now time.Time) (*judge.State, []judge.Sent) {
 	}
 	st := f.Judge
 	var committed []judge.Sent
-	if f.Version == stateVersion {
+	switch f.Version {
+	case stateVersion:
+		committed = s.replayShared(st, f.Generation)
+	case stateVersionOwnJournal:
+		s.ownJournal = true
 		committed = s.replay(st, f.Generation)
-	} else {
+		s.log.Info("state of the previous layout (a journal per pipeline) carried over; the next write replaces it with a snapshot whose lines go to the process's journal",
+			"file", s.path, "version", f.Version)
+	default:
 		s.log.Info("state file of the previous layout (one file rewritten on every change) carried over; the next write replaces it with a snapshot and a journal",
 			"file", s.path, "version", f.Version)
 	}
@@ -235,13 +277,13 @@ func (s *stateStore) moveAside(reason, detail string, now time.Time) {
 	s.m.StateResets.WithLabelValues(s.pipeline, reason).Inc()
 }
 
-// replay applies the journal lines of generation gen to st, in order. It
-// stops at the first line that is incomplete or damaged (a crash while it
-// was appended), which is counted and logged: nothing it held had been
-// applied to the metrics, and the messages it recorded are read again.
-// It returns the committed canaries no later line holds, by sequence:
-// their Sent was written, its batch never was, so its effects were never
-// applied.
+// replay applies the lines of generation gen in the pipeline's own
+// journal (version 3) to st, in order. It stops at the first line that is
+// incomplete or damaged (a crash while it was appended), which is counted
+// and logged: nothing it held had been applied to the metrics, and the
+// messages it recorded are read again. It returns the committed canaries
+// no later line holds, by sequence: their Sent was written, its batch
+// never was, so its effects were never applied.
 func (s *stateStore) replay(st *judge.State, gen string) []judge.Sent {
 	data, err := os.ReadFile(s.journalPath())
 	if errors.Is(err, fs.ErrNotExist) {
@@ -252,8 +294,8 @@ func (s *stateStore) replay(st *judge.State, gen string) []judge.Sent {
 			"file", s.journalPath(), "err", err)
 		return nil
 	}
-	committed := map[string]judge.Sent{}
-	applied, stale, total := 0, 0, len(data)
+	var r replayed
+	stale, total := 0, len(data)
 	for len(data) > 0 {
 		rec, recGen, rest, err := readJournalLine(data)
 		if err != nil {
@@ -270,79 +312,130 @@ func (s *stateStore) replay(st *judge.State, gen string) []judge.Sent {
 			stale++ // written before a compaction that crashed before emptying the journal
 			continue
 		}
-		st.Apply(rec.Canaries, rec.Forgotten, &rec.Meta)
-		for _, c := range rec.Canaries {
-			delete(committed, c.ID)
-		}
-		for _, id := range rec.Forgotten {
-			delete(committed, id)
-		}
-		for _, c := range rec.Committed {
-			committed[c.ID] = c
-		}
-		applied++
+		r.apply(st, rec)
 	}
-	s.log.Debug("state journal replayed", "file", s.journalPath(), "records", applied, "stale_records", stale, "committed_not_judged", len(committed))
-	out := slices.Collect(maps.Values(committed))
+	s.log.Debug("state journal replayed", "file", s.journalPath(), "records", r.applied, "stale_records", stale, "committed_not_judged", len(r.committed))
+	return r.notJudged()
+}
+
+// replayShared applies the lines of generation gen in the process's
+// journal to st, in order, as replay does, and pins the segment of the
+// first.
+func (s *stateStore) replayShared(st *judge.State, gen string) []judge.Sent {
+	var r replayed
+	torn, err := s.journal.replay(gen, &s.pin, func(rec journalRecord) { r.apply(st, rec) })
+	if torn != nil {
+		s.log.Warn("state journal ends with an incomplete or damaged record, ignored (a crash while it was written; what it held was not yet counted)",
+			"file", s.journal.segmentName(torn.seq), "offset", torn.off, "dropped_bytes", torn.dropped, "err", torn.problem)
+		s.m.StateTornRecords.WithLabelValues(s.pipeline).Inc()
+	}
+	if err != nil {
+		s.log.Error("reading the state journal failed; resuming from what was read of it (what it held since may be counted again)",
+			"prefix", s.journal.prefix, "err", err)
+	}
+	s.log.Debug("state journal replayed", "prefix", s.journal.prefix, "records", r.applied, "committed_not_judged", len(r.committed))
+	return r.notJudged()
+}
+
+// replayed gathers what the lines of a generation say, in order.
+type replayed struct {
+	applied   int
+	committed map[string]judge.Sent
+}
+
+func (r *replayed) apply(st *judge.State, rec journalRecord) {
+	st.Apply(rec.Canaries, rec.Forgotten, &rec.Meta)
+	for _, c := range rec.Canaries {
+		delete(r.committed, c.ID)
+	}
+	for _, id := range rec.Forgotten {
+		delete(r.committed, id)
+	}
+	for _, c := range rec.Committed {
+		if r.committed == nil {
+			r.committed = map[string]judge.Sent{}
+		}
+		r.committed[c.ID] = c
+	}
+	r.applied++
+}
+
+// notJudged is the committed canaries no later line holds, by sequence.
+func (r *replayed) notJudged() []judge.Sent {
+	out := slices.Collect(maps.Values(r.committed))
 	slices.SortFunc(out, func(a, b judge.Sent) int { return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.ID, b.ID)) })
 	return out
 }
 
+// canAppend reports whether the next write can be a line: this process
+// wrote a snapshot, no write failed since, nor did the journal.
+func (s *stateStore) canAppend() bool {
+	return s.appending && s.writtenMeta != nil && s.epoch == s.journal.epochNow()
+}
+
+// compactDue reports whether the pipeline must write a snapshot even
+// with nothing to write: its first line since the last is in a segment
+// the journal would delete (see stateJournal.compactDue).
+func (s *stateStore) compactDue() bool {
+	return s.path != "" && s.journal.compactDue(s.pin)
+}
+
 // save persists what changed in the judge's state since its last write and
-// marks it persisted: one journal line, fsynced with the lines written
-// since the last fsync, or a new snapshot when there is no journal to
-// append to yet or the journal outgrew the snapshot. A failure is counted
-// and returned; the state stays in memory, and the next write is a whole
+// marks it persisted: one journal line, written and not yet fsynced (the
+// caller makes it durable with syncTo, before applying the effects it
+// records, with the lines of other pipelines), or a new snapshot, durable
+// on return, when there is no journal to append to yet or the lines
+// outgrew the snapshot; then pos is zero. A failure is counted and
+// returned; the state stays in memory, and the next write is a whole
 // snapshot.
-func (s *stateStore) save(j *judge.Judge, now time.Time) (err error) {
+func (s *stateStore) save(j *judge.Judge, now time.Time) (pos journalPos, err error) {
 	if s.path == "" {
 		j.MarkPersisted(now)
-		return nil
+		return pos, nil
 	}
 	defer func() {
 		if err == nil {
 			s.wrote(j.State().Next)
 		}
 	}()
-	if s.jrnl == nil || s.jrnl.size > s.compactAt {
-		return s.snapshot(j, now)
+	if !s.canAppend() || s.lineBytes > s.compactAt || s.journal.compactDue(s.pin) {
+		return pos, s.snapshot(j, now)
 	}
 	d := j.Delta()
 	meta := j.State().Meta()
 	meta.AliveAt = now
 	metaJSON, err := appendMeta(make([]byte, 0, 512), &meta)
 	if err != nil {
-		return s.failed(fmt.Errorf("encode state journal record: %w", err))
+		return pos, s.failed(fmt.Errorf("encode state journal record: %w", err))
 	}
 	buf := journalBufs.Get().(*[]byte)
 	payload, err := appendRecord((*buf)[:0], d.Canaries, d.Forgotten, nil, metaJSON)
 	defer func() { *buf = payload[:0]; journalBufs.Put(buf) }()
 	if err != nil {
-		return s.failed(fmt.Errorf("encode state journal record: %w", err))
+		return pos, s.failed(fmt.Errorf("encode state journal record: %w", err))
 	}
-	n, pages, err := s.jrnl.commit(s.gen, payload)
+	pos, n, err := s.journal.write(s.gen, payload, &s.pin)
 	s.stats.bytes += int64(n)
-	s.stats.pages += int64(pages)
-	s.stats.syncs++
 	s.stats.records++
+	s.lineBytes += int64(n)
 	if err != nil {
-		return s.failed(fmt.Errorf("append to state journal %s: %w", s.journalPath(), err))
+		return journalPos{}, s.failed(err)
 	}
 	s.writtenMeta = metaJSON
 	j.MarkPersisted(now)
-	return nil
+	return pos, nil
 }
 
 // canWriteCommitted reports whether a committed canary can be written
 // alone: there is a journal to append it to.
 func (s *stateStore) canWriteCommitted() bool {
-	return s.path != "" && s.jrnl != nil && s.writtenMeta != nil
+	return s.path != "" && s.canAppend()
 }
 
 // writeCommitted appends a line that records a canary whose insert
 // committed, alone, before anything was judged of it, with the rest of
 // the state as the last line left it; it does not fsync it (the next
-// save does) and marks nothing persisted: the canary, and whatever else
+// batch does) and marks nothing persisted: the canary, and whatever else
 // changed, go into the next line as well. Until that line, replaying the
 // journal hands the canary back as committed and not judged (see
 // journalRecord.Committed).
@@ -353,23 +446,34 @@ func (s *stateStore) writeCommitted(sent judge.Sent) error {
 	if err != nil {
 		return s.failed(fmt.Errorf("encode state journal record: %w", err))
 	}
-	n, err := s.jrnl.write(s.gen, payload)
+	_, n, err := s.journal.write(s.gen, payload, &s.pin)
 	s.stats.bytes += int64(n)
 	s.stats.records++
+	s.lineBytes += int64(n)
 	if err != nil {
-		return s.failed(fmt.Errorf("append to state journal %s: %w", s.journalPath(), err))
+		return s.failed(err)
 	}
 	return nil
 }
 
-// failed counts a failed write and drops the journal, so that the next
-// write is a snapshot: a line may be half written, and nothing is ever
-// appended after it.
-func (s *stateStore) failed(err error) error {
-	if s.jrnl != nil {
-		s.jrnl.close()
-		s.jrnl = nil
+// syncTo makes the journal durable up to pos (with every line written
+// before, any pipeline's); a failure is counted as a failed write.
+// Called without the tracker's lock: failed takes it.
+func (s *stateStore) syncTo(pos journalPos, lock *sync.Mutex) error {
+	err := s.journal.syncTo(pos)
+	if err != nil {
+		lock.Lock()
+		defer lock.Unlock()
+		return s.failed(err)
 	}
+	return nil
+}
+
+// failed counts a failed write and stops appending, so that the next
+// write is a snapshot: a line may be half written, and nothing of this
+// pipeline is appended after it.
+func (s *stateStore) failed(err error) error {
+	s.appending = false
 	s.m.StateWriteFailures.WithLabelValues(s.pipeline).Inc()
 	// A read-only or full directory fails every write: one warning when
 	// it starts, as for a dependency that goes down.
@@ -382,9 +486,9 @@ func (s *stateStore) failed(err error) error {
 	return err
 }
 
-// snapshot writes the whole state under a new generation, then empties the
-// journal (a crash in between leaves lines of the old generation, which
-// load skips), and marks the state persisted.
+// snapshot writes the whole state under a new generation, which makes
+// the pipeline's lines in the journal stale (load skips them), and marks
+// the state persisted.
 func (s *stateStore) snapshot(j *judge.Judge, now time.Time) error {
 	if s.path == "" {
 		j.MarkPersisted(now)
@@ -393,6 +497,9 @@ func (s *stateStore) snapshot(j *judge.Judge, now time.Time) error {
 	st := *j.State()
 	st.AliveAt = now
 	gen := fmt.Sprintf("%016x", rand.Uint64())
+	// Read before the snapshot is written: a failure of the journal after
+	// it makes the next write a snapshot again.
+	epoch := s.journal.epochNow()
 	meta := st.Meta()
 	metaJSON, err := appendMeta(make([]byte, 0, 512), &meta)
 	var data []byte
@@ -407,17 +514,19 @@ func (s *stateStore) snapshot(j *judge.Judge, now time.Time) error {
 		s.stats.snapshots++
 		s.stats.snapshotBytes += int64(len(data))
 	}
-	if err == nil {
-		if s.jrnl != nil {
-			s.jrnl.close()
-			s.jrnl = nil
-		}
-		s.jrnl, err = openJournal(s.journalPath())
-	}
 	if err != nil {
 		return s.failed(fmt.Errorf("write state %s: %w", s.path, err))
 	}
-	s.gen, s.writtenMeta = gen, metaJSON
+	if s.ownJournal {
+		// Its lines are of the generation just replaced.
+		if err := os.Remove(s.journalPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("the journal of the previous layout could not be deleted; it is stale and ignored", "file", s.journalPath(), "err", err)
+		}
+		s.ownJournal = false
+	}
+	s.journal.snapshotWritten(&s.pin, s.snapshotBytes, int64(len(data)))
+	s.gen, s.writtenMeta, s.epoch, s.appending = gen, metaJSON, epoch, true
+	s.snapshotBytes, s.lineBytes = int64(len(data)), 0
 	threshold := max(cmp.Or(s.minCompact, compactMin), compactRatio*int64(len(data)))
 	s.compactAt = threshold + rand.Int64N(int64(float64(threshold)*compactSpread)+1)
 	s.wrote(st.Next)
@@ -453,13 +562,5 @@ func writeFileAtomic(path string, data []byte) (err error) {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("rename state file into place: %w", err)
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open state dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync state dir %s: %w", dir, err)
-	}
-	return nil
+	return syncDir(dir)
 }

@@ -6,8 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-canary/outbox-canary/internal/config"
+	"github.com/outbox-canary/outbox-canary/internal/stacktest"
 )
 
 // The state files under testdata/state-v3 were written by the release
@@ -115,4 +121,59 @@ func firstDifference(got, want []byte) string {
 	}
 	from := max(0, i-80)
 	return fmt.Sprintf(" got ...%s\nwant ...%s", got[from:min(len(got), i+80)], want[from:min(len(want), i+80)])
+}
+
+// TestAStateWithAJournalPerPipelineIsCarriedOverIntoTheProcessJournal
+// loads the version 3 pair of testdata/state-v3 (a snapshot and a journal
+// of its own, the layout before the process's journal) with a tracker,
+// which writes it again as a version 4 snapshot, deletes the old journal,
+// and loads the same state after a restart.
+func TestAStateWithAJournalPerPipelineIsCarriedOverIntoTheProcessJournal(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"payments.json", "payments.json" + journalSuffix} {
+		data, err := os.ReadFile(filepath.Join(compatDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := plainPipeline()
+	path := filepath.Join(dir, "payments.json")
+	logs := &stacktest.SyncBuffer{}
+	start := func() *Tracker {
+		m, err := NewMetrics(prometheus.NewPedanticRegistry(), []config.Pipeline{p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The instance that wrote the files: another one's canaries are forgotten.
+		tr, err := NewTracker(TrackerOptions{Pipeline: &p, Instance: "bench", Metrics: m, Logger: logs.Logger(), StatePath: path, CommitDelay: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	tr := start()
+	loaded := stateOf(t, tr)
+	if n := tr.InFlight() + len(tr.Recent(1000)); n < 50 {
+		t.Fatalf("%d canaries loaded from the version 3 state, want its canaries", n)
+	}
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var f stateFile
+	if data, err := os.ReadFile(path); err != nil || json.Unmarshal(data, &f) != nil || f.Version != stateVersion {
+		t.Fatalf("state file after the first write: version %d, %v; want %d", f.Version, err, stateVersion)
+	}
+	if _, err := os.Stat(path + journalSuffix); !os.IsNotExist(err) {
+		t.Errorf("the version 3 journal after the first write: %v, want it deleted", err)
+	}
+	tr = start()
+	if got := stateOf(t, tr); got != loaded {
+		t.Errorf("state after the restart differs from the version 3 state loaded:\n%s", firstDifference([]byte(got), []byte(loaded)))
+	}
+	if strings.Contains(logs.String(), "moved aside") {
+		t.Errorf("a file was moved aside:\n%s", logs.String())
+	}
 }

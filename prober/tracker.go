@@ -36,7 +36,10 @@ import (
 // (write(2)): alone, at once, not judged, and fsynced with the next batch,
 // where the canary is written again as judged; Sent's effects
 // (canaries_sent, last_sent, insert_to_commit) wait for that batch too. So
-// a pipeline fsyncs at most once per CommitDelay, whatever it sends.
+// a pipeline's batches are fsynced at most once per CommitDelay, whatever
+// it sends; the service's sweep writes the due batches of every pipeline
+// to the process's journal and fsyncs them once (SweepGroup) before
+// applying their effects.
 //
 // After kill -9 at any instant a canary is neither lost nor counted twice:
 // what was written survives the process. A message processed before the
@@ -185,6 +188,11 @@ type TrackerOptions struct {
 	// StatePath is the file for the persisted state; "" keeps it in memory
 	// only (tests, and `check`, which must not disturb the service's file).
 	StatePath string
+	// Journal is the process's journal, shared by its trackers so that a
+	// sweep fsyncs their lines once (see SweepGroup); nil gives the tracker
+	// one of its own beside StatePath (<StatePath>.journal.<segment>),
+	// loaded at once.
+	Journal *stateJournal
 	// Lookups, optional, reads the stamps the messages do not carry (a
 	// polling relay's published_at), shared with the other trackers on the
 	// same outbox table. Without it the judge's asks are never answered.
@@ -269,7 +277,15 @@ func NewTracker(opts TrackerOptions) (*Tracker, error) {
 		waiters:     map[string][]chan Report{},
 		commitDelay: cmp.Or(opts.CommitDelay, DefaultCommitDelay),
 	}
-	t.store = &stateStore{path: opts.StatePath, pipeline: p.Name, instance: opts.Instance, log: opts.Logger, m: opts.Metrics}
+	t.store = &stateStore{path: opts.StatePath, pipeline: p.Name, instance: opts.Instance, log: opts.Logger, m: opts.Metrics, journal: opts.Journal}
+	if opts.StatePath != "" && opts.Journal == nil {
+		sj, err := openStateJournal(opts.StatePath+journalSuffix, opts.Logger)
+		if err != nil {
+			return nil, err
+		}
+		t.store.journal = sj
+		defer sj.loaded()
+	}
 	now := t.now()
 	st, committed := t.store.load(now)
 	t.j = judge.New(judgeConfig(p, t.plan, t.forget), st, now)
@@ -424,6 +440,12 @@ func (t *Tracker) commitAndUnlock(fx []judge.Effect) error {
 // process asks again), and a stamp looked up before the batch lets the
 // batch write its canary once, final, rather than arrived and then final.
 func (t *Tracker) commitModeAndUnlock(fx []judge.Effect, mode commitMode) error {
+	return t.commitGroupedAndUnlock(fx, mode, nil)
+}
+
+// commitGroupedAndUnlock is commitModeAndUnlock; with a group, the fsync
+// of a line it writes and the effects are left to the group's Commit.
+func (t *Tracker) commitGroupedAndUnlock(fx []judge.Effect, mode commitMode, g *SweepGroup) error {
 	var asks []string
 	fx = slices.DeleteFunc(fx, func(e judge.Effect) bool {
 		if e.Kind == judge.EffectLookup {
@@ -432,7 +454,7 @@ func (t *Tracker) commitModeAndUnlock(fx []judge.Effect, mode commitMode) error 
 		}
 		return false
 	})
-	err := t.commitLookupsAsideAndUnlock(fx, mode)
+	err := t.commitLookupsAsideAndUnlock(fx, mode, g)
 	if len(asks) > 0 && t.lookups != nil {
 		// All of a sweep's asks at once, so one round takes them together.
 		t.lookups.ask(t, asks)
@@ -440,9 +462,9 @@ func (t *Tracker) commitModeAndUnlock(fx []judge.Effect, mode commitMode) error 
 	return err
 }
 
-// commitLookupsAsideAndUnlock is commitModeAndUnlock once the lookups
+// commitLookupsAsideAndUnlock is commitGroupedAndUnlock once the lookups
 // are taken out of fx.
-func (t *Tracker) commitLookupsAsideAndUnlock(fx []judge.Effect, mode commitMode) error {
+func (t *Tracker) commitLookupsAsideAndUnlock(fx []judge.Effect, mode commitMode, g *SweepGroup) error {
 	t.pending = append(t.pending, fx...)
 	if mode == commitBatched && t.store.unwrittenPartition(t.j.State().Next) {
 		// The first offset of a partition is written at once: a reader
@@ -451,6 +473,7 @@ func (t *Tracker) commitLookupsAsideAndUnlock(fx []judge.Effect, mode commitMode
 		mode = commitNow
 	}
 	var err error
+	var pos journalPos // the end of the line written, to fsync before the effects; zero: none
 	if t.j.Dirty() || mode == commitSnapshot {
 		now := t.now()
 		if mode == commitBatched && t.path != "" && t.commitDelay > 0 {
@@ -472,7 +495,7 @@ func (t *Tracker) commitLookupsAsideAndUnlock(fx []judge.Effect, mode commitMode
 		if mode == commitSnapshot {
 			err = t.store.snapshot(t.j, now)
 		} else {
-			err = t.store.save(t.j, now)
+			pos, err = t.store.save(t.j, now)
 		}
 		// A failed write is counted and retried with the next batch; the
 		// effects are applied anyway, rather than freeze the metrics.
@@ -483,6 +506,24 @@ func (t *Tracker) commitLookupsAsideAndUnlock(fx []judge.Effect, mode commitMode
 	inFlight := t.inFlightLocked()
 	waiters := t.takeWaiters(reports)
 	t.mu.Unlock()
+	if pos == (journalPos{}) {
+		t.apply(fx, reports, waiters, inFlight, lastSuccess)
+		return err
+	}
+	// The effects wait for the fsync of their line, with the lines of
+	// other trackers when a sweep group gathers them.
+	if g != nil && g.add(t.store.journal, pos, func(err error) {
+		if err != nil {
+			t.mu.Lock()
+			_ = t.store.failed(err)
+			t.mu.Unlock()
+			t.log.Debug("persisting tracker state failed", "err", err)
+		}
+		t.apply(fx, reports, waiters, inFlight, lastSuccess)
+	}) {
+		return nil
+	}
+	err = t.store.syncTo(pos, &t.mu)
 	t.apply(fx, reports, waiters, inFlight, lastSuccess)
 	return err
 }
@@ -775,8 +816,15 @@ func (t *Tracker) PositionFrom(at time.Time, starts map[int]int64, marks map[int
 // Sweep judges what time alone decides: deadlines, losses, lookups due,
 // forgetting. Its clock never passes a fenced arrival.
 func (t *Tracker) Sweep() {
+	t.sweep(nil)
+}
+
+// sweep is Sweep; with a group, a batch it writes is fsynced and its
+// effects applied by the group's Commit, with the other trackers'.
+func (t *Tracker) sweep(g *SweepGroup) {
 	t.mu.Lock()
-	if t.idleLocked() {
+	compact := t.store.compactDue()
+	if t.idleLocked() && !compact {
 		t.mu.Unlock()
 		return
 	}
@@ -784,9 +832,56 @@ func (t *Tracker) Sweep() {
 	now := t.fencedNow()
 	t.mu.Lock()
 	fx := t.j.Tick(now)
-	if err := t.commitAndUnlock(fx); err != nil {
+	mode := commitBatched
+	if compact {
+		mode = commitSnapshot
+	}
+	if err := t.commitGroupedAndUnlock(fx, mode, g); err != nil {
 		t.log.Debug("persisting tracker state failed", "err", err)
 	}
+}
+
+// SweepGroup gathers the batches a sweep of every tracker writes: each
+// tracker writes its line, then one fsync of the process's journal makes
+// them all durable (Commit), and only then are their effects applied.
+// Not safe for concurrent use: one sweep fills it.
+type SweepGroup struct {
+	journal *stateJournal
+	pos     journalPos
+	applies []func(error)
+}
+
+// Sweep sweeps t as part of the group.
+func (g *SweepGroup) Sweep(t *Tracker) { t.sweep(g) }
+
+// add defers the effects of a line at pos of journal sj to Commit; false
+// if the group fsyncs another journal (a tracker with one of its own).
+func (g *SweepGroup) add(sj *stateJournal, pos journalPos, apply func(error)) bool {
+	if g.journal == nil {
+		g.journal = sj
+	}
+	if g.journal != sj {
+		return false
+	}
+	if g.pos.before(pos) {
+		g.pos = pos
+	}
+	g.applies = append(g.applies, apply)
+	return true
+}
+
+// Commit fsyncs the lines the group's trackers wrote, once, and applies
+// their effects; a failed fsync is counted by each as a failed write (the
+// effects are applied anyway, as for any failed write).
+func (g *SweepGroup) Commit() {
+	if len(g.applies) == 0 {
+		return
+	}
+	err := g.journal.syncTo(g.pos)
+	for _, apply := range g.applies {
+		apply(err)
+	}
+	g.applies, g.pos = g.applies[:0], journalPos{}
 }
 
 // idleLocked reports whether a sweep would do nothing: the judge's Tick

@@ -107,6 +107,34 @@ func (h *harness) restart() {
 	h.metrics, h.tr = append(h.metrics, m), tr
 }
 
+// persistTo makes a tracker that kept its state in memory write it to
+// path from now on, with a journal beside it.
+func (h *harness) persistTo(path string) {
+	h.t.Helper()
+	h.tr.store.path = path
+	sj, err := openStateJournal(path+journalSuffix, h.logs.Logger())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	sj.loaded()
+	h.tr.store.journal = sj
+}
+
+// segments lists the tracker's journal segments, oldest first.
+func (h *harness) segments() []string {
+	h.t.Helper()
+	names, err := filepath.Glob(h.path + journalSuffix + ".*")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return names
+}
+
+// syncs is how many fsyncs the tracker made, of snapshots and journal.
+func (h *harness) syncs() int64 {
+	return h.tr.store.stats.syncs + h.tr.store.journal.syncCount()
+}
+
 // read plays the database one canary at a time, by h.lookup.
 func (h *harness) read(ctx context.Context, cs []Canary) (map[string]LookupResult, error) {
 	found := map[string]LookupResult{}
@@ -306,7 +334,7 @@ func TestAStateFileThisReleaseCannotUseIsMovedAsideAndCounted(t *testing.T) {
 
 func TestAFailedStateWriteIsCountedAndTheCanaryKeptInMemory(t *testing.T) {
 	h := newHarness(t, plainPipeline(), false)
-	h.tr.store.path = filepath.Join(t.TempDir(), "missing-dir", "payments.json")
+	h.persistTo(filepath.Join(t.TempDir(), "missing-dir", "payments.json"))
 	err := h.tr.Sent(Canary{ID: "a", Seq: 1, Key: "k", InsertStarted: t0, CommitSent: t0, Committed: t0})
 	if err == nil || !strings.Contains(err.Error(), "tracked in memory only") {
 		t.Fatalf("err = %v, want it to say the canary is tracked in memory only", err)
@@ -324,7 +352,7 @@ func TestAFailedStateWriteIsCountedAndTheCanaryKeptInMemory(t *testing.T) {
 func TestFailingStateWritesAreLoggedOnceAndTheirRecovery(t *testing.T) {
 	h := newHarness(t, plainPipeline(), false)
 	dir := filepath.Join(t.TempDir(), "missing-dir")
-	h.tr.store.path = filepath.Join(dir, "payments.json")
+	h.persistTo(filepath.Join(dir, "payments.json"))
 	for i, id := range []string{"a", "b", "c"} {
 		if err := h.tr.Sent(Canary{ID: id, Seq: uint64(i + 1), Key: "k", InsertStarted: t0, CommitSent: t0, Committed: t0}); err == nil {
 			t.Fatalf("Sent(%s) succeeded with no state directory", id)

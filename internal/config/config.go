@@ -39,8 +39,8 @@ type Config struct {
 	// canary topic: each instance judges only its own. Letters, digits and
 	// punctuation, no whitespace.
 	InstanceID string `yaml:"instance_id"`
-	// The directory that keeps the in-flight canaries (a snapshot and a
-	// journal per pipeline, see docs/persistence.md), so a restart neither
+	// The directory that keeps the in-flight canaries (a snapshot per
+	// pipeline and one journal for them all, see docs/persistence.md), so a restart neither
 	// loses nor double-counts them. Unset,
 	// `run` uses --state.dir's default: $STATE_DIRECTORY (systemd's
 	// StateDirectory=), else /var/lib/outbox-canary.
