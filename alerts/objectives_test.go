@@ -238,9 +238,40 @@ func burnRuleSelectsSegment(t *testing.T, r alerts.Rule, segment string) bool {
 	return burnRuleMatches(t, r, nil, segment)
 }
 
+// burnRuleMatches says whether some part of a burn rule's expression (a
+// window pair, or a class's pair where classes were merged: the operands
+// of its outermost ors) selects the objective series and segment.
 func burnRuleMatches(t *testing.T, r alerts.Rule, objective map[string]string, segment string) bool {
 	t.Helper()
-	for _, vs := range selectorsOf(t, r.Expr) {
+	var parts []promql.Expr
+	var split func(e promql.Expr)
+	split = func(e promql.Expr) {
+		switch e := e.(type) {
+		case *promql.ParenExpr:
+			split(e.Expr)
+		case *promql.BinaryExpr:
+			if e.Op == promql.LOR {
+				split(e.LHS)
+				split(e.RHS)
+				return
+			}
+			parts = append(parts, e)
+		default:
+			parts = append(parts, e)
+		}
+	}
+	split(parseExpr(t, r.Expr))
+	for _, part := range parts {
+		if partMatches(t, part.String(), objective, segment) {
+			return true
+		}
+	}
+	return false
+}
+
+func partMatches(t *testing.T, expr string, objective map[string]string, segment string) bool {
+	t.Helper()
+	for _, vs := range selectorsOf(t, expr) {
 		var ls map[string]string
 		switch {
 		case vs.Name == slo.MetricSLOObjective:

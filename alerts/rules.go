@@ -13,6 +13,7 @@
 package alerts
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strings"
@@ -122,17 +123,21 @@ const (
 func Generate(m *slo.Model) (*RuleFile, error) {
 	g := generator{m: m}
 	var rf RuleFile
+	// One group for every SLO, unlike Sloth's three per SLO: rules of a
+	// group run in order, so the rules that read this evaluation's ratios
+	// read them rather than the previous one's. Written per SLO window
+	// and burn class, then merged where alike.
+	slos := Group{Name: "outbox-canary-slo", EveryPipeline: true}
 	for _, c := range sloClasses(m) {
-		// One group per SLO window, unlike Sloth's three per SLO: rules of
-		// a group run in order, so the rules that read this evaluation's
-		// ratios read them rather than the previous one's.
-		grp := Group{Name: "outbox-canary-slo-" + slo.PromDuration(c.window), EveryPipeline: true}
-		grp.Rules = append(grp.Rules, g.sliRecordings(c)...)
-		grp.Rules = append(grp.Rules, g.metaRecordings(c)...)
+		slos.Rules = append(slos.Rules, g.sliRecordings(c)...)
+		slos.Rules = append(slos.Rules, g.metaRecordings(c)...)
 		for _, b := range burnClasses(m, c) {
-			grp.Rules = append(grp.Rules, g.burnAlerts(b)...)
+			slos.Rules = append(slos.Rules, g.burnAlerts(b)...)
 		}
-		rf.Groups = append(rf.Groups, grp)
+	}
+	slos.Rules = mergeAlike(slos.Rules)
+	if len(slos.Rules) > 0 {
+		rf.Groups = append(rf.Groups, slos)
 	}
 	for _, p := range m.Pipelines {
 		grp := g.pipelineAlerts(p)
@@ -151,6 +156,31 @@ func Generate(m *slo.Model) (*RuleFile, error) {
 }
 
 type generator struct{ m *slo.Model }
+
+// mergeAlike merges the rules that differ in their expression alone (the
+// same record or alert, labels, for, keep_firing_for and annotations)
+// into one, the expressions OR-ed, at the first one's place: rules of
+// several classes that read disjoint series. Two recording rules of one
+// name and labels would write the same series (promtool check rules
+// lints them as duplicates); alerts that differ in more (a burn page's
+// for:, its text) stay apart.
+func mergeAlike(rules []Rule) []Rule {
+	var out []Rule
+	index := map[string]int{}
+	for _, r := range rules {
+		key, _ := json.Marshal(Rule{Record: r.Record, Alert: r.Alert, For: r.For, KeepFiringFor: r.KeepFiringFor, Labels: r.Labels, Annotations: r.Annotations})
+		i, ok := index[string(key)]
+		if !ok {
+			index[string(key)] = len(out)
+			out = append(out, r)
+			continue
+		}
+		// or binds loosest of PromQL's operators: what it joins needs no
+		// parentheses; they only show where each part begins.
+		out[i].Expr = lines(strings.TrimSuffix(out[i].Expr, "\n"), "or", "(", indentText(r.Expr), ")")
+	}
+	return out
+}
 
 // labels merges the configured extra labels (alerting.labels) under the
 // rule's own; validation keeps the two apart.

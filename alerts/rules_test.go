@@ -1,6 +1,7 @@
 package alerts_test
 
 import (
+	"fmt"
 	"maps"
 	"regexp"
 	"strings"
@@ -412,5 +413,38 @@ func TestRenderRejectsAnUnknownFormat(t *testing.T) {
 	_, err := alerts.Render(m, "jsonnet")
 	if err == nil || !strings.Contains(err.Error(), `format "jsonnet": must be one of rules, prometheusrule, alertmanager`) {
 		t.Fatalf("error = %v, want one naming the formats", err)
+	}
+}
+
+// TestSLORulesRecordEachSeriesOnce: the rules written per SLO window and
+// burn class are merged where alike, so no two recording rules of the
+// SLOs' group write the same name and labels (promtool check rules lints
+// those as duplicates: two rules writing one series).
+func TestSLORulesRecordEachSeriesOnce(t *testing.T) {
+	for _, path := range []string{exampleConfig, testConfig} {
+		_, m := loadModel(t, path)
+		rf, err := alerts.Generate(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, g := range rf.Groups {
+			if !g.EveryPipeline {
+				continue
+			}
+			for _, r := range g.Rules {
+				if r.Record == "" {
+					continue
+				}
+				key := r.Record + fmt.Sprint(r.Labels)
+				if seen[key] {
+					t.Errorf("%s: %s %v is recorded by two rules", path, r.Record, r.Labels)
+				}
+				seen[key] = true
+			}
+		}
+		if len(seen) == 0 {
+			t.Errorf("%s: no recording rules of every pipeline", path)
+		}
 	}
 }

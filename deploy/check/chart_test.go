@@ -379,8 +379,8 @@ func secretFiles(t *testing.T, text string) []string {
 }
 
 func TestPrometheusRuleHoldsTheGeneratedGroupsUnderItsOwnLabels(t *testing.T) {
-	// Three groups an object: the example's eight groups (two SLO
-	// windows', four pipelines', Kafka's and the prober's) in three.
+	// Three groups an object: the example's seven groups (the SLOs',
+	// four pipelines', Kafka's and the prober's) in three.
 	values := fullValues
 	values.set = append(slices.Clone(values.set), "prometheusRule.groupsPerObject=3")
 	rules := all[*monitoringv1.PrometheusRule](renderObjects(t, values))
