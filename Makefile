@@ -158,15 +158,18 @@ bench: ## run the benchmarks and write the figures to docs/benchmarks.txt
 
 .PHONY: bench-rules
 # Not part of test: the generated rules of 300 pipelines (the example's four
-# repeated) on a Prometheus of its own, fed the prober's real series, for
-# about 6 minutes; BENCH_RULES_HISTORY (e.g. 24h, at BENCH_RULES_HISTORY_STEP,
+# repeated), this revision's and BENCH_RULES_BEFORE's (default 6360987, the
+# last with rules per SLO), each on a Prometheus of its own, both fed the
+# same prober's real series, for about 6 minutes; then both revisions' rule
+# count and size at BENCH_RULES_SIZES pipelines (default 3,300,3000; none
+# skips it); BENCH_RULES_HISTORY (e.g. 24h, at BENCH_RULES_HISTORY_STEP,
 # default 15s) backfills the series the long windows read first. Needs no
 # stack: Prometheus and promtool from PATH. Writes docs/benchmarks.md
 # (e2e/benchrules_test.go).
-BENCH_RULES_COMMAND = $(strip $(foreach v,BENCH_RULES_PIPELINES BENCH_RULES_WARMUP_CYCLES BENCH_RULES_CYCLES BENCH_RULES_HISTORY BENCH_RULES_HISTORY_STEP,$(if $($(v)),$(v)=$($(v)))) make bench-rules)
+BENCH_RULES_COMMAND = $(strip $(foreach v,BENCH_RULES_BEFORE BENCH_RULES_SIZES BENCH_RULES_PIPELINES BENCH_RULES_WARMUP_CYCLES BENCH_RULES_CYCLES BENCH_RULES_HISTORY BENCH_RULES_HISTORY_STEP,$(if $($(v)),$(v)=$($(v)))) make bench-rules)
 bench-rules: ## measure rule-group evaluation of 300 pipelines' rules on a real Prometheus (about 6 min) and write docs/benchmarks.md
 	OUTBOX_CANARY_BENCH_RULES=1 OUTBOX_CANARY_BENCH_RULES_COMMAND='$(BENCH_RULES_COMMAND)' \
-	$(GO) test -tags '$(TAGS)' -count=1 -v -timeout 0 -run '^TestBenchRuleEvaluation$$' ./e2e/
+	$(GO) test -tags '$(TAGS)' -count=1 -v -timeout 0 -run '^TestBenchRule(Evaluation|Size)$$' ./e2e/
 
 .PHONY: bench-service
 # Not part of test: at its defaults it runs about 40 minutes (10 pipelines at

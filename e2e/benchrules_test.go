@@ -102,10 +102,25 @@ type ruleEval struct {
 	LoadBefore  float64  `json:"load_before"`
 	LoadMax     float64  `json:"load_max"`
 	Notes       []string `json:"notes,omitempty"`
+	// RuleRevision is the revision whose `outbox-canary rules` wrote the
+	// rules measured (empty in runs before the baseline was measured
+	// beside: then Revision's).
+	RuleRevision string `json:"rule_revision,omitempty"`
+	// Baseline is the same run's measurement of a baseline revision's
+	// rules (BENCH_RULES_BEFORE) on the same series, by a Prometheus of
+	// its own, in the same window.
+	Baseline *ruleEval `json:"baseline,omitempty"`
 	// ByRule is the last evaluation time of every rule (/api/v1/rules
 	// at the window's end), summed by the name it records or alerts,
 	// largest first.
 	ByRule []ruleCost `json:"by_rule,omitempty"`
+}
+
+// shareRun copies what the run's rule sets have in common.
+func (r *ruleEval) shareRun(run *ruleEval) {
+	r.Date, r.Revision, r.Machine, r.Command, r.Prometheus = run.Date, run.Revision, run.Machine, run.Command, run.Prometheus
+	r.Pipelines, r.Shape, r.ScrapeBytes, r.WarmupCycles, r.LoadBefore = run.Pipelines, run.Shape, run.ScrapeBytes, run.WarmupCycles, run.LoadBefore
+	r.History, r.HistoryStep, r.HistorySeries, r.HistorySamples, r.LiveMinutes = run.History, run.HistoryStep, run.HistorySeries, run.HistorySamples, run.LiveMinutes
 }
 
 type ruleCost struct {
@@ -134,33 +149,57 @@ func TestBenchRuleEvaluation(t *testing.T) {
 
 	res := &ruleEval{Date: time.Now().UTC(), Machine: machine(), Pipelines: n, WarmupCycles: warmup, LoadBefore: loadAvg(),
 		Command: envString("OUTBOX_CANARY_BENCH_RULES_COMMAND", fmt.Sprintf("%s=1 go test -count=1 -v -timeout 0 -run '^TestBenchRuleEvaluation$' ./e2e/", benchRulesEnv))}
-	if out, err := exec.Command("git", "describe", "--tags", "--always", "--dirty").Output(); err == nil {
-		res.Revision = strings.TrimSpace(string(out))
-	}
 	if out, err := exec.Command(promBin, "--version").Output(); err == nil {
 		res.Prometheus = strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]
 	}
-
-	cfg := repeatedExamplePipelines(t, n)
 	res.Shape = "examples/outbox-canary.yml's four pipelines (orders: polling, 4 budgets and a read stamp; payments: polling, 3 budgets; shipments: Debezium on PostgreSQL with a slot and a connector; invoices: Debezium on MariaDB) repeated"
-	m, rf := generateRules(t, cfg)
-	ruleData, err := alerts.Marshal(rf, alerts.FormatRules, nil)
+
+	// The rules: what each revision's `outbox-canary rules` writes for
+	// the same configuration file. The baseline first, its measurement
+	// a copy of res filled in beside it.
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "outbox-canary.yml")
+	cfgData := repeatedExampleConfig(t, n)
+	if err := os.WriteFile(cfgPath, cfgData, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgData)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res.Groups, res.RuleBytes = len(rf.Groups), len(ruleData)
-	for _, g := range rf.Groups {
-		res.Rules += len(g.Rules)
-	}
-	dir := t.TempDir()
-	rulePath := filepath.Join(dir, "rules.yml")
-	if err := os.WriteFile(rulePath, ruleData, 0o644); err != nil {
+	model, err := slo.FromConfig(cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d pipelines: %d groups, %d rules, %d bytes of rules", n, res.Groups, res.Rules, res.RuleBytes)
+	before := &ruleEval{}
+	res.Baseline = before
+	sets := []*ruleEval{before, res}
+	bins := []rulesBinary{
+		buildRulesBinary(t, dir, envString("BENCH_RULES_BEFORE", benchRulesBefore)),
+		buildRulesBinary(t, dir, ""),
+	}
+	res.Revision = bins[1].Revision
+	ruleFiles := make([]*alerts.RuleFile, len(sets))
+	rulePaths := make([]string, len(sets))
+	for i, r := range sets {
+		r.RuleRevision = bins[i].Revision
+		run, err := bins[i].rules(context.Background(), cfgPath, "rules")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ruleFiles[i], err = parseRuleFile(run.Output); err != nil {
+			t.Fatalf("%s's rules: %v", bins[i].Revision, err)
+		}
+		r.Groups, r.Rules, r.RuleBytes = len(ruleFiles[i].Groups), countRules(ruleFiles[i]), len(run.Output)
+		rulePaths[i] = filepath.Join(dir, fmt.Sprintf("rules-%d.yml", i))
+		if err := os.WriteFile(rulePaths[i], run.Output, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%d pipelines, the rules of %s: %d groups, %d rules, %d bytes", n, r.RuleRevision, r.Groups, r.Rules, r.RuleBytes)
+	}
 
-	// The prober's series, served as the service serves them.
-	series := newRuleBenchSeries(t, cfg.Pipelines, m)
+	// The prober's series, served as the service serves them, to both.
+	series := newRuleBenchSeries(t, cfg.Pipelines, model)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -178,81 +217,113 @@ func TestBenchRuleEvaluation(t *testing.T) {
 		res.ScrapeBytes = len(data)
 	}
 
-	dataDir := filepath.Join(dir, "data")
+	// The same history for both, each Prometheus in a data directory of
+	// its own.
+	historyDir := filepath.Join(dir, "history")
 	if history > 0 {
 		start := time.Now()
 		res.History, res.HistoryStep = history.String(), step.String()
-		res.HistorySeries, res.HistorySamples = backfillHistory(t, promtool, dir, dataDir, rf, target, time.Now().Add(-history), time.Now().Add(-time.Minute), step)
+		res.HistorySeries, res.HistorySamples = backfillHistory(t, promtool, dir, historyDir, model, ruleFiles, target, time.Now().Add(-history), time.Now().Add(-time.Minute), step)
 		t.Logf("backfilled %s at %s: %d series, %d samples, in %s", history, step, res.HistorySeries, res.HistorySamples, time.Since(start).Round(time.Second))
 	}
-
-	prom := startRuleBenchPrometheus(t, promBin, dir, dataDir, rulePath, target)
-	prom.waitReady(t)
+	proms := make([]*server, len(sets))
+	urls := make([]string, len(sets))
+	for i := range sets {
+		dataDir := filepath.Join(dir, fmt.Sprintf("data-%d", i))
+		if history > 0 {
+			if out, err := exec.Command("cp", "-a", historyDir, dataDir).CombinedOutput(); err != nil {
+				t.Fatalf("copying the backfilled blocks: %v\n%s", err, out)
+			}
+		}
+		promDir := filepath.Join(dir, fmt.Sprintf("prometheus-%d", i))
+		if err := os.MkdirAll(promDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		proms[i] = startRuleBenchPrometheus(t, promBin, promDir, dataDir, rulePaths[i], target)
+		urls[i] = "http://" + proms[i].addr + "/metrics"
+	}
+	for _, p := range proms {
+		p.waitReady(t)
+	}
 	live := time.Now()
-	promURL := "http://" + prom.addr + "/metrics"
 
-	// Warm-up: every group evaluated warmup times, and no compaction of
-	// the backfilled blocks for a minute and a half (the TSDB compacts on
-	// a one-minute tick): the window measures the rules, not the start.
-	var compactions float64
+	// Warm-up: every group of both evaluated warmup times, and no
+	// compaction of the backfilled blocks in either for a minute and a
+	// half (the TSDB compacts on a one-minute tick): the window measures
+	// the rules, not the start.
+	compactions := make([]float64, len(sets))
 	settled := time.Now()
 	for {
-		s, err := readPromSelf(promURL)
-		if err == nil && s.compactions != compactions {
-			compactions, settled = s.compactions, time.Now()
+		ready := true
+		var states []promSelf
+		for i, r := range sets {
+			s, err := readPromSelf(urls[i])
+			if err == nil && s.compactions != compactions[i] {
+				compactions[i], settled = s.compactions, time.Now()
+			}
+			ready = ready && err == nil && s.groups == r.Groups && s.minIterations >= float64(warmup)
+			states = append(states, s)
 		}
-		if err == nil && s.groups == res.Groups && s.minIterations >= float64(warmup) && time.Since(settled) > 90*time.Second {
+		if ready && time.Since(settled) > 90*time.Second {
 			break
 		}
 		if time.Since(live) > time.Duration(warmup+40)*ruleEvalInterval {
-			t.Fatalf("Prometheus did not evaluate every group %d times within %s: %+v, %v", warmup, time.Since(live), s, err)
+			t.Fatalf("the Prometheuses did not evaluate every group %d times within %s: %+v", warmup, time.Since(live), states)
 		}
 		time.Sleep(time.Second)
 	}
-	first, err := readPromSelf(promURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := first
-	var rssMax float64
-	for i := 0; i < cycles; i++ {
-		time.Sleep(ruleEvalInterval)
-		s, err := readPromSelf(promURL)
-		if err != nil {
+	first := make([]promSelf, len(sets))
+	for i := range sets {
+		if first[i], err = readPromSelf(urls[i]); err != nil {
 			t.Fatal(err)
 		}
-		res.SumSeconds = append(res.SumSeconds, s.sumDuration)
-		res.MaxGroupSeconds = append(res.MaxGroupSeconds, s.maxDuration)
-		if s.maxDuration >= slices.Max(res.MaxGroupSeconds) {
-			res.MaxGroup = s.maxGroup
+	}
+	last := slices.Clone(first)
+	rssMax := make([]float64, len(sets))
+	for c := 0; c < cycles; c++ {
+		time.Sleep(ruleEvalInterval)
+		load := loadAvg()
+		for i, r := range sets {
+			s, err := readPromSelf(urls[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.SumSeconds = append(r.SumSeconds, s.sumDuration)
+			r.MaxGroupSeconds = append(r.MaxGroupSeconds, s.maxDuration)
+			if s.maxDuration >= slices.Max(r.MaxGroupSeconds) {
+				r.MaxGroup = s.maxGroup
+			}
+			rssMax[i] = max(rssMax[i], s.rss)
+			r.LoadMax = max(r.LoadMax, load)
+			t.Logf("cycle %d, rules of %s: groups %d, rules %.0f, sum of last durations %.3f s, largest group %.3f s (%s), missed %.0f, CPU %.1f s, RSS %.1f MiB",
+				c+1, r.RuleRevision, s.groups, s.rules, s.sumDuration, s.maxDuration, s.maxGroup, s.missed, s.cpu-first[i].cpu, s.rss/(1<<20))
+			last[i] = s
 		}
-		rssMax = max(rssMax, s.rss)
-		res.LoadMax = max(res.LoadMax, loadAvg())
-		t.Logf("cycle %d: groups %d, rules %.0f, sum of last durations %.3f s, largest group %.3f s (%s), missed %.0f, RSS %.1f MiB",
-			i+1, s.groups, s.rules, s.sumDuration, s.maxDuration, s.maxGroup, s.missed, s.rss/(1<<20))
-		last = s
 	}
-	res.Cycles = cycles
-	res.HeadSeries = last.headSeries
-	res.MissedIterations = last.missed - first.missed
-	res.Iterations = last.iterations - first.iterations
-	res.EvalFailures = last.failures
-	res.CPUSeconds = last.cpu - first.cpu
-	res.WindowSeconds = last.at.Sub(first.at).Seconds()
-	res.RSSMaxBytes = rssMax
-	res.Compactions = last.compactions - first.compactions
+	for i, r := range sets {
+		r.Cycles = cycles
+		r.HeadSeries = last[i].headSeries
+		r.MissedIterations = last[i].missed - first[i].missed
+		r.Iterations = last[i].iterations - first[i].iterations
+		r.EvalFailures = last[i].failures
+		r.CPUSeconds = last[i].cpu - first[i].cpu
+		r.WindowSeconds = last[i].at.Sub(first[i].at).Seconds()
+		r.RSSMaxBytes = rssMax[i]
+		r.Compactions = last[i].compactions - first[i].compactions
+		if r.ByRule, err = ruleCosts(context.Background(), proms[i].addr); err != nil {
+			t.Errorf("rule costs of %s: %v", r.RuleRevision, err)
+		}
+		if float64(r.Rules) != last[i].rules {
+			t.Errorf("Prometheus loaded %.0f rules of %s, the file holds %d", last[i].rules, r.RuleRevision, r.Rules)
+		}
+		if last[i].failures > 0 {
+			t.Errorf("%.0f evaluations of the rules of %s failed: %s", last[i].failures, r.RuleRevision, proms[i].logPath)
+		}
+		t.Logf("rules of %s, window %.0f s: CPU %.2f s (%.1f %% of a core), missed iterations %.0f of %.0f, RSS max %.1f MiB, head series %.0f",
+			r.RuleRevision, r.WindowSeconds, r.CPUSeconds, 100*r.CPUSeconds/r.WindowSeconds, r.MissedIterations, r.Iterations, rssMax[i]/(1<<20), r.HeadSeries)
+	}
 	res.LiveMinutes = roundTenth(time.Since(live).Minutes())
-	if res.ByRule, err = ruleCosts(context.Background(), prom.addr); err != nil {
-		t.Errorf("rule costs: %v", err)
-	}
-	if float64(res.Rules) != last.rules {
-		t.Errorf("Prometheus loaded %.0f rules, the file holds %d", last.rules, res.Rules)
-	}
-	if last.failures > 0 {
-		t.Errorf("%.0f rule evaluations failed: %s", last.failures, prom.logPath)
-	}
-	t.Logf("window %.0f s: CPU %.2f s (%.1f %% of a core), missed iterations %.0f of %.0f, RSS max %.1f MiB, head series %.0f",
-		res.WindowSeconds, res.CPUSeconds, 100*res.CPUSeconds/res.WindowSeconds, res.MissedIterations, res.Iterations, rssMax/(1<<20), res.HeadSeries)
+	before.shareRun(res)
 
 	d, err := readBenchDoc(benchJSON)
 	if err != nil {
@@ -265,35 +336,6 @@ func TestBenchRuleEvaluation(t *testing.T) {
 	if err := os.WriteFile(benchMD, renderBench(d), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// repeatedExamplePipelines is the example configuration with its
-// pipelines repeated to n, each copy renamed NAME-NNN (as issue 27's
-// rule-size count did: 300 pipelines, 1,277 groups, 23,853 rules).
-func repeatedExamplePipelines(t *testing.T, n int) *config.Config {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "examples", "outbox-canary.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	examples := cfg.Pipelines
-	cfg.Pipelines = make([]config.Pipeline, 0, n)
-	for i := 0; len(cfg.Pipelines) < n; i++ {
-		p := examples[i%len(examples)]
-		p.Name = fmt.Sprintf("%s-%03d", p.Name, i/len(examples))
-		if p.Watch.Slot != "" {
-			p.Watch.Slot = fmt.Sprintf("%s_%03d", p.Watch.Slot, i/len(examples))
-		}
-		if p.Watch.Connector != "" {
-			p.Watch.Connector = fmt.Sprintf("%s-%03d", p.Watch.Connector, i/len(examples))
-		}
-		cfg.Pipelines = append(cfg.Pipelines, p)
-	}
-	return cfg
 }
 
 // ruleBenchSeries are the prober's and the watchers' metrics of the
@@ -537,10 +579,10 @@ func readPromSelf(url string) (promSelf, error) {
 // windows read: the SLI event counters as Prometheus would have scraped
 // them from target (a canary every 10 s, all good), and the two
 // recordings the 30d rules read (slo:sli_error:ratio_rate5m, 0, and
-// slo:sli_data:timestamp), with the labels their rules give them; then
-// turns them into blocks in dataDir with promtool. It returns the series
-// and samples written.
-func backfillHistory(t *testing.T, promtool, dir, dataDir string, rf *alerts.RuleFile, target string, from, to time.Time, step time.Duration) (int, int) {
+// slo:sli_data:timestamp) for every SLO of the model, with the labels
+// every one of the rule files gives them; then turns them into blocks in
+// dataDir with promtool. It returns the series and samples written.
+func backfillHistory(t *testing.T, promtool, dir, dataDir string, model *slo.Model, ruleFiles []*alerts.RuleFile, target string, from, to time.Time, step time.Duration) (int, int) {
 	t.Helper()
 	path := filepath.Join(dir, "history.om")
 	f, err := os.Create(path)
@@ -555,20 +597,19 @@ func backfillHistory(t *testing.T, promtool, dir, dataDir string, rf *alerts.Rul
 	}
 	var all []hseries
 	start := float64(from.Unix())
-	for _, g := range rf.Groups {
-		for _, r := range g.Rules {
-			if r.Record != "slo:sli_error:ratio_rate5m" && r.Record != "slo:sli_data:timestamp" {
-				continue
+	for _, p := range model.Pipelines {
+		for _, s := range p.SLOs {
+			for _, record := range []string{"slo:sli_error:ratio_rate5m", "slo:sli_data:timestamp"} {
+				ls := recordedLabels(t, ruleFiles, s, record)
+				if record == "slo:sli_data:timestamp" {
+					all = append(all, hseries{record, ls, func(sec float64) float64 { return sec }})
+					continue
+				}
+				all = append(all, hseries{record, ls, func(float64) float64 { return 0 }})
 			}
-			ls := labelString(r.Labels)
-			if r.Record == "slo:sli_data:timestamp" {
-				all = append(all, hseries{r.Record, ls, func(sec float64) float64 { return sec }})
-				continue
-			}
-			all = append(all, hseries{r.Record, ls, func(float64) float64 { return 0 }})
 			// The counters this SLO's ratios read.
 			lab := map[string]string{"job": config.DefaultProberJob, "instance": target,
-				slo.LabelPipeline: r.Labels[slo.LabelPipeline], slo.LabelSegment: r.Labels[slo.LabelSegment]}
+				slo.LabelPipeline: s.Pipeline, slo.LabelSegment: s.Segment}
 			good, bad := maps.Clone(lab), maps.Clone(lab)
 			good[slo.LabelOutcome], bad[slo.LabelOutcome] = slo.OutcomeGood, slo.OutcomeBad
 			all = append(all,
@@ -602,6 +643,55 @@ func backfillHistory(t *testing.T, promtool, dir, dataDir string, rf *alerts.Rul
 	}
 	_ = os.Remove(path)
 	return len(all), samples
+}
+
+// recordedLabels are the labels of the series a rule file records as
+// record for SLO s: a rule per SLO names them all (the baseline's shape);
+// a rule per SLO window takes the SLO's own from its objective series
+// (sloth_id, sloth_service, sloth_slo, pipeline, segment, owner) and adds
+// its static labels. Every rule file must agree, since the history is
+// shared.
+func recordedLabels(t *testing.T, ruleFiles []*alerts.RuleFile, s slo.SLO, record string) string {
+	t.Helper()
+	objective, _ := s.ObjectiveSeries()
+	identity := map[string]string{}
+	for _, k := range []string{slo.LabelSlothID, slo.LabelSlothService, slo.LabelSlothSLO, slo.LabelPipeline, slo.LabelSegment, slo.LabelOwner} {
+		identity[k] = objective[k]
+	}
+	var want string
+	for i, rf := range ruleFiles {
+		var got string
+	rules:
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				if r.Record != record {
+					continue
+				}
+				if id, ok := r.Labels[slo.LabelSlothID]; ok {
+					if id == s.ID {
+						got = labelString(r.Labels)
+						break rules
+					}
+					continue
+				}
+				if g.Name != "outbox-canary-slo-"+objective[slo.LabelSLOWindow] {
+					continue
+				}
+				ls := maps.Clone(identity)
+				maps.Copy(ls, r.Labels)
+				got = labelString(ls)
+				break rules
+			}
+		}
+		if got == "" {
+			t.Fatalf("rule file %d records no %s for the SLO %s", i, record, s.ID)
+		}
+		if i > 0 && got != want {
+			t.Fatalf("the rule files record %s of %s with different labels, so cannot share a history: %s and %s", record, s.ID, want, got)
+		}
+		want = got
+	}
+	return want
 }
 
 // labelString renders labels as an exposition's {a="b",...}, sorted.
@@ -718,14 +808,44 @@ func renderRuleEvalTarget(p func(string, ...any), runs []*ruleEval) {
 		}
 		worst := slices.Max(r.SumSeconds)
 		ok = ok && worst < ruleEvalTarget && r.MissedIterations == 0
-		parts = append(parts, fmt.Sprintf("%s: summed %.0f s at most (median %.0f s), %.0f of %.0f group iterations missed, about %.1f CPU s per cycle",
-			historyShort(r), worst, median(r.SumSeconds), r.MissedIterations, r.Iterations, r.cpuPerCycle()))
+		part := fmt.Sprintf("%s, rules of %s: summed %.0f s at most (median %.0f s), %.0f of %.0f group iterations missed, about %.1f CPU s per cycle",
+			historyShort(r), r.ruleRevision(), worst, median(r.SumSeconds), r.MissedIterations, r.Iterations, r.cpuPerCycle())
+		if b := r.Baseline; b != nil && len(b.SumSeconds) > 0 {
+			part += fmt.Sprintf(" (%s's rules, same run: summed %.0f s at most, %.0f of %.0f missed, about %.1f CPU s per cycle)",
+				b.ruleRevision(), slices.Max(b.SumSeconds), b.MissedIterations, b.Iterations, b.cpuPerCycle())
+		}
+		parts = append(parts, part)
 	}
 	if len(parts) == 0 {
 		return
 	}
 	p("| rule-group evaluation, %d pipelines (%d groups, %d rules): `prometheus_rule_group_last_duration_seconds` summed over groups | < %g s per %s cycle (issue 27) | %s%s |\n",
 		r.Pipelines, r.Groups, r.Rules, ruleEvalTarget, ruleEvalInterval, mark(ok), strings.Join(parts, "; "))
+}
+
+// ruleRevision is the revision whose rules r measured.
+func (r *ruleEval) ruleRevision() string {
+	if r.RuleRevision != "" {
+		return r.RuleRevision
+	}
+	return r.Revision
+}
+
+// ruleEvalColumns are the measurements of runs, each run's baseline
+// before its own.
+func ruleEvalColumns(runs []*ruleEval) []*ruleEval {
+	var cols []*ruleEval
+	for _, r := range runs {
+		if r.Baseline != nil {
+			cols = append(cols, r.Baseline)
+		}
+		cols = append(cols, r)
+	}
+	return cols
+}
+
+func columnName(r *ruleEval) string {
+	return fmt.Sprintf("%s, rules of %s", historyShort(r), r.ruleRevision())
 }
 
 func historyShort(r *ruleEval) string {
@@ -738,18 +858,24 @@ func historyShort(r *ruleEval) string {
 func renderRuleEval(p func(string, ...any), runs []*ruleEval) {
 	r := runs[len(runs)-1]
 	p("## Rule evaluation at %d pipelines\n\n", r.Pipelines)
-	p("The pipelines: %s to %d. The rules: `alerts.Generate` for them (what `outbox-canary rules --format rules` writes), %d groups, %d rules, %.1f MB. ", r.Shape, r.Pipelines, r.Groups, r.Rules, float64(r.RuleBytes)/1e6)
-	p("The series: the prober's and the watchers' own metrics for those pipelines (`prober.NewMetrics`, `watch.NewMetrics`), served by `prober.MetricsHandler` (%.1f MB a text scrape) and advanced every 5 s as a canary per pipeline and a sample of each watcher would (one SLI event in a thousand bad), so every rate is non-zero; about %.0f series in Prometheus's head. ", float64(r.ScrapeBytes)/1e6, r.HeadSeries)
-	p("A Prometheus of its own (%s) scrapes them and evaluates the rules every %s (no Alertmanager: alerts are evaluated, not sent); once every group had been evaluated %d times and the TSDB had not compacted for 90 s, its own `/metrics` was read at each of %d cycles. ", r.Prometheus, ruleEvalInterval, r.WarmupCycles, r.Cycles)
-	p("Groups run concurrently, each at its own offset in the interval, so the sum of their durations is work, not wall time; when they are slower than the machine can serve, each group's duration includes its wait for a CPU, and the CPU per cycle (below) is the figure that does not depend on the machine's other load.\n\n")
-	p("| |")
-	for _, r := range runs {
-		p(" %s |", historyShort(r))
+	p("The pipelines: %s to %d, one configuration file. ", r.Shape, r.Pipelines)
+	if r.Baseline != nil {
+		p("The rules: what `outbox-canary rules --format rules` writes for that file, built at each column's revision: %s's (the baseline, `BENCH_RULES_BEFORE`) and this revision's, each evaluated by a Prometheus of its own; both scrape the same series in the same window, so the two columns of a run share its load. ", r.Baseline.ruleRevision())
+	} else {
+		p("The rules: `alerts.Generate` for them (what `outbox-canary rules --format rules` writes). ")
 	}
-	p("\n|---|%s\n", strings.Repeat("---|", len(runs)))
+	p("The series: the prober's and the watchers' own metrics for those pipelines (`prober.NewMetrics`, `watch.NewMetrics`, and the SLOs' objective series, `ExportObjectives`, which rules written once per SLO read and rules written per SLO ignore), served by `prober.MetricsHandler` (%.1f MB a text scrape) and advanced every 5 s as a canary per pipeline and a sample of each watcher would (one SLI event in a thousand bad), so every rate is non-zero; about %.0f series in Prometheus's head. ", float64(r.ScrapeBytes)/1e6, r.HeadSeries)
+	p("Prometheus (%s) scrapes them and evaluates the rules every %s (no Alertmanager: alerts are evaluated, not sent); once every group had been evaluated %d times and the TSDB had not compacted for 90 s, its own `/metrics` was read at each of %d cycles. ", r.Prometheus, ruleEvalInterval, r.WarmupCycles, r.Cycles)
+	p("Groups run concurrently, each at its own offset in the interval, so the sum of their durations is work, not wall time; when they are slower than the machine can serve, each group's duration includes its wait for a CPU, and the CPU per cycle (below) is the figure that does not depend on the machine's other load.\n\n")
+	cols := ruleEvalColumns(runs)
+	p("| |")
+	for _, r := range cols {
+		p(" %s |", columnName(r))
+	}
+	p("\n|---|%s\n", strings.Repeat("---|", len(cols)))
 	row := func(name string, f func(r *ruleEval) string) {
 		p("| %s |", name)
-		for _, r := range runs {
+		for _, r := range cols {
 			p(" %s |", f(r))
 		}
 		p("\n")
@@ -759,6 +885,9 @@ func renderRuleEval(p func(string, ...any), runs []*ruleEval) {
 	})
 	row("command", func(r *ruleEval) string { return "`" + r.Command + "`" })
 	row("history the windows could read", historyOf)
+	row("rules (`outbox-canary rules --format rules`)", func(r *ruleEval) string {
+		return fmt.Sprintf("%d groups, %d rules, %.1f MB", r.Groups, r.Rules, float64(r.RuleBytes)/1e6)
+	})
 	row("`prometheus_rule_group_last_duration_seconds` summed over the groups, per cycle (target < 1 s)", func(r *ruleEval) string {
 		return fmt.Sprintf("%smedian %.1f s, largest %.1f s", mark(slices.Max(r.SumSeconds) < ruleEvalTarget), median(r.SumSeconds), slices.Max(r.SumSeconds))
 	})
@@ -780,7 +909,7 @@ func renderRuleEval(p func(string, ...any), runs []*ruleEval) {
 	})
 	row("Prometheus's RSS (`process_resident_memory_bytes`), largest sample", func(r *ruleEval) string { return fmt.Sprintf("%.0f MiB", r.RSSMaxBytes/(1<<20)) })
 	p("\n")
-	for _, r := range runs {
+	for _, r := range cols {
 		if len(r.ByRule) == 0 {
 			continue
 		}
@@ -788,7 +917,7 @@ func renderRuleEval(p func(string, ...any), runs []*ruleEval) {
 		for _, c := range r.ByRule {
 			total += c.Seconds
 		}
-		p("Where the time goes, %s: each rule's last evaluation time (`/api/v1/rules` at the window's end, a wall time, so it includes waits for a CPU as the durations above do), summed by the series it records or the alert it raises, the largest first:\n\n", historyShort(r))
+		p("Where the time goes, %s: each rule's last evaluation time (`/api/v1/rules` at the window's end, a wall time, so it includes waits for a CPU as the durations above do), summed by the series it records or the alert it raises, the largest first:\n\n", columnName(r))
 		p("| rule | rules | seconds | share |\n|---|---:|---:|---:|\n")
 		for i, c := range r.ByRule {
 			if i == 12 {

@@ -35,6 +35,8 @@ type benchDoc struct {
 	// RuleEval is the last TestBenchRuleEvaluation of each history
 	// backfilled (benchrules_test.go), shortest first.
 	RuleEval []*ruleEval `json:"rule_evaluation,omitempty"`
+	// RuleSize is the last TestBenchRuleSize (benchrulesets_test.go).
+	RuleSize *ruleSize `json:"rule_size,omitempty"`
 }
 
 func readBenchDoc(path string) (*benchDoc, error) {
@@ -224,6 +226,9 @@ func renderBench(d *benchDoc) []byte {
 	}
 	if len(d.RuleEval) > 0 {
 		renderRuleEval(p, d.RuleEval)
+	}
+	if d.RuleSize != nil {
+		renderRuleSize(p, d.RuleSize)
 	}
 
 	p("## How the figures are taken\n\n")
