@@ -856,11 +856,22 @@ func historyShort(r *ruleEval) string {
 }
 
 func renderRuleEval(p func(string, ...any), runs []*ruleEval) {
-	r := runs[len(runs)-1]
+	// The newest run describes the method.
+	r := runs[0]
+	for _, o := range runs {
+		if o.Date.After(r.Date) {
+			r = o
+		}
+	}
 	p("## Rule evaluation at %d pipelines\n\n", r.Pipelines)
 	p("The pipelines: %s to %d, one configuration file. ", r.Shape, r.Pipelines)
 	if r.Baseline != nil {
 		p("The rules: what `outbox-canary rules --format rules` writes for that file, built at each column's revision: %s's (the baseline, `BENCH_RULES_BEFORE`) and this revision's, each evaluated by a Prometheus of its own; both scrape the same series in the same window, so the two columns of a run share its load. ", r.Baseline.ruleRevision())
+		for _, o := range runs {
+			if o.Baseline == nil {
+				p("(The run of %s measured only the rules of its own revision, %s.) ", o.Date.Format("2006-01-02 15:04 UTC"), o.ruleRevision())
+			}
+		}
 	} else {
 		p("The rules: `alerts.Generate` for them (what `outbox-canary rules --format rules` writes). ")
 	}
