@@ -266,6 +266,7 @@ type ruleSize struct {
 	Machine  string        `json:"machine"`
 	Command  string        `json:"command"`
 	Rows     []ruleSizeRow `json:"rows"`
+	Notes    []string      `json:"notes,omitempty"`
 }
 
 type ruleSizeRow struct {
@@ -415,4 +416,7 @@ func renderRuleSize(p func(string, ...any), s *ruleSize) {
 			r.Seconds, r.CPUSeconds, float64(r.MaxRSS)/(1<<20))
 	}
 	p("\n")
+	for _, n := range s.Notes {
+		p("%s\n\n", n)
+	}
 }
