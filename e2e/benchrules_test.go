@@ -747,7 +747,15 @@ func ruleCosts(ctx context.Context, addr string) ([]ruleCost, error) {
 			} `json:"rules"`
 		} `json:"groups"`
 	}
-	if err := promAPI(ctx, addr, "/api/v1/rules", &out); err != nil {
+	// A Prometheus short of CPU can take longer than the API timeout to
+	// list 20,000 rules: try again before giving up on the table.
+	var err error
+	for try := 0; try < 3; try++ {
+		if err = promAPI(ctx, addr, "/api/v1/rules", &out); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	byName := map[string]*ruleCost{}
