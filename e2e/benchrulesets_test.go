@@ -402,7 +402,7 @@ func renderRuleSize(p func(string, ...any), s *ruleSize) {
 	p("## Rule count and size\n\n")
 	p("What `outbox-canary rules` writes for examples/outbox-canary.yml's four pipelines repeated to each count (the configuration of [Rule evaluation](#rule-evaluation-at-300-pipelines)), before (the baseline revision's binary, rules per SLO) and after (this revision's, rules per SLO window), each built from its own source. ")
 	p("Measured %s at %s on %s: `%s`. ", s.Date.Format("2006-01-02 15:04 UTC"), s.Revision, s.Machine, s.Command)
-	p("Bytes are `--format rules`'s; the PrometheusRules are `--format prometheusrule`'s objects, the largest one's size as JSON, which a client-side `kubectl apply` stores in its last-applied annotation (limit %d KiB); time, CPU and peak RSS (wait4's rusage, what `/usr/bin/time -v` reports) are of `rules --format rules`.\n\n", kubectlLastAppliedLimit>>10)
+	p("Bytes are `--format rules`'s; the PrometheusRules are `--format prometheusrule`'s objects, the largest one's size as JSON, which a client-side `kubectl apply` stores in its last-applied annotation (limit %d KiB); time, CPU (user + system) and peak RSS are `/usr/bin/time -v`'s of `rules --format rules`.\n\n", kubectlLastAppliedLimit>>10)
 	p("| pipelines | rules of | groups | rules | rule file | PrometheusRules | the largest, as JSON | time | CPU | peak RSS |\n")
 	p("|---:|---|---:|---:|---:|---:|---|---:|---:|---:|\n")
 	for _, r := range s.Rows {
