@@ -295,10 +295,12 @@ func ruleName(g alerts.Group, r alerts.Rule) string {
 //     is the pipeline's, its sloth_service the pipeline's or none;
 //   - a rule of no pipeline (the prober's, the Kafka clusters') writes
 //     series of no pipeline: neither label;
-//   - a rule of every pipeline (an SLO window's) may read and write the
-//     series of any: keepPipelinesOf keeps it whatever a scenario feeds,
-//     and it writes series of a pipeline only from that pipeline's
-//     series, which an unfed pipeline does not have;
+//   - a rule of every pipeline (the SLOs', the pipelines' classes') may
+//     read and write the series of any: keepPipelinesOf keeps it whatever
+//     a scenario feeds. It writes series of a pipeline only from that
+//     pipeline's series (its pipeline label comes from them, neither
+//     aggregated away nor written by the rule), so an unfed pipeline has
+//     none and one pipeline's series never make another's alert;
 //   - a pipeline's rule reads series of its pipeline alone: each selector
 //     matches its pipeline label or its sloth_service.
 //
@@ -314,6 +316,9 @@ func pipelineLeaks(t *testing.T, rf *alerts.RuleFile) []string {
 		for j, r := range g.Rules {
 			name := ruleName(g, r)
 			if g.EveryPipeline {
+				if pipeline := values[[2]int{i, j}][slo.LabelPipeline]; pipeline != unknownValue {
+					leaks = append(leaks, fmt.Sprintf("%s writes pipeline %s, not the pipeline of the series it reads", name, pipeline))
+				}
 				continue
 			}
 			pipeline, sloth := values[[2]int{i, j}][slo.LabelPipeline], values[[2]int{i, j}][labelSloth]
@@ -381,12 +386,12 @@ func TestPipelineRulesReadAndWriteOnlyTheirPipeline(t *testing.T) {
 		mutate func(rf *alerts.RuleFile) int
 	}{
 		{
-			name: "A stall alert that lost a pipeline matcher reads every pipeline's canaries sent.",
+			name: "An inserts-failing alert summed over the pipelines writes a series of no pipeline.",
 			mutate: rewriteRules(func(r *alerts.Rule) bool {
-				if r.Alert != alerts.AlertStalled {
+				if r.Alert != alerts.AlertInsertsFailing {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`(outbox_canary_last_sent_timestamp_seconds)\{pipeline="[^"]*"\}`).ReplaceAllString(r.Expr, "$1")
+				r.Expr = strings.ReplaceAll(r.Expr, "sum by (pipeline) (", "sum(")
 				return true
 			}),
 		},
@@ -396,14 +401,14 @@ func TestPipelineRulesReadAndWriteOnlyTheirPipeline(t *testing.T) {
 				if r.Record != alerts.RecordStall {
 					return false
 				}
-				r.Expr = strings.Replace(r.Expr, "max by (pipeline) (", "max(", 1)
+				r.Expr = strings.ReplaceAll(r.Expr, "max by (pipeline) (", "max(")
 				return true
 			}),
 		},
 		{
 			name: "An inserts-failing alert labelled with another pipeline writes that pipeline's alert.",
 			mutate: rewriteRules(func(r *alerts.Rule) bool {
-				if r.Alert != alerts.AlertInsertsFailing || r.Labels[slo.LabelPipeline] != "events" {
+				if r.Alert != alerts.AlertInsertsFailing {
 					return false
 				}
 				r.Labels = map[string]string{slo.LabelPipeline: "orders"}

@@ -400,10 +400,13 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		// model changes the model before generation; rules changes the
-		// generated rules and returns how many it changed.
-		model func(m *slo.Model)
-		rules func(rf *alerts.RuleFile) int
+		// model changes the model before generation; config changes the
+		// configuration, so the objective series the prober exports
+		// change with the rules; rules changes the generated rules and
+		// returns how many it changed.
+		model  func(m *slo.Model)
+		config func(c *config.Config)
+		rules  func(rf *alerts.RuleFile) int
 		// mustFail are the scenarios that must catch the mutation, each
 		// with a check that it fails (requireScenariosFail).
 		mustFail []string
@@ -446,15 +449,15 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 			},
 		},
 		{
-			name:  "A stall threshold one canary interval lower pages on a 20s relay restart.",
-			model: func(m *slo.Model) { m.Alerting.StallIntervals-- },
+			name:   "A stall threshold one canary interval lower pages on a 20s relay restart.",
+			config: func(c *config.Config) { c.Alerting.StallIntervals-- },
 			mustFail: []string{
 				`j-pauses-do-not-page: expr: "count_over_time(ALERTS[2h])", time: 2h`,
 			},
 		},
 		{
-			name:  "A stall threshold one canary interval higher misses a pause just over the tolerance.",
-			model: func(m *slo.Model) { m.Alerting.StallIntervals++ },
+			name:   "A stall threshold one canary interval higher misses a pause just over the tolerance.",
+			config: func(c *config.Config) { c.Alerting.StallIntervals++ },
 			mustFail: []string{
 				`j-pauses-do-not-page: alertname: OutboxCanaryStalled, time: 1h15s`,
 			},
@@ -592,7 +595,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertSlotRetainedWALGrowth {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`(?s)\n  and\n.*?\n\)`).ReplaceAllString(r.Expr, "\n)")
+				r.Expr = regexp.MustCompile(`(?s)\n\s*and\n.*?\n(\s*\))`).ReplaceAllString(r.Expr, "\n$1")
 				return true
 			}),
 			mustFail: []string{
@@ -605,7 +608,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertSlotRetainedWALGrowth {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`\n  and\n[^\n]* offset [^\n]*\n`).ReplaceAllString(r.Expr, "\n")
+				r.Expr = regexp.MustCompile(`\n\s*and\n[^\n]* offset [^\n]*\n`).ReplaceAllString(r.Expr, "\n")
 				return true
 			}),
 			mustFail: []string{
@@ -615,13 +618,15 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 		{
 			name: "A stall alert that wants the last canary sent stall_intervals intervals after the last delivery needs one more missed canary than configured.",
 			rules: rewriteRules(func(r *alerts.Rule) bool {
-				if r.Alert != alerts.AlertStalled || r.Labels["pipeline"] != "orders" {
+				if r.Alert != alerts.AlertStalled {
 					return false
 				}
-				// 22s (the threshold less one interval) becomes 30s
-				// (3 intervals of 10s), what issue 15 found.
-				r.Expr = regexp.MustCompile(`(last_sent_timestamp_seconds\{[^}]*\} - outbox_canary_last_received_timestamp_seconds\{[^}]*\} and [^\n]*\) > )22\n`).ReplaceAllString(r.Expr, "${1}30\n")
-				return true
+				// orders' 22s (the threshold less one interval) becomes
+				// 30s (3 intervals of 10s), what issue 15 found.
+				mutated := regexp.MustCompile(`(last_sent_timestamp_seconds(?:\{[^}]*\})? - outbox_canary_last_received_timestamp_seconds(?:\{[^}]*\})? and [^\n]*\) > )22\n`).ReplaceAllString(r.Expr, "${1}30\n")
+				changed := mutated != r.Expr
+				r.Expr = mutated
+				return changed
 			}),
 			mustFail: []string{
 				`p-stall-at-exactly-n-missed: alertname: OutboxCanaryStalled, time: 1h45s`,
@@ -647,7 +652,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 				if r.Alert != alerts.AlertStalled {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`^`+regexp.QuoteMeta(alerts.RecordStallIncidentStart)+`\{[^}]*\}\nand on \([^)]*\) `).ReplaceAllString(r.Expr, "")
+				r.Expr = regexp.MustCompile(`(?m)^(\s*)`+regexp.QuoteMeta(alerts.RecordStallIncidentStart)+`(?:\{[^}]*\})?\n\s*and on \([^)]*\) \(`).ReplaceAllString(r.Expr, "${1}(")
 				return true
 			}),
 			mustFail: []string{
@@ -748,7 +753,15 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, m := loadModel(t, testConfig)
+			cfg, _ := loadModel(t, testConfig)
+			mutatedCfg, m := loadModel(t, testConfig)
+			if tc.config != nil {
+				tc.config(mutatedCfg)
+				var err error
+				if m, err = slo.FromConfig(mutatedCfg); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if tc.model != nil {
 				tc.model(m)
 			}
@@ -759,7 +772,7 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 			if tc.rules != nil && tc.rules(rf) == 0 {
 				t.Fatal("the mutation changed no rule: the test no longer tests what it says")
 			}
-			requireScenariosFail(t, bin, cfg, rf, generateRules(t, cfg), scenarioDir, tc.mustFail...)
+			requireScenariosFailWith(t, bin, cfg, mutatedCfg, rf, generateRules(t, cfg), scenarioDir, tc.mustFail...)
 		})
 	}
 }
@@ -1000,14 +1013,13 @@ func rewriteRules(change func(r *alerts.Rule) bool) func(rf *alerts.RuleFile) in
 func TestSlotScenarioNeedsTheSlotSelector(t *testing.T) {
 	t.Parallel()
 	bin := promtool(t)
-	cfg, m := loadModel(t, testConfig)
-	for i := range m.Pipelines {
-		m.Pipelines[i].Slot = ""
+	// Without watch.slot the objective series name no slot, and the
+	// rules take every slot of the pipeline.
+	cfg, _ := loadModel(t, testConfig)
+	for i := range cfg.Pipelines {
+		cfg.Pipelines[i].Watch.Slot = ""
 	}
-	rf, err := alerts.Generate(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rf := generateRules(t, cfg)
 	sc := filepath.Join(scenarioDir, "h-slot-of-another-pipeline.yml")
 	out, err := runScenario(t, bin, writeScenarioRules(t, cfg, rf, sc), sc)
 	if err == nil {
@@ -1150,7 +1162,7 @@ func TestRedundantProberScenariosCatchPerReplicaRules(t *testing.T) {
 				if r.Record != alerts.RecordStall {
 					return false
 				}
-				r.Expr = regexp.MustCompile(`max by \(pipeline\) \((outbox_canary_last_received_timestamp_seconds\{[^}]*\})\)`).ReplaceAllString(r.Expr, "$1")
+				r.Expr = regexp.MustCompile(`max by \(pipeline\) \((outbox_canary_last_received_timestamp_seconds(?:\{[^}]*\})?)\)`).ReplaceAllString(r.Expr, "$1")
 				return true
 			}),
 			fails: "alertname: OutboxCanaryStalled, time: 1h45s",
@@ -1218,6 +1230,14 @@ var promtoolCheck = regexp.MustCompile(`^(?:alertname: (\w+)|expr: ("(?:[^"\\]|\
 // fails it.
 func requireScenariosFail(t *testing.T, bin string, cfg *config.Config, mutated, unmutated *alerts.RuleFile, dir string, fails ...string) {
 	t.Helper()
+	requireScenariosFailWith(t, bin, cfg, cfg, mutated, unmutated, dir, fails...)
+}
+
+// requireScenariosFailWith is requireScenariosFail where the mutated
+// rules are of another configuration, whose objective series the
+// scenarios get with them.
+func requireScenariosFailWith(t *testing.T, bin string, cfg, mutatedCfg *config.Config, mutated, unmutated *alerts.RuleFile, dir string, fails ...string) {
+	t.Helper()
 	var files []string
 	checks := map[string]string{}
 	for _, f := range fails {
@@ -1235,17 +1255,17 @@ func requireScenariosFail(t *testing.T, bin string, cfg *config.Config, mutated,
 	// the two runs differ by the mutation alone.
 	keep := rulesTheChecksRead(t, unmutated, files)
 	maps.Copy(keep, rulesTheChecksRead(t, mutated, files))
-	cutDown := func(rf *alerts.RuleFile) string {
+	cutDown := func(rf *alerts.RuleFile, cfg *config.Config) string {
 		trimmed := alerts.RuleFile{Groups: slices.Clone(rf.Groups)}
 		keepRulesNamed(&trimmed, keep)
 		return writeScenarioRules(t, cfg, &trimmed, files...)
 	}
-	for file, report := range runScenarios(t, bin, cutDown(unmutated), files...) {
+	for file, report := range runScenarios(t, bin, cutDown(unmutated, cfg), files...) {
 		if strings.Contains(report, "FAILED") {
 			t.Fatalf("%s, cut down to %s, fails on the unmutated rules too:\n%s", file, checks[file], firstLines(report, 30))
 		}
 	}
-	reports := runScenarios(t, bin, cutDown(mutated), files...)
+	reports := runScenarios(t, bin, cutDown(mutated, mutatedCfg), files...)
 	for file, check := range checks {
 		report := reports[file]
 		// The comma: time 1h must not be found in time 1h15m.

@@ -139,12 +139,19 @@ func Generate(m *slo.Model) (*RuleFile, error) {
 	if len(slos.Rules) > 0 {
 		rf.Groups = append(rf.Groups, slos)
 	}
-	for _, p := range m.Pipelines {
-		grp := g.pipelineAlerts(p)
-		grp.Pipeline = p.Name
-		rf.Groups = append(rf.Groups, grp)
+	// The alerts beyond the SLOs: one group for every pipeline, written
+	// per pipeline class and merged where alike, as the SLOs' are.
+	pipelines := Group{Name: "outbox-canary-pipelines", EveryPipeline: true}
+	for _, c := range pipelineClasses(m) {
+		pipelines.Rules = append(pipelines.Rules, g.pipelineAlerts(c).Rules...)
 	}
-	rf.Groups = append(rf.Groups, g.kafkaAlerts(), g.proberAlerts())
+	pipelines.Rules = mergeAlike(pipelines.Rules)
+	if len(pipelines.Rules) > 0 {
+		rf.Groups = append(rf.Groups, pipelines)
+	}
+	rf.Groups = append(rf.Groups,
+		Group{Name: "outbox-canary-pipelines-measured", EveryPipeline: true, Rules: []Rule{g.unmeasuredRecording()}},
+		g.kafkaAlerts(), g.proberAlerts())
 	seen := map[string]bool{}
 	for _, grp := range rf.Groups {
 		if seen[grp.Name] {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,77 +93,104 @@ func TestGeneratedRules(t *testing.T) {
 			t.Error("no burn alerts")
 		}
 	})
+	// The pipelines' alerts are written for every pipeline of a class,
+	// and each family selects, by the pipeline's facts on its objective
+	// series, the pipelines it is for.
 	t.Run("polling pipelines get backlog alerts, CDC pipelines on PostgreSQL slot alerts and on MySQL binlog alerts, never the other way", func(t *testing.T) {
-		kinds := map[string]string{"orders": "polling", "payments": "polling", "shipments": "cdc", "invoices": "binlog cdc"}
+		facts := map[string][]string{
+			"polling":          {`relay_kind="polling"`},
+			"postgres capture": {`relay_kind="cdc"`, `database_family="postgres"`},
+			"mysql capture":    {`relay_kind="cdc"`, `database_family="mysql"`},
+		}
+		want := map[string]string{
+			alerts.AlertBacklogGrowing: "polling", alerts.AlertOldestUnpublished: "polling",
+			alerts.AlertSlotInactive: "postgres capture", alerts.AlertSlotRetainedWALGrowth: "postgres capture", alerts.AlertSlotWALAtRisk: "postgres capture",
+			alerts.AlertBinlogConnectorBehind: "mysql capture", alerts.AlertBinlogFileAtRisk: "mysql capture",
+		}
 		seen := map[string]bool{}
 		for _, g := range rf.Groups {
 			for _, r := range g.Rules {
-				kind := kinds[r.Labels["pipeline"]]
-				switch r.Alert {
-				case alerts.AlertSlotInactive, alerts.AlertSlotRetainedWALGrowth, alerts.AlertSlotWALAtRisk:
-					seen["slot "+kind] = true
-				case alerts.AlertBinlogConnectorBehind, alerts.AlertBinlogFileAtRisk:
-					seen["binlog "+kind] = true
-				case alerts.AlertBacklogGrowing:
-					seen["backlog "+kind] = true
-				case alerts.AlertConnectorTaskFailed:
-					seen["connector "+kind] = true
+				kind, ok := want[r.Alert]
+				if r.Alert == alerts.AlertConnectorTaskFailed {
+					ok, kind = true, "postgres capture"
+					if strings.Contains(r.Expr, `database_family="mysql"`) {
+						kind = "mysql capture"
+					}
+				}
+				if !ok {
+					continue
+				}
+				seen[r.Alert+" "+kind] = true
+				for _, f := range facts[kind] {
+					if !strings.Contains(r.Expr, f) {
+						t.Errorf("%s: does not select the pipelines with %s:\n%s", r.Alert, f, r.Expr)
+					}
 				}
 			}
 		}
-		for _, want := range []string{"slot cdc", "backlog polling", "binlog binlog cdc", "connector cdc", "connector binlog cdc"} {
-			if !seen[want] {
-				t.Errorf("missing %s alerts: %v, want slot alerts on shipments, binlog alerts on invoices (MariaDB), connector alerts on both, backlog alerts on orders and payments", want, seen)
+		for alert, kind := range want {
+			if !seen[alert+" "+kind] {
+				t.Errorf("no %s for the %s pipelines", alert, kind)
 			}
 		}
-		for _, wrong := range []string{"slot polling", "backlog cdc", "slot binlog cdc", "binlog cdc", "binlog polling", "backlog binlog cdc"} {
-			if seen[wrong] {
-				t.Errorf("%s alerts: on the wrong relay kind or database family: %v", wrong, seen)
+		for _, kind := range []string{"postgres capture", "mysql capture"} {
+			if !seen[alerts.AlertConnectorTaskFailed+" "+kind] {
+				t.Errorf("no %s for the %s pipelines", alerts.AlertConnectorTaskFailed, kind)
+			}
+		}
+	})
+	t.Run("a configuration without polling relays gets no backlog alert", func(t *testing.T) {
+		_, m := loadModel(t, exampleConfig)
+		m.Pipelines = slices.DeleteFunc(m.Pipelines, func(p slo.Pipeline) bool { return p.RelayKind == config.RelayPolling })
+		rf, err := alerts.Generate(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range rf.Groups {
+			for _, r := range g.Rules {
+				if r.Alert == alerts.AlertBacklogGrowing || r.Alert == alerts.AlertOldestUnpublished {
+					t.Errorf("%s generated without a polling pipeline", r.Alert)
+				}
 			}
 		}
 	})
 }
 
+// The slot alerts read the watched slot from the pipeline's facts: with
+// watch.slot its objective series carries it and the alerts keep that
+// slot's series; without, every slot of the pipeline
+// (h-slot-of-another-pipeline proves it on series).
 func TestSlotAlertsSelectTheConfiguredSlot(t *testing.T) {
-	slotAlerts := map[string]bool{alerts.AlertSlotInactive: true, alerts.AlertSlotRetainedWALGrowth: true, alerts.AlertSlotWALAtRisk: true}
-	exprs := func(t *testing.T, m *slo.Model, pipeline string) map[string]string {
-		t.Helper()
-		rf, err := alerts.Generate(m)
-		if err != nil {
-			t.Fatal(err)
+	_, m := loadModel(t, exampleConfig)
+	for _, p := range m.Pipelines {
+		if p.Name != "shipments" {
+			continue
 		}
-		out := map[string]string{}
-		for _, g := range rf.Groups {
-			for _, r := range g.Rules {
-				if slotAlerts[r.Alert] && r.Labels["pipeline"] == pipeline {
-					out[r.Alert] = r.Expr
+		if l, _ := p.SLOs[0].ObjectiveSeries(); l[slo.LabelSlot] != "demo_shipments" {
+			t.Errorf("shipments' objective series carry slot %q, want demo_shipments (watch.slot)", l[slo.LabelSlot])
+		}
+	}
+	rf, err := alerts.Generate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			switch r.Alert {
+			case alerts.AlertSlotInactive, alerts.AlertSlotRetainedWALGrowth, alerts.AlertSlotWALAtRisk:
+				n++
+				for _, want := range []string{`and on (pipeline, slot) topk by (pipeline) (1, outbox_canary_slo_objective_ratio{`, `slot!=""`, `slot=""`} {
+					if !strings.Contains(r.Expr, want) {
+						t.Errorf("%s does not select the watched slot (%s):\n%s", r.Alert, want, r.Expr)
+					}
 				}
 			}
 		}
-		if len(out) != len(slotAlerts) {
-			t.Fatalf("pipeline %s has slot alerts %v, want all of %v", pipeline, out, slotAlerts)
-		}
-		return out
 	}
-	t.Run("With watch.slot every slot alert selects that slot of that pipeline.", func(t *testing.T) {
-		_, m := loadModel(t, exampleConfig)
-		for alert, expr := range exprs(t, m, "shipments") {
-			if !strings.Contains(expr, `pipeline="shipments", slot="demo_shipments"`) {
-				t.Errorf("%s: %s does not select slot demo_shipments", alert, expr)
-			}
-		}
-	})
-	t.Run("Without watch.slot the slot alerts take every slot of the pipeline.", func(t *testing.T) {
-		_, m := loadModel(t, exampleConfig)
-		for i := range m.Pipelines {
-			m.Pipelines[i].Slot = ""
-		}
-		for alert, expr := range exprs(t, m, "shipments") {
-			if strings.Contains(expr, "slot=") || !strings.Contains(expr, `pipeline="shipments"`) {
-				t.Errorf("%s: %s, want a selector on the pipeline alone", alert, expr)
-			}
-		}
-	})
+	if n == 0 {
+		t.Error("no slot alerts")
+	}
 }
 
 func TestMarshalRejectsAnUnknownFormat(t *testing.T) {

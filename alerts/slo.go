@@ -11,64 +11,11 @@ import (
 	"github.com/outbox-canary/outbox-canary/slo"
 )
 
-// sloLabels are the labels of an SLO's series: Sloth's three identity
-// labels, plus ours for routing and for people.
-func sloLabels(s slo.SLO) map[string]string {
-	return map[string]string{
-		labelSlothID:      s.ID,
-		labelSlothService: s.Pipeline,
-		labelSlothSLO:     s.Segment,
-		slo.LabelPipeline: s.Pipeline,
-		slo.LabelSegment:  s.Segment,
-		slo.LabelOwner:    s.Owner,
-	}
-}
-
 // sloIdentity are the labels that name an SLO and never change while it
 // exists. Everything else on its series (owner, alerting.labels) may
 // change with the configuration, so rules that read an SLO's history
 // aggregate by these and set the rest anew.
 var sloIdentity = []string{labelSlothID, labelSlothService, labelSlothSLO}
-
-// byIdentity is "by (sloth_id, sloth_service, sloth_slo)" and the
-// scope's labels, which never change for a rule set either.
-func byIdentity(s slo.SLO) string { return s.Scope.ByClause(sloIdentity...) }
-
-// onIdentity is "on (sloth_id, sloth_service, sloth_slo)" and the scope's
-// labels.
-func onIdentity(s slo.SLO) string {
-	return "on (" + strings.Join(s.Scope.By(sloIdentity...), ", ") + ")"
-}
-
-// sloSelector selects an SLO's recorded series by Sloth's labels, in its
-// scope.
-func sloSelector(metric string, s slo.SLO) string {
-	return selector(metric, append([]string{labelSlothID, s.ID, labelSlothService, s.Pipeline, labelSlothSLO, s.Segment}, s.Scope.Pairs()...)...)
-}
-
-// sliSelector selects the SLO's raw SLI event counters, of one outcome
-// when outcome is set, in its scope.
-func sliSelector(s slo.SLO, outcome string) string {
-	m := []string{slo.LabelPipeline, s.Pipeline, slo.LabelSegment, s.Segment}
-	if outcome != "" {
-		m = append(m, slo.LabelOutcome, outcome)
-	}
-	return selector(slo.MetricSLIEvents, append(m, s.Scope.Pairs()...)...)
-}
-
-// sumScoped is sum(expr), by the scope's labels when there is a scope:
-// over the prober replicas too, whose series differ only in the labels
-// of their scrape targets.
-func sumScoped(scope slo.Scope, expr string) string { return aggregateScoped("sum", scope, expr) }
-
-// aggregateScoped is op(expr), by the scope's labels when there is a
-// scope.
-func aggregateScoped(op string, scope slo.Scope, expr string) string {
-	if by := scope.ByClause(); by != "" {
-		return op + " " + by + " (" + expr + ")"
-	}
-	return op + "(" + expr + ")"
-}
 
 // sloClass is the SLOs of one SLO window. Their recordings are written
 // once for all of them: range windows must be literals, and everything
@@ -518,16 +465,4 @@ func (b burnClass) burnDescription(severity string, pairs []slo.BurnAlert) strin
 // stall threshold plus a scrape and an evaluation.
 func burnPageFor(stallThreshold time.Duration) time.Duration {
 	return stallThreshold + 30*time.Second
-}
-
-// inhibitsEndToEnd reports whether a segment's pages explain (and so
-// inhibit) the end_to_end SLO's alerts of the pipeline: every segment a
-// canary crosses between commit and consume.
-func inhibitsEndToEnd(segment string) bool {
-	return segment != config.SegmentEndToEnd && segment != config.SegmentInsertToCommit
-}
-
-func withLabel(l map[string]string, name, value string) map[string]string {
-	l[name] = value
-	return l
 }

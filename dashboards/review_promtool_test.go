@@ -106,16 +106,8 @@ func healthyProber(m *slo.Model, burning string) []inputSeries {
 	in := []inputSeries{{Series: fmt.Sprintf(`%s{%s, version="test"}`, slo.MetricBuildInfo, target), Values: "1x120"}}
 	for _, p := range m.Pipelines {
 		in = append(in, inputSeries{Series: fmt.Sprintf(`%s{%s, pipeline=%q}`, slo.MetricCanariesSent, target, p.Name), Values: "0+10x120"})
+		in = append(in, objectiveSeries(p, target, "x120")...)
 		for _, s := range p.SLOs {
-			l, objective := s.ObjectiveSeries()
-			var pairs []string
-			for _, name := range slices.Sorted(maps.Keys(l)) {
-				pairs = append(pairs, fmt.Sprintf("%s=%q", name, l[name]))
-			}
-			in = append(in, inputSeries{
-				Series: fmt.Sprintf(`%s{%s, %s}`, slo.MetricSLOObjective, target, strings.Join(pairs, ", ")),
-				Values: strconv.FormatFloat(objective, 'g', -1, 64) + "x120",
-			})
 			bad := "0x120"
 			if s.ID == burning {
 				bad = "0+5x120"
@@ -129,6 +121,24 @@ func healthyProber(m *slo.Model, burning string) []inputSeries {
 		}
 	}
 	sort.Slice(in, func(i, j int) bool { return in[i].Series < in[j].Series })
+	return in
+}
+
+// objectiveSeries are the objective series a prober exports for the
+// pipeline's SLOs, with the target's labels, for steps ("x120").
+func objectiveSeries(p slo.Pipeline, target, steps string) []inputSeries {
+	var in []inputSeries
+	for _, s := range p.SLOs {
+		l, objective := s.ObjectiveSeries()
+		var pairs []string
+		for _, name := range slices.Sorted(maps.Keys(l)) {
+			pairs = append(pairs, fmt.Sprintf("%s=%q", name, l[name]))
+		}
+		in = append(in, inputSeries{
+			Series: fmt.Sprintf(`%s{%s, %s}`, slo.MetricSLOObjective, target, strings.Join(pairs, ", ")),
+			Values: strconv.FormatFloat(objective, 'g', -1, 64) + steps,
+		})
+	}
 	return in
 }
 
@@ -251,11 +261,14 @@ func TestReviewQueriesOnTheGeneratedRules(t *testing.T) {
 		Series: fmt.Sprintf(`%s{job=%q, instance=%q, version="test"}`, slo.MetricBuildInfo, testJob, testInstance),
 		Values: "1x60",
 	}}}
+	// And the objective series, by which the rules know the pipelines
+	// (without them, too: a prober too old for the rules).
 	for _, p := range m.Pipelines {
 		deadMan.InputSeries = append(deadMan.InputSeries, inputSeries{
 			Series: fmt.Sprintf(`%s{job=%q, instance=%q, pipeline=%q}`, slo.MetricLastSentTimestamp, testJob, testInstance, p.Name),
 			Values: "0+60x60",
 		})
+		deadMan.InputSeries = append(deadMan.InputSeries, objectiveSeries(p, fmt.Sprintf(`job=%q, instance=%q`, testJob, testInstance), "x60")...)
 	}
 	for _, tc := range []struct {
 		pipeline, instance, at string

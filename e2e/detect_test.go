@@ -471,13 +471,12 @@ func (r *detectRun) describeSettings(t *testing.T) detectSettings {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keep := map[string]string{} // by pipeline: the stall alert's keep_firing_for
+	var keep string // the stall alert's keep_firing_for: one rule for every pipeline
 	var rules struct {
 		Groups []struct {
 			Rules []struct {
-				Alert         string            `yaml:"alert"`
-				KeepFiringFor string            `yaml:"keep_firing_for"`
-				Labels        map[string]string `yaml:"labels"`
+				Alert         string `yaml:"alert"`
+				KeepFiringFor string `yaml:"keep_firing_for"`
 			} `yaml:"rules"`
 		} `yaml:"groups"`
 	}
@@ -487,7 +486,7 @@ func (r *detectRun) describeSettings(t *testing.T) detectSettings {
 	for _, g := range rules.Groups {
 		for _, rl := range g.Rules {
 			if rl.Alert == "OutboxCanaryStalled" {
-				keep[rl.Labels[slo.LabelPipeline]] = rl.KeepFiringFor
+				keep = rl.KeepFiringFor
 			}
 		}
 	}
@@ -496,7 +495,7 @@ func (r *detectRun) describeSettings(t *testing.T) detectSettings {
 			Name: p.Name, Relay: p.RelayKind, DefaultOwner: p.DefaultOwner,
 			StallThreshold: p.StallThreshold(r.cfg.Alerting.StallIntervals).String(),
 			StallTolerance: p.StallTolerance(r.cfg.Alerting.StallIntervals).String(),
-			KeepFiringFor:  keep[p.Name],
+			KeepFiringFor:  keep,
 		}
 		for _, s := range p.SLOs {
 			ps.Budgets = append(ps.Budgets, fmt.Sprintf("%s %s (%s)", s.Segment, s.Budget, s.Owner))

@@ -364,7 +364,7 @@ func TestQuietVersusStalledThroughPrometheusAndAlertmanager(t *testing.T) {
 	resumedAt := time.Now()
 	faults.Resume()
 	moment("relay resumed")
-	group := "outbox-canary-pipeline-" + pipelineName
+	group := gen.stallGroup
 	var clearedAt time.Time
 	deadline = time.Now().Add(resolveTimeout)
 	for {
@@ -374,7 +374,7 @@ func TestQuietVersusStalledThroughPrometheusAndAlertmanager(t *testing.T) {
 		}
 		watch.observe(as, pausedAt)
 		if clearedAt.IsZero() {
-			cond, err := promQuery(ctx, prom.addr, gen.stallExpr[gen.relaySegment])
+			cond, err := promQuery(ctx, prom.addr, strings.Join(gen.stallRules, " or "))
 			if err == nil && len(cond) == 0 {
 				clearedAt = time.Now()
 				moment("the stall condition is false in Prometheus (+%.1fs after the resume)", clearedAt.Sub(resumedAt).Seconds())
@@ -419,12 +419,14 @@ type generated struct {
 	model *slo.Model
 	// relaySegment is the segment a relay stall is blamed on.
 	relaySegment string
-	// stall, stallExpr and burnPage are by segment: the labels (with
-	// alertname) of each stall and burn page rule, and each stall rule's
-	// expression.
+	// stall and burnPage are by segment: the labels (with alertname) of
+	// the stall and burn page alerts that segment's blame raises.
 	stall, burnPage map[string]map[string]string
-	stallExpr       map[string]string
-	keepFiringFor   string
+	// stallRules are the stall alert's expressions (of every pipeline of
+	// a class), and stallGroup the group that holds them.
+	stallRules    []string
+	stallGroup    string
+	keepFiringFor string
 	// deadManFor is the for of the dead man (the prober absent alert).
 	deadManFor string
 }
@@ -600,33 +602,41 @@ func writeRules(t *testing.T, cfg *config.Config, path string) generated {
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	g := generated{model: m, stall: map[string]map[string]string{}, burnPage: map[string]map[string]string{}, stallExpr: map[string]string{}}
+	g := generated{model: m, stall: map[string]map[string]string{}, burnPage: map[string]map[string]string{}}
 	for _, p := range m.Pipelines {
 		if p.Name == pipelineName {
 			g.relaySegment = p.RelaySegments()[0]
 		}
 	}
+	// The stall alert is a rule of every pipeline of a class too: its
+	// labels are the pipeline's, the blamed segment's and its owner's,
+	// from the series, and the rule's severity.
 	for _, grp := range rf.Groups {
 		for _, r := range grp.Rules {
-			if r.Alert == alerts.AlertProberAbsent {
+			switch r.Alert {
+			case alerts.AlertProberAbsent:
 				g.deadManFor = r.For
-			}
-			if r.Labels[slo.LabelPipeline] != pipelineName && r.Labels["sloth_service"] != pipelineName {
-				continue
-			}
-			seg := r.Labels[slo.LabelSegment]
-			l := maps.Clone(r.Labels)
-			l["alertname"] = r.Alert
-			switch {
-			case r.Alert == alerts.AlertStalled:
-				// stalled_since is a template, rendered per stall: the
-				// notification's is checked on its own.
-				delete(l, alerts.LabelStalledSince)
-				if g.stall[seg] != nil {
-					t.Fatalf("two %s rules for pipeline %s and segment %s", alerts.AlertStalled, pipelineName, seg)
+			case alerts.AlertStalled:
+				if g.stallGroup != "" && g.stallGroup != grp.Name {
+					t.Fatalf("%s rules in groups %s and %s", alerts.AlertStalled, g.stallGroup, grp.Name)
 				}
-				g.stall[seg], g.stallExpr[seg], g.keepFiringFor = l, r.Expr, r.KeepFiringFor
+				g.stallGroup, g.keepFiringFor = grp.Name, r.KeepFiringFor
+				g.stallRules = append(g.stallRules, r.Expr)
 			}
+		}
+	}
+	for _, p := range m.Pipelines {
+		if p.Name != pipelineName || g.stallGroup == "" {
+			continue
+		}
+		for _, seg := range append(p.StallBlameSegments(), config.SegmentEndToEnd) {
+			l := maps.Clone(cfg.Alerting.Labels)
+			if l == nil {
+				l = map[string]string{}
+			}
+			l["alertname"], l["severity"] = alerts.AlertStalled, config.SeverityPage
+			l[slo.LabelPipeline], l[slo.LabelSegment], l[slo.LabelOwner] = p.Name, seg, p.Owner(seg)
+			g.stall[seg] = l
 		}
 	}
 	// The burn pages are rules of every pipeline of a class: their

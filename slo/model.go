@@ -2,6 +2,7 @@ package slo
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,6 +126,12 @@ type SLO struct {
 	// counts its minimum of bad canaries in canary intervals and waits a
 	// stall threshold for the stall that would explain it.
 	CanaryInterval, StallThreshold time.Duration
+	// BlameOrder is the segment's place among the pipeline's
+	// StallBlameSegments, from 1; 0 when a stall is never blamed on it.
+	BlameOrder int
+	// PipelineLabels are the pipeline's facts that its rules read, the
+	// same on each of its SLOs' objective series (PipelineSeriesLabels).
+	PipelineLabels map[string]string
 }
 
 // FromConfig builds the model of a validated configuration. The burn
@@ -189,9 +196,51 @@ func FromConfig(cfg *config.Config) (*Model, error) {
 				StallThreshold: mp.StallThreshold(cfg.Alerting.StallIntervals),
 			})
 		}
+		facts := mp.seriesLabels(cfg.Alerting.ProberOwner)
+		for i, seg := range mp.StallBlameSegments() {
+			for j := range mp.SLOs {
+				if mp.SLOs[j].Segment == seg {
+					mp.SLOs[j].BlameOrder = i + 1
+				}
+			}
+		}
+		for j := range mp.SLOs {
+			mp.SLOs[j].PipelineLabels = facts
+		}
 		m.Pipelines = append(m.Pipelines, mp)
 	}
 	return m, nil
+}
+
+// PipelineSeriesLabels are the labels of a pipeline's facts that every
+// objective series of the pipeline carries, so that the rules of every
+// pipeline read them where they read one of its SLOs: the relay's kind
+// and the database's family (which alerts apply), the watched slot, the
+// relay's (first) segment, and who owns it, the inserts, the rest, and
+// the prober's own sight.
+var PipelineSeriesLabels = []string{LabelRelayKind, LabelDatabaseFamily, LabelSlot, LabelRelaySegment, LabelRelayOwner, LabelInsertOwner, LabelDefaultOwner, LabelProberOwner}
+
+// seriesLabels are the pipeline's PipelineSeriesLabels. proberOwner is
+// alerting.prober_owner: the prober's own sight is its team's, else the
+// pipeline's default owner's.
+func (p Pipeline) seriesLabels(proberOwner string) map[string]string {
+	relay := config.SegmentEndToEnd
+	if rs := p.RelaySegments(); len(rs) > 0 {
+		relay = rs[0]
+	}
+	if proberOwner == "" {
+		proberOwner = p.DefaultOwner
+	}
+	return map[string]string{
+		LabelRelayKind:      p.RelayKind,
+		LabelDatabaseFamily: p.Family,
+		LabelSlot:           p.Slot,
+		LabelRelaySegment:   relay,
+		LabelRelayOwner:     p.Owner(relay),
+		LabelInsertOwner:    p.Owner(config.SegmentInsertToCommit),
+		LabelDefaultOwner:   p.DefaultOwner,
+		LabelProberOwner:    proberOwner,
+	}
 }
 
 // canaryInterval is the longest gap between two consecutive firings of the
@@ -208,7 +257,11 @@ func canaryInterval(spec string) (time.Duration, error) { return config.Schedule
 // change of owner or objective needs no new rules.
 func (s SLO) ObjectiveSeries() (labels map[string]string, ratio float64) {
 	ratio, _ = ObjectiveRatio(s.Objective).Float64()
-	return map[string]string{
+	labels = maps.Clone(s.PipelineLabels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, map[string]string{
 		LabelSlothID:        s.ID,
 		LabelSlothService:   s.Pipeline,
 		LabelSlothSLO:       s.Segment,
@@ -220,5 +273,16 @@ func (s SLO) ObjectiveSeries() (labels map[string]string, ratio float64) {
 		LabelSLOBudget:      PromDuration(s.Budget),
 		LabelCanaryInterval: PromDuration(s.CanaryInterval),
 		LabelStallThreshold: PromDuration(s.StallThreshold),
-	}, ratio
+		LabelBlameOrder:     blameOrder(s.BlameOrder),
+	})
+	return labels, ratio
+}
+
+// blameOrder is BlameOrder as its label's value: "" for a segment a
+// stall is never blamed on.
+func blameOrder(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
 }

@@ -46,7 +46,7 @@ func TestMetricsDoc(t *testing.T) {
 	pm.DependencyUp.WithLabelValues("orders", prober.DependencyDatabase)
 	pm.DependencyErrors.WithLabelValues("orders", prober.DependencyDatabase)
 	pm.CanariesUnjudged.WithLabelValues("orders", config.SegmentEndToEnd, "lost")
-	pm.SLOObjective.WithLabelValues("orders", config.SegmentEndToEnd, "orders-end_to_end", "orders", config.SegmentEndToEnd, "team", "99.9", "30d", "2s", "10s", "32s").Set(0.999)
+	pm.SLOObjective.WithLabelValues("orders", config.SegmentEndToEnd, "orders-end_to_end", "orders", config.SegmentEndToEnd, "team", "99.9", "30d", "2s", "10s", "32s", "", "polling", "postgres", "", "end_to_end", "team", "team", "team", "team").Set(0.999)
 	for _, g := range []*compactvec.GaugeVec{wm.BacklogRows, wm.OldestUnpublishedAge, wm.OldestTransactionAge, wm.LongTransactions,
 		wm.BinlogWritten, wm.BinlogRetainedBytes, wm.BinlogRetainedFiles, wm.BinlogExpiry} {
 		g.WithLabelValues("orders")

@@ -379,8 +379,9 @@ func secretFiles(t *testing.T, text string) []string {
 }
 
 func TestPrometheusRuleHoldsTheGeneratedGroupsUnderItsOwnLabels(t *testing.T) {
-	// Three groups an object: the example's seven groups (the SLOs',
-	// four pipelines', Kafka's and the prober's) in three.
+	// Three groups an object: the example's five groups (the SLOs', the
+	// pipelines', the measured pipelines', Kafka's and the prober's) in
+	// two.
 	values := fullValues
 	values.set = append(slices.Clone(values.set), "prometheusRule.groupsPerObject=3")
 	rules := all[*monitoringv1.PrometheusRule](renderObjects(t, values))
