@@ -1,12 +1,11 @@
 package alerts_test
 
-// A pipeline's rules read only their own pipeline's series and write
-// only series of their own pipeline, so another pipeline's series, fed or
-// recorded, can never make them fire; and without series they raise
-// nothing. Proven here once, that lets a promtool scenario run without
-// the rules of the pipelines it does not feed (keepPipelinesOf): a
-// pipeline's groups are evaluated at every step of every scenario, and
-// most scenarios feed one pipeline of three.
+// The rules read every pipeline's series at once (they are written per
+// class, not per pipeline), and write a series of a pipeline only from
+// that pipeline's own series, so another pipeline's series, fed or
+// recorded, can never make its alerts fire; and without series they raise
+// nothing. The prober's and the Kafka clusters' rules write no pipeline's
+// series.
 
 import (
 	"fmt"
@@ -289,25 +288,15 @@ func ruleName(g alerts.Group, r alerts.Rule) string {
 }
 
 // pipelineLeaks lists how the rules of a file break the isolation of
-// pipelines that keepPipelinesOf relies on:
+// pipelines:
 //
-//   - a pipeline's rule writes series of its pipeline: its pipeline label
-//     is the pipeline's, its sloth_service the pipeline's or none;
+//   - a rule of every pipeline (the SLOs', the pipelines' classes')
+//     writes series of a pipeline only from that pipeline's series (its
+//     pipeline label comes from them, neither aggregated away nor written
+//     by the rule), so an unfed pipeline has none and one pipeline's
+//     series never make another's alert;
 //   - a rule of no pipeline (the prober's, the Kafka clusters') writes
-//     series of no pipeline: neither label;
-//   - a rule of every pipeline (the SLOs', the pipelines' classes') may
-//     read and write the series of any: keepPipelinesOf keeps it whatever
-//     a scenario feeds. It writes series of a pipeline only from that
-//     pipeline's series (its pipeline label comes from them, neither
-//     aggregated away nor written by the rule), so an unfed pipeline has
-//     none and one pipeline's series never make another's alert;
-//   - a pipeline's rule reads series of its pipeline alone: each selector
-//     matches its pipeline label or its sloth_service.
-//
-// A scenario that feeds no series of a pipeline (none labelled with it)
-// therefore gives the pipeline's rules nothing to read but their own
-// recordings, and nothing another rule reads comes from them unless it
-// selects that pipeline.
+//     series of no pipeline: neither label.
 func pipelineLeaks(t *testing.T, rf *alerts.RuleFile) []string {
 	t.Helper()
 	var leaks []string
@@ -315,38 +304,18 @@ func pipelineLeaks(t *testing.T, rf *alerts.RuleFile) []string {
 	for i, g := range rf.Groups {
 		for j, r := range g.Rules {
 			name := ruleName(g, r)
+			pipeline, sloth := values[[2]int{i, j}][slo.LabelPipeline], values[[2]int{i, j}][labelSloth]
 			if g.EveryPipeline {
-				if pipeline := values[[2]int{i, j}][slo.LabelPipeline]; pipeline != unknownValue {
+				if pipeline != unknownValue {
 					leaks = append(leaks, fmt.Sprintf("%s writes pipeline %s, not the pipeline of the series it reads", name, pipeline))
 				}
 				continue
 			}
-			pipeline, sloth := values[[2]int{i, j}][slo.LabelPipeline], values[[2]int{i, j}][labelSloth]
-			own := noValue
-			if g.Pipeline != "" {
-				own = fixedValue(g.Pipeline)
+			if pipeline != noValue {
+				leaks = append(leaks, fmt.Sprintf("%s writes pipeline %s, not none", name, pipeline))
 			}
-			if pipeline != own {
-				leaks = append(leaks, fmt.Sprintf("%s writes pipeline %s, not %s", name, pipeline, own))
-			}
-			if sloth != noValue && sloth != own {
-				leaks = append(leaks, fmt.Sprintf("%s writes %s %s, not %s", name, labelSloth, sloth, own))
-			}
-		}
-	}
-	for _, g := range rf.Groups {
-		if g.Pipeline == "" {
-			continue
-		}
-		for _, r := range g.Rules {
-			for _, vs := range selectorsOf(t, r.Expr) {
-				if v, ok := equalMatcher(vs, slo.LabelPipeline); ok && v == g.Pipeline {
-					continue
-				}
-				if v, ok := equalMatcher(vs, labelSloth); ok && v == g.Pipeline {
-					continue
-				}
-				leaks = append(leaks, fmt.Sprintf("%s reads %s, not only pipeline %s's series", ruleName(g, r), vs, g.Pipeline))
+			if sloth != noValue {
+				leaks = append(leaks, fmt.Sprintf("%s writes %s %s, not none", name, labelSloth, sloth))
 			}
 		}
 	}
@@ -463,8 +432,7 @@ tests:
 `, model.Duration(interval), model.Duration(span), int(span/interval), model.Duration(2*span), alerts.AlertPipelinesUnmeasured)
 }
 
-// scenarioFile is what keepPipelinesOf and TestPipelinesWithoutSeriesRaiseNothing
-// read of a promtool test file.
+// scenarioFile is what the promtool tests read of a promtool test file.
 type scenarioFile struct {
 	EvaluationInterval string `yaml:"evaluation_interval"`
 	Tests              []struct {
@@ -524,13 +492,11 @@ func spansByInterval(t *testing.T, files []string) map[time.Duration]time.Durati
 
 // TestPipelinesWithoutSeriesRaiseNothing runs every pipeline's rules
 // without any pipeline's series (noSeriesScenario) at each evaluation
-// interval of the scenarios that keepPipelinesOf trims, for as long as
-// the longest of them. A pipeline's rules read its own series alone
-// (TestPipelineRulesReadAndWriteOnlyTheirPipeline), so in a scenario
-// that feeds none they see what they see here, and here they raise
-// nothing: leaving them out changes no scenario's result. The page for
+// interval of the scenarios, for as long as the longest of them: a
+// pipeline a scenario does not feed raises nothing, whatever it feeds
+// another (TestPipelineRulesReadAndWriteOnlyTheirPipeline). The page for
 // the pipelines unmeasured is the prober's and counts every pipeline's
-// RecordUnmeasured, which keepPipelinesOf keeps.
+// RecordUnmeasured.
 func TestPipelinesWithoutSeriesRaiseNothing(t *testing.T) {
 	t.Parallel()
 	bin := promtool(t)

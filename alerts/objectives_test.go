@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	promql "github.com/prometheus/prometheus/promql/parser"
 	"gopkg.in/yaml.v3"
 
@@ -167,11 +168,7 @@ func withObjectives(t *testing.T, rulesDir, scenario string, data []byte) []byte
 				}
 				l := maps.Clone(obj.Labels)
 				maps.Copy(l, scope)
-				var pairs []string
-				for _, name := range slices.Sorted(maps.Keys(l)) {
-					pairs = append(pairs, fmt.Sprintf("%s=%q", name, l[name]))
-				}
-				name := slo.MetricSLOObjective + "{" + strings.Join(pairs, ", ") + "}"
+				name := slo.MetricSLOObjective + labels.FromMap(l).String()
 				values := strconv.FormatFloat(obj.Value, 'g', -1, 64) + "x" + strconv.Itoa(steps)
 				input.Content = append(input.Content, &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
 					{Kind: yaml.ScalarNode, Value: "series"}, {Kind: yaml.ScalarNode, Value: name},

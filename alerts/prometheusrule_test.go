@@ -50,7 +50,7 @@ func decodePrometheusRules(t *testing.T, data []byte) ([]alerts.PrometheusRule, 
 	return objects, sizes
 }
 
-func TestPrometheusRulesAreOnePerPipelineAndHoldEveryGroupOnce(t *testing.T) {
+func TestPrometheusRuleIsOneAndHoldsEveryGroupOnce(t *testing.T) {
 	_, m := loadModel(t, exampleConfig)
 	rf, err := alerts.Generate(m)
 	if err != nil {
@@ -62,7 +62,7 @@ func TestPrometheusRulesAreOnePerPipelineAndHoldEveryGroupOnce(t *testing.T) {
 	}
 	objects, _ := decodePrometheusRules(t, out)
 	// The rules are written for every pipeline at once (no group is a
-	// pipeline's), so they are the prober's one resource, whatever the
+	// pipeline's), so they are one resource, whatever the
 	// number of pipelines.
 	var names []string
 	want := []string{alerts.PrometheusRuleName}
@@ -77,25 +77,15 @@ func TestPrometheusRulesAreOnePerPipelineAndHoldEveryGroupOnce(t *testing.T) {
 		}
 		for _, g := range pr.Spec.Groups {
 			groups = append(groups, g.Name)
-			if pipeline, ok := strings.CutPrefix(pr.Metadata.Name, alerts.PrometheusRuleName+"-"); ok && !strings.Contains(g.Name, "-"+pipeline) {
-				t.Errorf("group %s is in %s", g.Name, pr.Metadata.Name)
-			}
 		}
 	}
 	if !slices.Equal(names, want) {
 		t.Errorf("resources %v, want %v", names, want)
 	}
-	// The pipelines' groups in their order, then the prober's and those
-	// of every pipeline, in theirs.
-	var generated, prober []string
+	var generated []string
 	for _, g := range rf.Groups {
-		if g.Pipeline == "" {
-			prober = append(prober, g.Name)
-		} else {
-			generated = append(generated, g.Name)
-		}
+		generated = append(generated, g.Name)
 	}
-	generated = append(generated, prober...)
 	if !slices.Equal(groups, generated) {
 		t.Errorf("the resources hold groups %v, want each generated group once, in order: %v", groups, generated)
 	}

@@ -351,7 +351,7 @@ func runScenarios(t *testing.T, bin, rulesDir string, scenarios ...string) map[s
 }
 
 // TestScenariosWithPromtool runs each scenario of testdata/scenarios on
-// the rules of the pipelines it feeds (keepPipelinesOf).
+// the rules.
 func TestScenariosWithPromtool(t *testing.T) {
 	t.Parallel()
 	bin := promtool(t)
@@ -364,7 +364,7 @@ func TestScenariosWithPromtool(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(sc), ".yml")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			out, err := runScenario(t, bin, writeScenarioRules(t, cfg, rf, sc), sc)
+			out, err := runScenario(t, bin, writeScenarioRules(t, cfg, rf), sc)
 			t.Logf("promtool test rules %s:\n%s", filepath.Base(sc), out)
 			if err != nil {
 				t.Errorf("scenario %s failed: %v", name, err)
@@ -777,82 +777,17 @@ func TestScenariosCatchWrongThresholds(t *testing.T) {
 	}
 }
 
-// fedMatcher finds the pipelines a scenario has series of: any series
-// labelled with a pipeline, or with an SLO's sloth_service.
-var fedMatcher = regexp.MustCompile(`\b(?:pipeline|` + labelSloth + `)="([^"]*)"`)
-
-// keepPipelinesOf drops the rules of the pipelines that no scenario in
-// files has series of: promtool evaluates every group at every step, and
-// most scenarios feed one of the test config's three pipelines, so this
-// halves what a scenario costs. It keeps the groups of no pipeline (the
-// prober's, the Kafka clusters'), and of a dropped pipeline the
-// recordings that a kept rule or a scenario's promql_expr_test may read
-// (every pipeline's RecordUnmeasured, which the prober's page counts).
-//
-// What running every pipeline's groups proved, that a rule never fires
-// on another pipeline's series and a pipeline without series raises
-// nothing, TestPipelineRulesReadAndWriteOnlyTheirPipeline and
-// TestPipelinesWithoutSeriesRaiseNothing prove once.
-func keepPipelinesOf(t *testing.T, rf *alerts.RuleFile, files []string) {
-	t.Helper()
-	fed := map[string]bool{}
-	var reads []*promql.VectorSelector
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range fedMatcher.FindAllStringSubmatch(string(data), -1) {
-			fed[m[1]] = true
-		}
-		for _, tc := range readScenario(t, f).Tests {
-			for _, e := range tc.PromQL {
-				reads = append(reads, selectorsOf(t, e.Expr)...)
-			}
-		}
-	}
-	kept := make([][]bool, len(rf.Groups))
-	for i, g := range rf.Groups {
-		kept[i] = make([]bool, len(g.Rules))
-		for j, r := range g.Rules {
-			if g.Pipeline == "" || fed[g.Pipeline] {
-				kept[i][j] = true
-				reads = append(reads, selectorsOf(t, r.Expr)...)
-			}
-		}
-	}
-	// A dropped pipeline's recordings carry its pipeline label
-	// (TestPipelineRulesReadAndWriteOnlyTheirPipeline) and their own
-	// labels: a selector that matches neither does not read them.
-	for changed := true; changed; {
-		changed = false
-		for i, g := range rf.Groups {
-			for j, r := range g.Rules {
-				if kept[i][j] || r.Record == "" || !slices.ContainsFunc(reads, func(vs *promql.VectorSelector) bool { return mayRead(vs, g, r, r.Record) }) {
-					continue
-				}
-				kept[i][j], changed = true, true
-				reads = append(reads, selectorsOf(t, r.Expr)...)
-			}
-		}
-	}
-	rf.Groups = keptGroups(rf.Groups, kept)
-}
-
 // mayRead says whether selector vs may read rule r of group g's output,
 // named name (r's record, or ALERTS and ALERTS_FOR_STATE for an alert):
 // unless one of its matchers rules out a label the output is known to
 // have: its name, its static labels (an alert's templated ones are not
-// known), its group's pipeline.
+// known).
 func mayRead(vs *promql.VectorSelector, g alerts.Group, r alerts.Rule, name string) bool {
 	ls := map[string]string{}
 	for k, v := range r.Labels {
 		if !strings.Contains(v, "{{") {
 			ls[k] = v
 		}
-	}
-	if g.Pipeline != "" {
-		ls[slo.LabelPipeline] = g.Pipeline
 	}
 	ls[labels.MetricName] = name
 	if r.Alert != "" {
@@ -957,15 +892,12 @@ func keptGroups(groups []alerts.Group, kept [][]bool) []alerts.Group {
 	return out
 }
 
-// writeScenarioRules writes the rules of the pipelines that scenarios
-// feed (keepPipelinesOf) into a new directory, as writeRuleFile does, and
-// returns it; rf is left as it was.
-func writeScenarioRules(t *testing.T, cfg *config.Config, rf *alerts.RuleFile, scenarios ...string) string {
+// writeScenarioRules writes rf into a new directory, as writeRuleFile
+// does, and returns it.
+func writeScenarioRules(t *testing.T, cfg *config.Config, rf *alerts.RuleFile) string {
 	t.Helper()
-	trimmed := alerts.RuleFile{Groups: slices.Clone(rf.Groups)}
-	keepPipelinesOf(t, &trimmed, scenarios)
 	dir := t.TempDir()
-	writeRuleFile(t, dir, cfg, &trimmed)
+	writeRuleFile(t, dir, cfg, rf)
 	return dir
 }
 
@@ -1021,7 +953,7 @@ func TestSlotScenarioNeedsTheSlotSelector(t *testing.T) {
 	}
 	rf := generateRules(t, cfg)
 	sc := filepath.Join(scenarioDir, "h-slot-of-another-pipeline.yml")
-	out, err := runScenario(t, bin, writeScenarioRules(t, cfg, rf, sc), sc)
+	out, err := runScenario(t, bin, writeScenarioRules(t, cfg, rf), sc)
 	if err == nil {
 		t.Fatalf("the slot scenario passed with rules that ignore watch.slot; it must fail:\n%s", out)
 	}
@@ -1123,7 +1055,7 @@ func TestRedundantProbersWithPromtool(t *testing.T) {
 	for _, sc := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(sc), ".yml"), func(t *testing.T) {
 			t.Parallel()
-			out, err := runScenario(t, bin, writeScenarioRules(t, cfg, rf, sc), sc)
+			out, err := runScenario(t, bin, writeScenarioRules(t, cfg, rf), sc)
 			t.Logf("promtool test rules %s:\n%s", filepath.Base(sc), out)
 			if err != nil {
 				t.Errorf("scenario %s failed: %v", filepath.Base(sc), err)
@@ -1258,7 +1190,7 @@ func requireScenariosFailWith(t *testing.T, bin string, cfg, mutatedCfg *config.
 	cutDown := func(rf *alerts.RuleFile, cfg *config.Config) string {
 		trimmed := alerts.RuleFile{Groups: slices.Clone(rf.Groups)}
 		keepRulesNamed(&trimmed, keep)
-		return writeScenarioRules(t, cfg, &trimmed, files...)
+		return writeScenarioRules(t, cfg, &trimmed)
 	}
 	for file, report := range runScenarios(t, bin, cutDown(unmutated, cfg), files...) {
 		if strings.Contains(report, "FAILED") {

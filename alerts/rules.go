@@ -31,14 +31,10 @@ type RuleFile struct {
 type Group struct {
 	Name  string `yaml:"name" json:"name"`
 	Rules []Rule `yaml:"rules" json:"rules"`
-	// Pipeline is the pipeline whose rules the group holds, empty for the
-	// groups of the whole prober. Not part of the rule file: it lets a
-	// PrometheusRule be split per pipeline (see PrometheusRules).
-	Pipeline string `yaml:"-" json:"-"`
-	// EveryPipeline marks the groups written once for every pipeline
-	// (the SLO windows' groups): they read and record the series of
-	// every pipeline the objective series name. Not part of the rule
-	// file either; such a group goes with the prober's own.
+	// EveryPipeline marks the groups that read and record the series of
+	// every pipeline (the SLOs', the pipelines' classes'), as against the
+	// prober's own and the Kafka clusters', which record no pipeline's.
+	// Not part of the rule file.
 	EveryPipeline bool `yaml:"-" json:"-"`
 }
 

@@ -23,7 +23,7 @@ const scopeScenarioDir = "testdata/scopes"
 var scopeEnvironments = []string{"prod", "staging"}
 
 // writeScopedRules writes the labels-only rules of each environment into
-// dir, of the pipelines the scope scenarios feed (keepPipelinesOf);
+// dir;
 // scoped false leaves the selector out, as before scopes existed.
 func writeScopedRules(t *testing.T, dir string, scoped bool) {
 	t.Helper()
@@ -44,7 +44,6 @@ func writeScopedRules(t *testing.T, dir string, scoped bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		keepPipelinesOf(t, rf, scopeScenarios(t))
 		paths := writeRuleFile(t, envDir, cfg, rf)
 		writeObjectives(t, dir, cfg)
 		data, err := os.ReadFile(paths[1])

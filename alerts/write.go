@@ -2,13 +2,10 @@ package alerts
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -54,17 +51,15 @@ func Render(m *slo.Model, format string) ([]byte, error) {
 	return Marshal(rf, format, m.Alerting.RuleObjectLabels())
 }
 
-// PrometheusRuleName is the metadata.name of the generated resource that
-// holds the prober's own groups; each pipeline's groups are in a resource
-// of their own (PrometheusRuleNameOf).
+// PrometheusRuleName is the metadata.name of the generated resource, and
+// the stem of the names of those it continues in (PrometheusRules).
 const PrometheusRuleName = "outbox-canary"
 
 // KubectlApplyLimit is the most a resource may weigh as JSON for a
 // client-side `kubectl apply`, which copies the whole resource into its
 // last-applied-configuration annotation, and Kubernetes refuses an object
-// whose annotations pass 256 KiB. One PrometheusRule of every pipeline's
-// rules passed it at three pipelines; a pipeline's rules alone stay far
-// under it (TestEveryPrometheusRuleFitsKubectlApply).
+// whose annotations pass 256 KiB. Rules written per SLO passed it at
+// three pipelines (TestEveryPrometheusRuleFitsKubectlApply).
 const KubectlApplyLimit = 256 << 10
 
 // PrometheusRule is the Prometheus Operator's resource, reduced to what we
@@ -82,48 +77,28 @@ type ObjectMetadata struct {
 	Labels map[string]string `yaml:"labels,omitempty" json:"labels,omitempty"`
 }
 
-// PrometheusRules splits rules into PrometheusRule resources: one per
-// pipeline, in the rules' order, and then the prober's own groups and
-// those written once for every pipeline under PrometheusRuleName. A resource per pipeline keeps each one's
-// size bounded as pipelines are added (see KubectlApplyLimit), and keeps a
-// pipeline's name on its rules in `kubectl get prometheusrules`. A
-// pipeline with so many budgeted segments that its rules pass the limit
-// continues in PrometheusRuleNameOf(pipeline)+".2", ".3" (a pipeline name
-// holds no dot, so no other pipeline's resource has that name). The
-// Operator loads every resource its ruleSelector matches, so the split
-// changes nothing Prometheus evaluates. labels are every resource's
-// metadata labels.
+// PrometheusRules puts rules into PrometheusRule resources: one, named
+// PrometheusRuleName, while the groups fit what a client-side kubectl
+// apply can store (KubectlApplyLimit), continued in PrometheusRuleName
+// ".2", ".3" past it, a group never split. The rules are written per
+// class, not per pipeline, so only the groups that name every pipeline
+// grow with them (about 3,000 pipelines reach the limit). The Operator
+// loads every resource its ruleSelector matches, so the split changes
+// nothing Prometheus evaluates. labels are every resource's metadata
+// labels.
 func PrometheusRules(rf *RuleFile, labels map[string]string) []PrometheusRule {
-	var owners []string
-	byOwner := map[string][]Group{}
-	for _, g := range rf.Groups {
-		if _, ok := byOwner[g.Pipeline]; !ok {
-			owners = append(owners, g.Pipeline)
-		}
-		byOwner[g.Pipeline] = append(byOwner[g.Pipeline], g)
-	}
-	// The prober's resource comes last, wherever its groups are.
-	if i := slices.Index(owners, ""); i >= 0 {
-		owners = append(slices.Delete(owners, i, i+1), "")
-	}
 	var out []PrometheusRule
-	for _, owner := range owners {
-		name := PrometheusRuleName
-		if owner != "" {
-			name = PrometheusRuleNameOf(owner)
+	for i, groups := range packGroups(rf.Groups, kubectlApplyBudget) {
+		pr := PrometheusRule{
+			APIVersion: "monitoring.coreos.com/v1",
+			Kind:       "PrometheusRule",
+			Metadata:   ObjectMetadata{Name: PrometheusRuleName, Labels: maps.Clone(labels)},
+			Spec:       RuleFile{Groups: groups},
 		}
-		for i, groups := range packGroups(byOwner[owner], kubectlApplyBudget) {
-			pr := PrometheusRule{
-				APIVersion: "monitoring.coreos.com/v1",
-				Kind:       "PrometheusRule",
-				Metadata:   ObjectMetadata{Name: name, Labels: maps.Clone(labels)},
-				Spec:       RuleFile{Groups: groups},
-			}
-			if i > 0 {
-				pr.Metadata.Name += "." + strconv.Itoa(i+1)
-			}
-			out = append(out, pr)
+		if i > 0 {
+			pr.Metadata.Name += "." + strconv.Itoa(i+1)
 		}
+		out = append(out, pr)
 	}
 	return out
 }
@@ -151,31 +126,6 @@ func packGroups(groups []Group, budget int) [][]Group {
 		runs = append(runs, run)
 	}
 	return runs
-}
-
-// PrometheusRuleNameOf is the metadata.name of a pipeline's PrometheusRule:
-// PrometheusRuleName, a dash and the pipeline's name. A pipeline name may
-// hold what a Kubernetes name may not (capitals, underscores: see
-// config's pipeline name rule); such a name is lower-cased, its
-// underscores become dashes, and a hash of the name tells apart the
-// pipelines that would otherwise share it ("Orders", "orders_" and
-// "orders-" all differ).
-func PrometheusRuleNameOf(pipeline string) string {
-	name := strings.ToLower(strings.ReplaceAll(pipeline, "_", "-"))
-	name = strings.Trim(name, "-")
-	// A Kubernetes name is at most 253 characters.
-	const most = 253 - len(PrometheusRuleName+"-") - len("-01234567")
-	if name == pipeline && len(name) <= most {
-		return PrometheusRuleName + "-" + name
-	}
-	if len(name) > most {
-		name = strings.TrimRight(name[:most], "-")
-	}
-	sum := sha256.Sum256([]byte(pipeline))
-	if name == "" {
-		return PrometheusRuleName + "-" + hex.EncodeToString(sum[:4])
-	}
-	return PrometheusRuleName + "-" + name + "-" + hex.EncodeToString(sum[:4])
 }
 
 // Marshal renders rules in a rule format, header first. labels are the

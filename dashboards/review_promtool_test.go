@@ -12,16 +12,15 @@ package dashboards
 
 import (
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/prometheus/model/labels"
 	"gopkg.in/yaml.v3"
 
 	"github.com/outbox-canary/outbox-canary/internal/stacktest"
@@ -130,12 +129,9 @@ func objectiveSeries(p slo.Pipeline, target, steps string) []inputSeries {
 	var in []inputSeries
 	for _, s := range p.SLOs {
 		l, objective := s.ObjectiveSeries()
-		var pairs []string
-		for _, name := range slices.Sorted(maps.Keys(l)) {
-			pairs = append(pairs, fmt.Sprintf("%s=%q", name, l[name]))
-		}
+		series := labels.FromMap(l).String()
 		in = append(in, inputSeries{
-			Series: fmt.Sprintf(`%s{%s, %s}`, slo.MetricSLOObjective, target, strings.Join(pairs, ", ")),
+			Series: slo.MetricSLOObjective + "{" + target + ", " + strings.TrimPrefix(series, "{"),
 			Values: strconv.FormatFloat(objective, 'g', -1, 64) + steps,
 		})
 	}

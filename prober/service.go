@@ -165,11 +165,14 @@ type Service struct {
 	opts     Options
 	instance string
 	metrics  *Metrics
-	signer   *Signer
-	now      func() time.Time
-	log      *slog.Logger
-	pipes    []*pipelineRunner
-	dbs      []*database // one per distinct database, in configuration order
+	// model is the SLOs of the configuration, whose objective series the
+	// rules read; the status page judges stalls from it too.
+	model  *slo.Model
+	signer *Signer
+	now    func() time.Time
+	log    *slog.Logger
+	pipes  []*pipelineRunner
+	dbs    []*database // one per distinct database, in configuration order
 	// published: the outbox tables of each database read back by the
 	// pipelines on them whose publish stamp is the row's published_at;
 	// lookups, their rounds, in the order of their first pipeline, one
@@ -279,7 +282,7 @@ func New(o Options) (*Service, error) {
 		}
 		journal.keepUnloaded = true
 	}
-	s := &Service{opts: o, instance: instance, metrics: metrics, signer: signer, now: o.Now, log: o.Logger, started: o.Now(),
+	s := &Service{opts: o, instance: instance, metrics: metrics, model: model, signer: signer, now: o.Now, log: o.Logger, started: o.Now(),
 		conns: o.Connections, published: map[outboxdb.DB]*publishedDatabase{}}
 	if s.conns == nil {
 		if s.conns, err = OpenConnections(context.Background(), pipelines); err != nil {
@@ -415,6 +418,9 @@ func (s *Service) Metrics() *Metrics { return s.metrics }
 
 // Instance is the instance id written into this service's canaries.
 func (s *Service) Instance() string { return s.instance }
+
+// Model is the SLO model of the configuration the service measures.
+func (s *Service) Model() *slo.Model { return s.model }
 
 func (s *Service) pipeline(name string) (*pipelineRunner, error) {
 	for _, pr := range s.pipes {

@@ -231,10 +231,7 @@ func serve(ctx context.Context, c *cli, logger *slog.Logger, cfg *config.Config,
 	}
 	// The status page judges a stall as the generated alert does, from the
 	// same SLO model.
-	model, err := slo.FromConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("run: %w", err)
-	}
+	model := svc.Model()
 	listeners, err := listen(webFlags)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
